@@ -1,0 +1,58 @@
+"""pcd-tools: answer bounded decisions by scoring the allowed answers with one shared pass.
+
+`import pcd_tools` is light: MLX, LangChain and FastAPI load only when used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    ContextTooLongError,
+    ModelLoadError,
+    PcdToolsError,
+    SchemaError,
+)
+from .schema import FieldDefinition, StructuredSchema, decision
+
+if TYPE_CHECKING:
+    from .decider import Decider, run_parallel_generation
+    from .result import Decision, FieldResult
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ContextTooLongError",
+    "Decider",
+    "Decision",
+    "FieldDefinition",
+    "FieldResult",
+    "ModelLoadError",
+    "PcdToolsError",
+    "SchemaError",
+    "StructuredSchema",
+    "decision",
+    "run_parallel_generation",
+]
+
+_LAZY = {
+    "Decider": "decider",
+    "run_parallel_generation": "decider",
+    "Decision": "result",
+    "FieldResult": "result",
+}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'pcd_tools' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

