@@ -223,14 +223,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--doctor", action="store_true", help="device, BLAS and its GFLOP/s, cache dir")
     p.set_defaults(func=cmd_models)
 
-    for name, register in _EXTRA_COMMANDS:
-        register(sub.add_parser(name, help=_EXTRA_HELP[name]))
+    import importlib
+
+    for name, (module, help_text) in SUBCOMMAND_MODULES.items():
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as e:  # an optional extra is missing: say which
+            p = sub.add_parser(name, help=f"{help_text} (unavailable: {e.name} not installed)")
+            p.set_defaults(func=_missing_extra(name, e))
+            continue
+        p = sub.add_parser(name, help=help_text)
+        _add_common(p, calibration=name in ("eval", "serve"))
+        mod.add_arguments(p)
+        p.set_defaults(func=mod.run)
     return parser
 
 
-# Subcommands that live in their own modules register here: (name, register(parser)).
-_EXTRA_COMMANDS: list[tuple[str, Callable[[argparse.ArgumentParser], None]]] = []
-_EXTRA_HELP: dict[str, str] = {}
+# Subcommands that live in their own modules. Each module must be cheap to import (no mlx
+# at import time) and define `add_arguments(parser)` and `run(args) -> int`. `--model` and
+# `--json` are added here.
+SUBCOMMAND_MODULES: dict[str, tuple[str, str]] = {}
+
+
+def _missing_extra(name: str, err: ImportError) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        extra = {"serve": "serve"}.get(name, "bench")
+        print(
+            f"error: `pcd {name}` needs {err.name!r}; install it with "
+            f"`pip install 'pcd-tools[{extra}]'`.",
+            file=sys.stderr,
+        )
+        return 2
+
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:

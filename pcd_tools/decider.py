@@ -154,6 +154,35 @@ class Decider:
         clone.calibration = cal
         return clone
 
+    # --- LangChain (the `langchain` extra, imported lazily) -----------------------------
+
+    def as_tool(self, schema: Any, name: str | None = None, description: str | None = None, **kwargs: Any) -> Any:
+        """A LangChain `DecisionTool` that decides `schema` for its input text.
+
+        Args:
+            schema: The decision schema.
+            name: Tool name (default: derived from the schema).
+            description: Tool description (default: the schema's instructions).
+            **kwargs: More `DecisionTool` options (e.g. `args_schema`, `threshold`).
+        """
+        from .agents.tools import DecisionTool
+
+        return DecisionTool.from_decider(self, schema, name=name, description=description, **kwargs)
+
+    def with_structured_output(self, schema: Any, include_raw: bool = False, **kwargs: Any) -> Any:
+        """A Runnable that maps a string, messages or a `PromptValue` to a validated `schema`.
+
+        Drop-in for a chat model's `with_structured_output(schema)` in LangChain recipes.
+
+        Args:
+            schema: The decision schema (Pydantic model).
+            include_raw: Return `{"raw": AIMessage, "parsed": ..., "parsing_error": None}`.
+            **kwargs: Options such as `temperature`.
+        """
+        from .agents.structured import structured_runnable
+
+        return structured_runnable(self, schema, include_raw=include_raw, **kwargs)
+
     # --- deciding -------------------------------------------------------------------------
 
     def decide(
