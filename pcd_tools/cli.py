@@ -242,7 +242,15 @@ def build_parser() -> argparse.ArgumentParser:
 # Subcommands that live in their own modules. Each module must be cheap to import (no mlx
 # at import time) and define `add_arguments(parser)` and `run(args) -> int`. `--model` and
 # `--json` are added here.
-SUBCOMMAND_MODULES: dict[str, tuple[str, str]] = {}
+SUBCOMMAND_MODULES: dict[str, tuple[str, str]] = {
+    "bench": ("pcd_tools.bench", "benchmark PCD against autoregressive baselines"),
+    "serve": ("pcd_tools.serve", "run the HTTP decision server (System One + /v1/decide)"),
+    "eval": (
+        "pcd_tools.evaluate",
+        "evaluate a schema on labelled data (PCD vs constrained generation)",
+    ),
+    "calibrate": ("pcd_tools.calibration", "fit per-field temperatures on labelled data"),
+}
 
 
 def _missing_extra(name: str, err: ImportError) -> Callable[[argparse.Namespace], int]:

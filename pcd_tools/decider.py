@@ -41,7 +41,7 @@ def _check_temperature(temperature: Any) -> float:
 def _check_scoring(scoring: Any) -> Scoring:
     if scoring not in ("full", "constrained"):
         raise InvalidArgumentError(f"unknown scoring {scoring!r}; accepted: 'full', 'constrained'.")
-    return scoring  # type: ignore[no-any-return]
+    return scoring
 
 
 def _check_context(context: Any, index: int | None = None) -> str:
@@ -156,7 +156,9 @@ class Decider:
 
     # --- LangChain (the `langchain` extra, imported lazily) -----------------------------
 
-    def as_tool(self, schema: Any, name: str | None = None, description: str | None = None, **kwargs: Any) -> Any:
+    def as_tool(
+        self, schema: Any, name: str | None = None, description: str | None = None, **kwargs: Any
+    ) -> Any:
         """A LangChain `DecisionTool` that decides `schema` for its input text.
 
         Args:
@@ -257,16 +259,19 @@ class Decider:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidArgumentError(f"batch_size must be an int >= 1; got {batch_size!r}.")
         order = dict(choice_order) if choice_order else None
-        out: list[Decision[Any]] = []
+        # Batch contexts of similar length together (less padding); answer in input order.
+        by_len = sorted(range(len(ctxs)), key=lambda i: len(ctxs[i]))
+        out: list[Decision[Any] | None] = [None] * len(ctxs)
         for start in range(0, len(ctxs), batch_size):
+            idx = by_len[start : start + batch_size]
             t0 = time.perf_counter()
             batch = self.engine.score(
-                compiled, ctxs[start : start + batch_size], mode=mode, choice_order=order
+                compiled, [ctxs[i] for i in idx], mode=mode, choice_order=order
             )
             elapsed = (time.perf_counter() - t0) * 1e3
-            for i in range(len(batch.edge_logp)):
-                out.append(self._decision(compiled, batch, i, t, sc, elapsed, mode))
-        return out
+            for j, i in enumerate(idx):
+                out[i] = self._decision(compiled, batch, j, t, sc, elapsed, mode, order)
+        return [d for d in out if d is not None]
 
     def scores(self, schema: Any, contexts: Sequence[str], **kwargs: Any) -> ScoredBatch:
         """Raw per-edge log-probabilities (for evaluation and calibration tooling)."""
@@ -281,8 +286,9 @@ class Decider:
         scoring: Scoring,
         elapsed_ms: float,
         mode: PassMode | None,
+        choice_order: dict[str, Sequence[int]] | None = None,
     ) -> Decision[Any]:
-        plan = self.engine.plan(schema)
+        plan = self.engine.plan(schema, choice_order)
         fields: dict[str, FieldResult] = {}
         native: dict[str, Any] = {}
         cal = self.calibration

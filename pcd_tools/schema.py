@@ -302,8 +302,8 @@ def _with_descriptions(
     for k, d in descs.items():
         key = k.value if isinstance(k, enum.Enum) else k
         key_s = _literal_text(key) if isinstance(key, bool) else str(key)
-        i = by_key.get(key_s)
-        if i is None:
+        hit = by_key.get(key_s)
+        if hit is None:
             raise SchemaError(
                 f"{_where(model, name)}: choice_descriptions names {k!r}, which is not a choice; "
                 f"accepted: {[c.label for c in choices]}.",
@@ -317,8 +317,8 @@ def _with_descriptions(
                 model=model,
                 field=name,
             )
-        c = out[i]
-        out[i] = Choice(c.value, c.literal, c.label, d.strip() or None)
+        c = out[hit]
+        out[hit] = Choice(c.value, c.literal, c.label, d.strip() or None)
     return out
 
 
@@ -545,7 +545,7 @@ def _from_definitions(name: str, instructions: str, defs: list[FieldDefinition])
                     field=d.name,
                 )
             _enum_choices(name, d.name, list(d.choices), f"choices {_short(d.choices)}")
-            tp = Literal[tuple(d.choices)]  # type: ignore[valid-type]
+            tp = Literal[tuple(d.choices)]
         else:
             raise UnsupportedFieldError(
                 f"{_where(name, d.name)}: unknown field type {d.field_type!r}; accepted: "
@@ -555,13 +555,15 @@ def _from_definitions(name: str, instructions: str, defs: list[FieldDefinition])
             )
         if d.optional:
             tp = tp | None
-        extra = {"choice_descriptions": d.choice_descriptions} if d.choice_descriptions else None
+        extra: dict[str, Any] | None = (
+            {"choice_descriptions": dict(d.choice_descriptions)} if d.choice_descriptions else None
+        )
         py_fields[d.name] = (
             tp,
             PydField(description=d.description or None, json_schema_extra=extra),
         )
     model_name = name if name.isidentifier() else "StructuredSchema"
-    model = create_model(  # type: ignore[call-overload]
+    model = create_model(
         model_name, __config__=ConfigDict(extra="forbid"), __doc__=instructions or None, **py_fields
     )
     compiled = _from_model(model)
@@ -604,7 +606,7 @@ def compile_schema(obj: Any) -> Schema:
             _CACHE[key] = hit
         return hit
     if isinstance(obj, (Mapping, list, tuple)):
-        return StructuredSchema(obj).schema  # type: ignore[arg-type]
+        return StructuredSchema(obj).schema
     raise SchemaError(
         f"cannot build a schema from {type(obj).__name__}; accepted: a Pydantic BaseModel "
         "subclass, a StructuredSchema, a dict of field specs or a list of FieldDefinition."

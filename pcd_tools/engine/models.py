@@ -207,7 +207,7 @@ def _from_mlx(source: str, device: str, dtype: str) -> LoadedModel:
         ) from e
     is_dir = Path(source).expanduser().is_dir()
     try:
-        model, wrapper, config = mlx_load(
+        model, wrapper, config = mlx_load(  # type: ignore[misc]
             str(Path(source).expanduser()) if is_dir else source, return_config=True
         )
     except Exception as e:

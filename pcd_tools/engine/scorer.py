@@ -164,6 +164,7 @@ class Engine:
         streams: CPU streams to spread chunks over.
         prefix_cache_size: Schema prefixes kept (LRU).
         prefix_cache_bytes: Byte budget for cached prefix K/V.
+        stream_blas_threads: BLAS threads while several CPU streams run at once.
     """
 
     def __init__(
@@ -180,6 +181,7 @@ class Engine:
         streams: int = 2,
         prefix_cache_size: int = 16,
         prefix_cache_bytes: int = 1 << 30,
+        stream_blas_threads: int = 1,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -189,6 +191,7 @@ class Engine:
         self.bos_token_id = bos_token_id
         self.add_bos = add_bos
         self.pack_budget = pack_budget if device == "cpu" else 1 << 30
+        self.stream_blas_threads = stream_blas_threads
         self.lock = threading.RLock()
         self._plans: OrderedDict[Any, Plan] = OrderedDict()
         self._prefix: OrderedDict[tuple[int, ...], list[tuple[Any, Any]]] = OrderedDict()
@@ -212,7 +215,7 @@ class Engine:
         for layer in self._inner.layers:
             attn = getattr(layer, "self_attn", None)
             rope = getattr(attn, "rope", None)
-            if rope is None:
+            if attn is None or rope is None:
                 self.packable = False
                 return
             if not isinstance(rope, _PerTokenRoPE):
@@ -309,35 +312,40 @@ class Engine:
             picked = self._head(picked)
         return picked.astype(mx.float32)
 
-    def _prefill(
+    def _prefill_graph(
         self, tokens: list[list[int]], prefix: list[tuple[Any, Any]] | None
     ) -> list[tuple[Any, Any]]:
-        """Runs rows of tokens (right-padded) after an optional shared prefix; returns K/V."""
-        n_layers = len(self._layers())
+        """Builds (does not run) the prefill of right-padded rows after an optional prefix."""
         width = max(len(r) for r in tokens)
         arr = np.zeros((len(tokens), width), dtype=np.int32)
         for i, r in enumerate(tokens):
             arr[i, : len(r)] = r
         b = len(tokens)
+        mask = "causal" if width > 1 else None
         caches = []
-        for li in range(n_layers):
+        for li in range(len(self._layers())):
             if prefix is None:
-                caches.append(_PassCache(None, None, 0, "causal" if width > 1 else None))
+                caches.append(_PassCache(None, None, 0, mask))
             else:
                 k, v = prefix[li]
+                offset = int(k.shape[2])
                 if b > 1 and k.shape[0] == 1:
                     k = mx.broadcast_to(k, (b, *k.shape[1:]))
                     v = mx.broadcast_to(v, (b, *v.shape[1:]))
-                caches.append(
-                    _PassCache(k, v, int(prefix[li][0].shape[2]), "causal" if width > 1 else None)
-                )
+                caches.append(_PassCache(k, v, offset, mask))
         self._run(mx.array(arr), caches)
-        kv = [(c.keys, c.values) for c in caches]
+        return [(c.keys, c.values) for c in caches]
+
+    def _prefill(
+        self, tokens: list[list[int]], prefix: list[tuple[Any, Any]] | None
+    ) -> list[tuple[Any, Any]]:
+        """Runs the prefill of rows after an optional shared prefix; returns K/V."""
+        kv = self._prefill_graph(tokens, prefix)
         mx.eval([x for pair in kv for x in pair])
         return kv
 
     def _layers(self) -> list[Any]:
-        inner = self._inner if self._inner is not None else getattr(self.model, "model", self.model)
+        inner: Any = self._inner if self._inner is not None else getattr(self.model, "model", self.model)
         return list(inner.layers)
 
     # --- public ---------------------------------------------------------------------------
@@ -415,22 +423,45 @@ class Engine:
                 self._prefix_put(
                     head, [(k[:, :, : len(head)], v[:, :, : len(head)]) for k, v in kv]
                 )
+            groups = [[0]]
+            kvs = [kv]
         else:
             if prefix is None:
                 prefix = self._prefill([head], None)
                 passes += 1
                 if use_cache:
                     self._prefix_put(head, prefix)
-            kv = self._prefill(rows, prefix)
+            # Several contexts on CPU: one row group per stream, prefilled concurrently.
+            groups = self._row_groups(rows) if mode == "packed" else [list(range(len(rows)))]
+            if len(groups) > 1:
+                set_blas_threads(self.stream_blas_threads)
+            kvs = []
+            for gi, g in enumerate(groups):
+                with mx.stream(self.streams[gi % len(self.streams)]):
+                    kvs.append(self._prefill_graph([rows[i] for i in g], prefix))
+            mx.eval([x for kv in kvs for pair in kv for x in pair])
             passes += 1
         t1 = time.perf_counter()
         valid = [len(head) + len(r) for r in rows]
+        edge: list[list[np.ndarray]] = [[] for _ in rows]
         if mode == "packed":
-            edge, n = self._packed(plan, kv, valid)
-        elif mode == "batched":
-            edge, n = self._batched(plan, kv, valid)
+            streams = self.streams if len(groups) == 1 else None
+            pending = []
+            for gi, (g, kv) in enumerate(zip(groups, kvs)):
+                own = streams or [self.streams[gi % len(self.streams)]]
+                pending.append(self._packed_graph(plan, kv, [valid[i] for i in g], own))
+            if len(groups) > 1 or (len(plan.chunks) > 1 and len(self.streams) > 1):
+                set_blas_threads(self.stream_blas_threads)
+            mx.eval([o for outs, _ in pending for _, o in outs])
+            set_blas_threads(_ALL_THREADS)
+            for g, (outs, _) in zip(groups, pending):
+                for r, fields in zip(g, self._packed_result(plan, outs, len(g))):
+                    edge[r] = fields
+            n = max(n for _, n in pending)
         else:
-            edge, n = self._sequential(plan, kv, valid)
+            kv = kvs[0]
+            run = self._batched if mode == "batched" else self._sequential
+            edge, n = run(plan, kv, valid)
         passes += n
         t2 = time.perf_counter()
         return ScoredBatch(
@@ -444,22 +475,30 @@ class Engine:
 
     # --- the three layouts ----------------------------------------------------------------
 
-    def _packed(
-        self, plan: Plan, kv: list[tuple[Any, Any]], valid: list[int]
-    ) -> tuple[list[list[np.ndarray]], int]:
+    def _row_groups(self, rows: list[list[int]]) -> list[list[int]]:
+        """Splits context rows over the CPU streams, balancing tokens."""
+        n = min(len(rows), len(self.streams)) if self.device == "cpu" else 1
+        groups: list[list[int]] = [[] for _ in range(max(1, n))]
+        load = [0] * len(groups)
+        for i in sorted(range(len(rows)), key=lambda i: -len(rows[i])):
+            j = int(np.argmin(load))
+            groups[j].append(i)
+            load[j] += len(rows[i])
+        return [sorted(g) for g in groups if g]
+
+    def _packed_graph(
+        self, plan: Plan, kv: list[tuple[Any, Any]], valid: list[int], streams: list[Any]
+    ) -> tuple[list[tuple[_Chunk, Any]], int]:
+        """Builds the packed passes of every chunk; returns (chunk, logits) and passes/stream."""
         b = len(valid)
         width = kv[0][0].shape[2]
-        col = np.arange(width)
-        prefix_ok = col[None, :] < np.array(valid)[:, None]  # (B, K)
+        prefix_ok = np.arange(width)[None, :] < np.array(valid)[:, None]  # (B, K)
         outs: list[tuple[_Chunk, Any]] = []
-        use_streams = self.device == "cpu" and len(self.streams) > 1 and len(plan.chunks) > 1
-        if use_streams:
-            set_blas_threads(1)
-        per_stream = [0] * len(self.streams)
+        per_stream = [0] * len(streams)
         for ci, ch in enumerate(plan.chunks):
-            si = ci % len(self.streams)
+            si = ci % len(streams)
             per_stream[si] += 1
-            with mx.stream(self.streams[si]):
+            with mx.stream(streams[si]):
                 t = len(ch.tokens)
                 mask = np.concatenate(
                     [
@@ -468,15 +507,17 @@ class Engine:
                     ],
                     axis=2,
                 )[:, None]
-                pos = np.array(valid)[:, None] + ch.rel_pos[None, :]
-                caches = [
-                    _PassCache(k, v, mx.array(pos.astype(np.int32)), mx.array(mask)) for k, v in kv
-                ]
+                pos = (np.array(valid)[:, None] + ch.rel_pos[None, :]).astype(np.int32)
+                caches = [_PassCache(k, v, mx.array(pos), mx.array(mask)) for k, v in kv]
                 toks = mx.array(np.broadcast_to(ch.tokens, (b, t)).astype(np.int32))
                 out = self._run(toks, caches)
                 outs.append((ch, self._logits_at(out, slice(None), mx.array(ch.slots))))
-        mx.eval([o for _, o in outs])
-        set_blas_threads(_ALL_THREADS)
+        return outs, max(per_stream)
+
+    def _packed_result(
+        self, plan: Plan, outs: list[tuple[_Chunk, Any]], b: int
+    ) -> list[list[np.ndarray]]:
+        """Per row, per field edge log-probabilities from evaluated chunk logits."""
         result: list[list[np.ndarray]] = [[np.empty(0)] * len(plan.tries) for _ in range(b)]
         for ch, o in outs:
             logits = np.asarray(o)  # (B, slots, V), zero-copy
@@ -484,7 +525,7 @@ class Engine:
                 edge = _edge_logp(logits[:, rows], plan.tries[fi])
                 for r in range(b):
                     result[r][fi] = edge[r]
-        return result, max(per_stream) if use_streams else len(plan.chunks)
+        return result
 
     def _rows(self, plan: Plan) -> list[tuple[int, list[int], list[tuple[int, int]]]]:
         """Batched rows: (field, tokens, [(node, position in row)])."""

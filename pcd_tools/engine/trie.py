@@ -116,10 +116,10 @@ def build_trie(sequences: Sequence[Sequence[int]], *, what: str = "field") -> Fi
     edge_node: list[int] = []
     edge_token: list[int] = []
     edge_index: dict[tuple[int, int], int] = {}
-    cand_edges = []
+    cand_edges: list[tuple[int, ...]] = []
     for s in seqs:
         node = 0
-        edges = []
+        edges: list[int] = []
         rest = s[k:]
         for i, tok in enumerate(rest):
             key = (node, tok)
@@ -141,8 +141,8 @@ def build_trie(sequences: Sequence[Sequence[int]], *, what: str = "field") -> Fi
             node = nxt
         cand_edges.append(tuple(edges))
     # prefix-freeness: a candidate's last edge must not lead to an internal node
-    for edges in cand_edges:
-        last = edges[-1]
+    for cand in cand_edges:
+        last = cand[-1]
         if edge_token[last] in children[edge_node[last]]:
             raise ValueError(f"{what}: a candidate's tokens are a prefix of another's")
     return FieldTrie(

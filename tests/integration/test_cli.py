@@ -1,0 +1,73 @@
+"""The `pcd` command through `main(argv)`, on the real embedded model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pcd_tools.cli import main
+
+pytestmark = pytest.mark.integration
+
+
+def test_demo_prints_a_real_decision_with_timings(capsys):
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("priority", "requires_escalation", "department", "prefill_ms=", "suffix_eval_ms=",
+                   "elapsed_ms=", "SmolLM2-135M-Instruct", "device=cpu", "BLAS:"):
+        assert needle in out, needle
+
+
+def test_demo_json(capsys):
+    assert main(["demo", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["cold"]["prefix_cache_hit"] is False
+    assert data["warm"]["prefix_cache_hit"] is True
+    assert set(data["warm"]["parsed_json"]) == {"priority", "requires_escalation", "department"}
+
+
+def test_decide_dict_schema_from_file_and_stdin(tmp_path, capsys, monkeypatch):
+    spec = {
+        "priority": {"type": "enum", "choices": ["HIGH", "LOW"], "description": "Urgency"},
+        "refund": {"type": "boolean", "description": "Whether the customer asks for money back"},
+    }
+    path = tmp_path / "schema.json"
+    path.write_text(json.dumps(spec))
+    assert main(["decide", "--schema", str(path), "--context", "I want my money back now!", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data["parsed_json"]) == {"priority", "refund"}
+    assert data["parsed_json"]["refund"]["value"] in (True, False)
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("Just a question about invoices."))
+    assert main(["decide", "--schema", str(path), "--context", "-", "--json", "--scoring", "constrained"]) == 0
+    assert json.loads(capsys.readouterr().out)["scoring"] == "constrained"
+
+
+def test_decide_reports_schema_errors_cleanly(tmp_path, capsys):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"p": {"type": "enum", "choices": ["A"]}}))
+    assert main(["decide", "--schema", str(path), "--context", "x"]) == 1
+    err = capsys.readouterr().err
+    assert "TooFewChoicesError" in err and "StructuredSchema.p" in err
+    path.write_text("{not json")
+    assert main(["decide", "--schema", str(path), "--context", "x"]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    assert main(["decide", "--schema", str(tmp_path / "missing.json"), "--context", "x"]) == 2
+
+
+def test_models_and_doctor(capsys):
+    assert main(["models", "--doctor", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    doc = data["doctor"]
+    assert doc["device"] == "cpu"
+    assert doc["blas_fast"] is True and doc["blas_gflops"] > 50
+    assert doc["cache_dir"]
+    assert data["embedded"]["path"].endswith(".gguf")
+
+
+def test_usage_errors_exit_2(capsys):
+    assert main(["no-such-command"]) == 2
+    assert main([]) == 2
+    assert main(["decide"]) == 2  # missing required options
