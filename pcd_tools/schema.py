@@ -175,10 +175,19 @@ class Schema:
             f = self.field(n)
             keep = choices.get(n) if choices else None
             if keep is not None:
-                kept = tuple(c for c in f.choices if c.label in list(keep))
-                f = FieldSpec(f.name, f.kind, f.description, kept, f.optional)
+                wanted = list(keep)
+                kept = tuple(c for c in f.choices if c.label in wanted)
+                if len(kept) < 1 or len(kept) < len(set(map(_literal_text, wanted))):
+                    raise SchemaError(
+                        f"{_where(self.name, n)}: cannot narrow to {wanted!r}; accepted: a "
+                        f"subset of {f.labels}.",
+                        model=self.name,
+                        field=n,
+                    )
+                f = FieldSpec(f.name, f.kind, f.description, kept, f.optional and None in wanted)
             fields.append(f)
-        return Schema(self.name, self.instructions, tuple(fields), self.model)
+        model = _narrowed_model(f"{self.model.__name__}Subset", self.instructions, fields)
+        return Schema(self.name, self.instructions, tuple(fields), model)
 
     def build(self, values: Mapping[str, Any]) -> BaseModel:
         """Validates native field values into an instance of the schema's model."""
@@ -186,6 +195,16 @@ class Schema:
 
 
 # --- Pydantic models -----------------------------------------------------------------------
+
+
+def _narrowed_model(name: str, doc: str, fields: Sequence[FieldSpec]) -> type[BaseModel]:
+    """A Pydantic model accepting exactly the given fields' candidate values."""
+    defs: dict[str, Any] = {}
+    for f in fields:
+        values = tuple(c.value for c in f.choices)
+        tp: Any = Literal[values] if values else bool
+        defs[f.name] = (tp, PydField(description=f.description or None))
+    return create_model(name, __doc__=doc or None, **defs)
 
 
 def _attribute_docstrings(cls: type) -> dict[str, str]:

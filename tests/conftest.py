@@ -6,6 +6,11 @@ from collections.abc import Sequence
 
 import pytest
 
+# Bind the fast BLAS before any test module imports mlx (binding after the import is a no-op).
+from pcd_tools.engine.platform import setup_blas
+
+setup_blas()
+
 
 class ByteTokenizer:
     """One token per UTF-8 byte: deterministic, and every candidate is multi-token."""

@@ -201,13 +201,22 @@ class Engine:
         self.packable = model_type in PACKABLE and self._inner is not None
         if self.packable:
             self._install_rope()
-        self.streams = (
-            [mx.new_stream(mx.cpu) for _ in range(max(1, streams))]
-            if device == "cpu"
-            else [mx.default_stream(mx.default_device())]
-        )
+        self.n_streams = max(1, streams) if device == "cpu" else 1
+        self._local = threading.local()
         self.default_mode: PassMode = "packed" if self.packable else "batched"
         self.stats = {"prefix_hits": 0, "prefix_misses": 0}
+
+    @property
+    def streams(self) -> list[Any]:
+        """This thread's streams: MLX streams belong to the thread that created them."""
+        streams = getattr(self._local, "streams", None)
+        if streams is None:
+            if self.device == "cpu":
+                streams = [mx.new_stream(mx.cpu) for _ in range(self.n_streams)]
+            else:
+                streams = [mx.default_stream(mx.default_device())]
+            self._local.streams = streams
+        return streams
 
     # --- set-up -------------------------------------------------------------------------
 
@@ -259,8 +268,8 @@ class Engine:
         sizes = [len(t.pack_tokens) for t in tries]
         total = sum(sizes)
         n = max(1, math.ceil(total / self.pack_budget))
-        if self.device == "cpu" and len(self.streams) > 1 and total >= 48 and len(tries) > 1:
-            n = max(n, len(self.streams))
+        if self.device == "cpu" and self.n_streams > 1 and total >= 48 and len(tries) > 1:
+            n = max(n, self.n_streams)
         n = min(n, len(tries))
         bins: list[list[int]] = [[] for _ in range(n)]
         load = [0] * n
@@ -280,6 +289,10 @@ class Engine:
         return kv
 
     def _prefix_put(self, head: list[int], kv: list[tuple[Any, Any]]) -> None:
+        # Materialise compact copies: a lazy slice would keep the whole prompt's K/V alive
+        # and could only be evaluated on the storing thread's stream.
+        kv = [(mx.contiguous(k), mx.contiguous(v)) for k, v in kv]
+        mx.eval([x for pair in kv for x in pair])
         self._prefix[tuple(head)] = kv
         self._prefix.move_to_end(tuple(head))
 

@@ -105,3 +105,36 @@ def test_prefix_cache_hit_is_exact_and_counted(tiny):
     # a cold single request is one prefill + the field passes; a warm one too
     assert cold.sequential_forward_passes >= 2
     assert warm.sequential_forward_passes >= 2
+
+
+def test_subset_schema_decides_into_a_narrowed_model(tiny):
+    sch = compile_schema(Ticket).subset(["department"], choices={"department": ["BILLING", "TECHNICAL"]})
+    d = tiny.decide(sch, CONTEXT)
+    assert list(d.fields) == ["department"]
+    assert set(d.fields["department"].distribution) == {"BILLING", "TECHNICAL"}
+    assert type(d.value).model_fields.keys() == {"department"}
+    assert abs(sum(d.fields["department"].distribution.values()) - 1) < 1e-9
+
+
+def test_decide_from_other_threads_with_a_cached_prefix(tiny):
+    import threading
+
+    sch = compile_schema(Ticket)
+    ref = tiny.decide(sch, CONTEXT)  # fills the prefix cache on this thread
+    out: list = []
+    errors: list = []
+
+    def work() -> None:
+        try:
+            out.append(tiny.decide(sch, CONTEXT))
+            out.append(tiny.decide_many(sch, [CONTEXT, "other"], batch_size=2)[0])
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert not errors, errors
+    for d in out:
+        for name in ref.fields:
+            np.testing.assert_allclose(d.fields[name].log_scores, ref.fields[name].log_scores, atol=1e-4)

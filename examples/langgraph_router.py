@@ -1,0 +1,75 @@
+"""Route support tickets in a LangGraph graph with `route_on` (offline, embedded model).
+
+    python examples/langgraph_router.py
+
+A `classify` node scores the ticket once and stores the decision in the graph state;
+the conditional edge then sends it to the team's node, or to a human when the model is
+unsure. LangGraph infers the edges from `route_on`'s `Literal` return annotation.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from pydantic import BaseModel, Field
+
+from pcd_tools import Decider
+from pcd_tools.agents import route_on
+
+
+class TicketTopic(BaseModel):
+    """Classify the support ticket by topic."""
+
+    topic: Literal["payment", "bug", "login"] = Field(description="What the ticket is about")
+
+
+class State(TypedDict, total=False):
+    input: str
+    reply: str
+    pcd_decision: dict
+
+
+def team(name: str):
+    return lambda state: {"reply": f"[{name}] picked up: {state['input'][:48]}"}
+
+
+def build(decider: Decider, threshold: float = 0.5):
+    route = route_on(
+        decider,
+        TicketTopic,
+        field="topic",
+        routes={"payment": "billing", "bug": "technical", "login": "account"},
+        threshold=threshold,
+        default="human",
+    )
+    g = StateGraph(State)
+    g.add_node("classify", route.node)  # decides once, stores state["pcd_decision"]
+    for name in ("billing", "technical", "account", "human"):
+        g.add_node(name, team(name))
+        g.add_edge(name, END)
+    g.add_edge(START, "classify")
+    g.add_conditional_edges("classify", route)  # path map inferred from the Literal
+    return g.compile()
+
+
+TICKETS = [
+    "I was charged twice for my subscription this month, please refund one payment.",
+    "The app crashes with error 500 every time I open the dashboard.",
+    "I forgot my password and cannot log in to my account.",
+]
+
+
+def main() -> None:
+    decider = Decider.load()  # the embedded SmolLM2-135M-Instruct
+    graph = build(decider)
+    edges = sorted(e.target for e in graph.get_graph().edges if e.source == "classify")
+    print(f"classify -> {edges}")
+    for text in TICKETS:
+        out = graph.invoke({"input": text})
+        d = out["pcd_decision"]
+        print(f"{d['value']:>9} p={d['probability']:.2f} ({d['reason']}) -> {out['reply']}")
+
+
+if __name__ == "__main__":
+    main()
