@@ -57,6 +57,11 @@ def _demo_schema() -> Any:
     return SupportTicket
 
 
+def _error(message: str) -> None:
+    """Prints an error to stderr, unwrapped (so it can be grepped and parsed)."""
+    print(f"error: {message}", file=sys.stderr)
+
+
 def _console(args: argparse.Namespace) -> Any:
     from rich.console import Console
 
@@ -125,10 +130,10 @@ def cmd_decide(args: argparse.Namespace) -> int:
         with open(args.schema, encoding="utf-8") as fh:
             spec = json.load(fh)
     except OSError as e:
-        console.print(f"[red]error:[/red] cannot read schema file {args.schema!r}: {e}")
+        _error(f"cannot read schema file {args.schema!r}: {e}")
         return 2
     except json.JSONDecodeError as e:
-        console.print(f"[red]error:[/red] schema file {args.schema!r} is not valid JSON: {e}")
+        _error(f"schema file {args.schema!r} is not valid JSON: {e}")
         return 2
     context = sys.stdin.read() if args.context == "-" else args.context
     name = (
@@ -279,9 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except PcdToolsError as e:
-        from rich.console import Console
-
-        Console(stderr=True).print(f"[red]error:[/red] {type(e).__name__}: {e}")
+        _error(f"{type(e).__name__}: {e}")
         return 1
 
 
