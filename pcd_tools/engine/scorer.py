@@ -84,15 +84,19 @@ class _PerTokenRoPE(nn.Module):
 
 @dataclass
 class _Chunk:
-    """A group of fields packed into one sequence."""
+    """A group of field parts packed into one sequence.
 
-    fields: list[int]
+    A part is a field's trie, or (for a big field) a subset of its root's subtrees.
+    """
+
+    fields: list[int]  # per part: the field
+    part_nodes: list[np.ndarray]  # per part: the trie nodes it evaluates
     tokens: np.ndarray  # (T,)
     rel_pos: np.ndarray  # (T,) position after the prompt
     allow: np.ndarray  # (T, T) bool
-    node_index: list[np.ndarray]  # per field: pack index of each trie node
+    node_index: list[np.ndarray]  # per part: pack index of each of its nodes
     slots: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
-    node_rows: list[np.ndarray] = field(default_factory=list)  # per field: rows of `slots`
+    node_rows: list[np.ndarray] = field(default_factory=list)  # per part: rows of `slots`
 
     def __post_init__(self) -> None:
         self.slots = np.unique(np.concatenate(self.node_index)).astype(np.int32)
@@ -265,19 +269,25 @@ class Engine:
         return plan
 
     def _make_chunks(self, tries: list[FieldTrie]) -> list[_Chunk]:
-        sizes = [len(t.pack_tokens) for t in tries]
-        total = sum(sizes)
+        """Splits the fields pass into about `pack_budget`-token chunks (at least one per
+        CPU stream when there is enough work), splitting big fields by root subtrees."""
+        total = sum(len(t.pack_tokens) for t in tries)
         n = max(1, math.ceil(total / self.pack_budget))
-        if self.device == "cpu" and self.n_streams > 1 and total >= 48 and len(tries) > 1:
+        if self.device == "cpu" and self.n_streams > 1 and total >= 48:
             n = max(n, self.n_streams)
-        n = min(n, len(tries))
+        target = math.ceil(total / n)
+        parts: list[tuple[int, list[int], int]] = []  # (field, nodes, size)
+        for fi, t in enumerate(tries):
+            for nodes in _split_trie(t, target):
+                parts.append((fi, nodes, len(t.stem) + len(nodes) - 1))
+        n = min(n, len(parts))
         bins: list[list[int]] = [[] for _ in range(n)]
         load = [0] * n
-        for i in sorted(range(len(tries)), key=lambda i: -sizes[i]):
+        for i in sorted(range(len(parts)), key=lambda i: -parts[i][2]):
             j = int(np.argmin(load))
             bins[j].append(i)
-            load[j] += sizes[i]
-        return [_pack([tries[i] for i in sorted(b)], sorted(b)) for b in bins if b]
+            load[j] += parts[i][2]
+        return [_pack(tries, [parts[i][:2] for i in sorted(b)]) for b in bins if b]
 
     # --- prefix cache -------------------------------------------------------------------
 
@@ -531,14 +541,20 @@ class Engine:
         self, plan: Plan, outs: list[tuple[_Chunk, Any]], b: int
     ) -> list[list[np.ndarray]]:
         """Per row, per field edge log-probabilities from evaluated chunk logits."""
-        result: list[list[np.ndarray]] = [[np.empty(0)] * len(plan.tries) for _ in range(b)]
+        acc = [np.full((b, len(t.edge_node)), np.nan) for t in plan.tries]
         for ch, o in outs:
             logits = np.asarray(o)  # (B, slots, V), zero-copy
-            for fi, rows in zip(ch.fields, ch.node_rows):
-                edge = _edge_logp(logits[:, rows], plan.tries[fi])
-                for r in range(b):
-                    result[r][fi] = edge[r]
-        return result
+            lse = _logsumexp(logits)  # (B, slots)
+            for fi, nodes, rows in zip(ch.fields, ch.part_nodes, ch.node_rows):
+                trie = plan.tries[fi]
+                row_of = np.full(trie.n_nodes, -1)
+                row_of[nodes] = rows
+                sel = np.nonzero(row_of[trie.edge_node] >= 0)[0]
+                r = row_of[trie.edge_node[sel]]
+                acc[fi][:, sel] = logits[:, r, trie.edge_token[sel]] - lse[:, r]
+        if any(np.isnan(a).any() for a in acc):  # pragma: no cover - a packing bug
+            raise RuntimeError("internal error: a trie edge was not evaluated")
+        return [[acc[fi][r] for fi in range(len(plan.tries))] for r in range(b)]
 
     def _rows(self, plan: Plan) -> list[tuple[int, list[int], list[tuple[int, int]]]]:
         """Batched rows: (field, tokens, [(node, position in row)])."""
@@ -627,10 +643,38 @@ class Engine:
         return result, passes
 
 
-def _pack(tries: list[FieldTrie], field_ids: list[int]) -> _Chunk:
-    """Packs fields into one sequence: a prefix tree over every evaluated path.
+def _split_trie(trie: FieldTrie, target: int) -> list[list[int]]:
+    """The trie's nodes in parts of about `target` pack tokens, by root subtrees.
 
-    Every path the fields need (a stem, or a stem plus trie nodes) is inserted into one
+    Every part holds the root (node 0) and whole subtrees of the root's children, so it
+    is closed under ancestors.
+    """
+    size = len(trie.stem) + trie.n_nodes - 1
+    if size <= target or trie.n_nodes <= 2:
+        return [list(range(trie.n_nodes))]
+    top = [0] * trie.n_nodes  # each node's ancestor among the root's children
+    for n in range(1, trie.n_nodes):
+        p = trie.node_parent[n]
+        top[n] = n if p == 0 else top[p]
+    subtrees: dict[int, list[int]] = {}
+    for n in range(1, trie.n_nodes):
+        subtrees.setdefault(top[n], []).append(n)
+    k = min(len(subtrees), math.ceil(size / target))
+    if k <= 1:
+        return [list(range(trie.n_nodes))]
+    groups: list[list[int]] = [[] for _ in range(k)]
+    load = [0] * k
+    for nodes in sorted(subtrees.values(), key=len, reverse=True):
+        j = int(np.argmin(load))
+        groups[j].extend(nodes)
+        load[j] += len(nodes)
+    return [[0, *sorted(g)] for g in groups if g]
+
+
+def _pack(tries: list[FieldTrie], parts: list[tuple[int, list[int]]]) -> _Chunk:
+    """Packs field parts into one sequence: a prefix tree over every evaluated path.
+
+    Every path the parts need (a stem, or a stem plus trie nodes) is inserted into one
     token prefix tree, so tokens shared by several fields (`\\n `, ` "`...) are evaluated
     once. Each tree node is one slot; it sits at position `P + depth` and attends to the
     prompt, its tree ancestors and itself, exactly as in its own full prompt.
@@ -652,11 +696,13 @@ def _pack(tries: list[FieldTrie], field_ids: list[int]) -> _Chunk:
         return slot_of[path]
 
     node_index = []
-    for trie in tries:
-        paths: list[tuple[int, ...]] = [trie.stem]
-        for n in range(1, trie.n_nodes):
-            paths.append(paths[trie.node_parent[n]] + (trie.node_tokens[n],))
-        node_index.append(np.array([slot(p) for p in paths]))
+    for fi, nodes in parts:
+        trie = tries[fi]
+        paths: dict[int, tuple[int, ...]] = {0: trie.stem}
+        for n in nodes:  # ancestors come first: node ids grow with depth-first insertion
+            if n:
+                paths[n] = paths[trie.node_parent[n]] + (trie.node_tokens[n],)
+        node_index.append(np.array([slot(paths[n]) for n in nodes]))
     t = len(tokens)
     allow = np.zeros((t, t), dtype=bool)
     for i in range(t):
@@ -665,7 +711,8 @@ def _pack(tries: list[FieldTrie], field_ids: list[int]) -> _Chunk:
             allow[i, j] = True
             j = parent[j]
     return _Chunk(
-        field_ids,
+        [fi for fi, _ in parts],
+        [np.array(nodes) for _, nodes in parts],
         np.array(tokens, dtype=np.int32),
         np.array(depth, dtype=np.int32),
         allow,
@@ -673,15 +720,21 @@ def _pack(tries: list[FieldTrie], field_ids: list[int]) -> _Chunk:
     )
 
 
+def _logsumexp(logits: np.ndarray) -> np.ndarray:
+    """Log-sum-exp over the last axis in float64 (numpy's exp is vectorised, MLX's CPU
+    exp is not)."""
+    lg = logits.astype(np.float32, copy=False)
+    m = lg.max(axis=-1, keepdims=True)
+    return (np.log(np.exp(lg - m).sum(axis=-1)) + m[..., 0]).astype(np.float64)
+
+
 def _edge_logp(logits: np.ndarray, trie: FieldTrie) -> np.ndarray:
     """(rows, nodes, V) logits -> (rows, edges) full-vocabulary log p, in numpy.
 
     numpy's vectorised exp is several times faster than MLX's CPU exp for this reduction.
     """
-    lg = logits.astype(np.float32, copy=False)
-    m = lg.max(axis=-1, keepdims=True)
-    lse = (np.log(np.exp(lg - m).sum(axis=-1)) + m[..., 0]).astype(np.float64)
-    return lg[:, trie.edge_node, trie.edge_token].astype(np.float64) - lse[:, trie.edge_node]
+    lse = _logsumexp(logits)
+    return logits[:, trie.edge_node, trie.edge_token].astype(np.float64) - lse[:, trie.edge_node]
 
 
 def _order_key(order: dict[str, Sequence[int]] | None) -> Any:

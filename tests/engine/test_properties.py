@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pcd_tools import StructuredSchema
-from pcd_tools.engine.scorer import _pack
+from pcd_tools.engine.scorer import _pack, _split_trie
 from pcd_tools.schema import compile_schema
 from tests.conftest import tiny_decider
 
@@ -98,8 +98,10 @@ def test_result_does_not_depend_on_pass_arrangement(schema, context, seed):
     rng = np.random.default_rng(seed)
     order = [int(i) for i in rng.permutation(len(plan.tries))]
     try:
-        for layout in ([order], [[i] for i in order]):
-            plan.chunks = [_pack([plan.tries[i] for i in g], g) for g in layout]
+        whole = [[(i, list(range(plan.tries[i].n_nodes)))] for i in order]
+        split = [[(i, part)] for i in order for part in _split_trie(plan.tries[i], 3)]
+        for layout in ([sum(whole, [])], whole, split, [sum(split, [])]):
+            plan.chunks = [_pack(plan.tries, g) for g in layout]
             got = _dists(dec.decide(schema, context, mode="packed"))
             for n in ref:
                 np.testing.assert_allclose(got[n], ref[n], atol=1e-4)
