@@ -136,19 +136,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
         _error(f"schema file {args.schema!r} is not valid JSON: {e}")
         return 2
     context = sys.stdin.read() if args.context == "-" else args.context
-    name = (
-        spec.pop("name", "StructuredSchema")
-        if isinstance(spec, dict) and "fields" in spec
-        else "StructuredSchema"
-    )
-    instructions = (
-        spec.pop("instructions", "") if isinstance(spec, dict) and "fields" in spec else ""
-    )
-    schema = StructuredSchema(
-        spec.get("fields", spec) if isinstance(spec, dict) else spec,
-        name=name,
-        instructions=instructions,
-    )
+    schema = StructuredSchema(spec)  # the dict form, or {"name", "instructions", "fields"}
     decider = _load(args)
     d = decider.decide(schema, context, temperature=args.temperature, scoring=args.scoring)
     if args.json:

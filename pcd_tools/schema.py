@@ -448,9 +448,21 @@ class StructuredSchema:
         self,
         fields: Mapping[str, Mapping[str, Any]] | Sequence[FieldDefinition],
         *,
-        name: str = "StructuredSchema",
-        instructions: str = "",
+        name: str | None = None,
+        instructions: str | None = None,
     ):
+        if _is_wrapper(fields):  # {"name": ..., "instructions": ..., "fields": {...}}
+            wrapper: Mapping[str, Any] = fields  # type: ignore[assignment]
+            name = name if name is not None else wrapper.get("name")
+            instructions = instructions if instructions is not None else wrapper.get("instructions")
+            fields = wrapper["fields"]
+        name = name if isinstance(name, str) and name else "StructuredSchema"
+        instructions = instructions or ""
+        if not isinstance(instructions, str):
+            raise SchemaError(
+                f"{name}: instructions must be a str; got {type(instructions).__name__}.",
+                model=name,
+            )
         self.name = name
         self.instructions = instructions
         self.definitions = _normalise_definitions(name, fields)
@@ -473,14 +485,24 @@ class StructuredSchema:
 _DICT_KEYS = {"type", "description", "choices", "choice_descriptions", "optional"}
 
 
+def _is_wrapper(obj: Any) -> bool:
+    """Whether `obj` is `{"fields": {...} | [...], "name"?: str, "instructions"?: str}`.
+
+    A field that happens to be called `fields` has a spec dict with a `type` key, so it is
+    never mistaken for the wrapper.
+    """
+    if not isinstance(obj, Mapping) or "fields" not in obj:
+        return False
+    if not set(obj) <= {"fields", "name", "instructions"}:
+        return False
+    inner = obj["fields"]
+    if isinstance(inner, (list, tuple)):
+        return True
+    return isinstance(inner, Mapping) and all(isinstance(v, Mapping) for v in inner.values())
+
+
 def _normalise_definitions(name: str, fields: Any) -> list[FieldDefinition]:
     if isinstance(fields, Mapping):
-        if (
-            "fields" in fields
-            and isinstance(fields["fields"], (Mapping, list))
-            and len(fields) <= 3
-        ):
-            return _normalise_definitions(name, fields["fields"])
         out = []
         for fname, spec in fields.items():
             _check_name(name, fname)

@@ -214,3 +214,15 @@ def test_subset_narrows_fields_and_choices():
     sub = s.subset(["a"], choices={"a": ["z", "x"]})
     assert sub.field_names == ["a"]
     assert sub.field("a").labels == ["x", "z"]
+
+
+def test_wrapper_form_and_a_field_called_fields():
+    wrapped = StructuredSchema(
+        {"name": "Routing", "instructions": "Route it.", "fields": {"team": {"type": "enum", "choices": ["a", "b"]}}}
+    )
+    assert (wrapped.name, wrapped.instructions) == ("Routing", "Route it.")
+    assert wrapped.schema.field_names == ["team"]
+    # a field whose name is "fields" is a field, not the wrapper
+    plain = StructuredSchema({"fields": {"type": "boolean", "description": "Has fields?"}})
+    assert plain.schema.field_names == ["fields"]
+    assert plain.schema.field("fields").kind == "boolean"
