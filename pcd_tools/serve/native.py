@@ -1,0 +1,170 @@
+"""`POST /v1/decide`: our own schema dict plus a context, answered with the seed's dict.
+
+Body: `{"schema": S, "context": str, "temperature"?: float, "scoring"?: "full"|"constrained"}`
+where `S` is the `StructuredSchema` dict form (`{name: {"type", "choices", ...}}`), that
+form wrapped as `{"name"?, "instructions"?, "fields": {...}}`, or a list of
+`{"name", "type", ...}` objects.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import SchemaError
+from ..schema import Schema, StructuredSchema
+from .errors import ApiError
+from .systemone import _json_type, _temperature
+
+__all__ = ["DecideRequest", "parse_decide"]
+
+SCORINGS = ("full", "constrained")
+
+
+@dataclass(frozen=True)
+class DecideRequest:
+    """A validated `/v1/decide` request.
+
+    Args:
+        schema: The compiled schema.
+        context: The text to decide on.
+        temperature: Softmax temperature (> 0).
+        scoring: `"full"` or `"constrained"`.
+    """
+
+    schema: Schema
+    context: str
+    temperature: float
+    scoring: str
+
+
+def parse_decide(body: Any, *, max_questions: int = 64) -> DecideRequest:
+    """Validates a `/v1/decide` body and compiles its schema.
+
+    Raises:
+        ApiError: 422 naming the field (the schema error's message for a bad schema), 413
+            for more than `max_questions` fields.
+    """
+    if not isinstance(body, dict):
+        raise ApiError(
+            422, "invalid_request", f"The body must be a JSON object; got {_json_type(body)}."
+        )
+    extra = set(body) - {"schema", "context", "temperature", "scoring"}
+    if extra:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"unknown key(s) {sorted(extra)}; accepted: ['context', 'schema', 'scoring', "
+            "'temperature'].",
+        )
+    context = body.get("context")
+    if not isinstance(context, str):
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"context must be a string; got {_json_type(context)}.",
+            field="context",
+        )
+    t = _temperature(body.get("temperature", 1.0))
+    scoring = body.get("scoring", "full")
+    if scoring not in SCORINGS:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"scoring must be one of {list(SCORINGS)}; got {scoring!r}.",
+            field="scoring",
+        )
+    spec = body.get("schema")
+    name, instructions, fields = _unwrap(spec)
+    n = len(fields)
+    if n > max_questions:
+        raise ApiError(
+            413,
+            "too_many_questions",
+            f"the schema has {n} fields; the limit is max_questions={max_questions} per "
+            "request. Split it over several requests.",
+            field="schema.fields",
+        )
+    key = json.dumps([name, instructions, fields], ensure_ascii=False)
+    return DecideRequest(_compile(key), context, t, scoring)
+
+
+def _unwrap(spec: Any) -> tuple[str, str, dict[str, Any]]:
+    if not isinstance(spec, (dict, list)) or not spec:
+        raise ApiError(
+            422,
+            "invalid_schema",
+            "schema must be a non-empty object of field name -> {'type', 'choices', ...}, that "
+            f"object under 'fields', or a list of fields; got {_json_type(spec)}.",
+            field="schema",
+        )
+    name, instructions, fields = "StructuredSchema", "", spec
+    if (
+        isinstance(spec, dict)
+        and "fields" in spec
+        and set(spec) <= {"name", "instructions", "fields"}
+    ):
+        name = spec.get("name", name)
+        instructions = spec.get("instructions", instructions)
+        fields = spec["fields"]
+        for key, v in (("name", name), ("instructions", instructions)):
+            if not isinstance(v, str):
+                raise ApiError(
+                    422,
+                    "invalid_schema",
+                    f"schema.{key} must be a string; got {_json_type(v)}.",
+                    field=f"schema.{key}",
+                )
+    if isinstance(fields, list):
+        fields = _from_list(fields)
+    if not isinstance(fields, dict):
+        raise ApiError(
+            422,
+            "invalid_schema",
+            f"schema.fields must be an object or a list; got {_json_type(fields)}.",
+            field="schema.fields",
+        )
+    return name, instructions, fields
+
+
+def _from_list(items: list[Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise ApiError(
+                422,
+                "invalid_schema",
+                f"schema field #{i} must be an object with a string 'name'; got {_short(item)}.",
+                field=f"schema.fields[{i}]",
+            )
+        rest = {k: v for k, v in item.items() if k != "name"}
+        if "field_type" in rest and "type" not in rest:
+            rest["type"] = rest.pop("field_type")
+        if item["name"] in out:
+            raise ApiError(
+                422,
+                "invalid_schema",
+                f"schema field {item['name']!r} is declared twice.",
+                field=f"schema.fields[{i}]",
+            )
+        out[item["name"]] = rest
+    return out
+
+
+def _short(v: Any) -> str:
+    s = json.dumps(v, ensure_ascii=False)
+    return s if len(s) < 80 else s[:77] + "..."
+
+
+@functools.lru_cache(maxsize=256)
+def _compile(key: str) -> Schema:
+    name, instructions, fields = json.loads(key)
+    try:
+        return StructuredSchema(fields, name=name, instructions=instructions).schema
+    except SchemaError as e:
+        where = f"schema.fields.{e.field}" if e.field else "schema"
+        raise ApiError(422, "invalid_schema", str(e), field=where) from e
+    except (TypeError, ValueError) as e:  # a malformed spec the schema compiler did not type
+        raise ApiError(422, "invalid_schema", f"invalid schema: {e}", field="schema") from e
