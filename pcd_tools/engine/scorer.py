@@ -368,7 +368,9 @@ class Engine:
         return kv
 
     def _layers(self) -> list[Any]:
-        inner: Any = self._inner if self._inner is not None else getattr(self.model, "model", self.model)
+        inner: Any = (
+            self._inner if self._inner is not None else getattr(self.model, "model", self.model)
+        )
         return list(inner.layers)
 
     # --- public ---------------------------------------------------------------------------

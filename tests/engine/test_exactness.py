@@ -108,7 +108,9 @@ def test_prefix_cache_hit_is_exact_and_counted(tiny):
 
 
 def test_subset_schema_decides_into_a_narrowed_model(tiny):
-    sch = compile_schema(Ticket).subset(["department"], choices={"department": ["BILLING", "TECHNICAL"]})
+    sch = compile_schema(Ticket).subset(
+        ["department"], choices={"department": ["BILLING", "TECHNICAL"]}
+    )
     d = tiny.decide(sch, CONTEXT)
     assert list(d.fields) == ["department"]
     assert set(d.fields["department"].distribution) == {"BILLING", "TECHNICAL"}
@@ -137,4 +139,6 @@ def test_decide_from_other_threads_with_a_cached_prefix(tiny):
     assert not errors, errors
     for d in out:
         for name in ref.fields:
-            np.testing.assert_allclose(d.fields[name].log_scores, ref.fields[name].log_scores, atol=1e-4)
+            np.testing.assert_allclose(
+                d.fields[name].log_scores, ref.fields[name].log_scores, atol=1e-4
+            )

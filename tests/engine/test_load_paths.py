@@ -17,7 +17,11 @@ pytestmark = pytest.mark.engine
 
 SCHEMA = StructuredSchema(
     {
-        "topic": {"type": "enum", "choices": ["hello", "world", "hello world"], "description": "Topic"},
+        "topic": {
+            "type": "enum",
+            "choices": ["hello", "world", "hello world"],
+            "description": "Topic",
+        },
         "urgent": {"type": "boolean", "description": "Is it urgent?"},
     }
 ).schema
@@ -41,7 +45,9 @@ def test_gguf_file_decides_like_the_same_weights_loaded_directly(tmp_path, arch)
     # the same weights, loaded directly into mlx-lm's class, with the GGUF's tokenizer
     ref_model = g.reference(arch, weights, tied=False)
     ref = Decider(
-        LoadedModel(ref_model, dec.loaded.tokenizer, "ref", "test", "", arch, 4096, "float32", "cpu")
+        LoadedModel(
+            ref_model, dec.loaded.tokenizer, "ref", "test", "", arch, 4096, "float32", "cpu"
+        )
     ).decide(SCHEMA, CONTEXT, mode="sequential")
     for n, p in _probs(ref).items():
         np.testing.assert_allclose(_probs(got)[n], p, atol=1e-4)

@@ -17,7 +17,9 @@ from tests.conftest import tiny_decider
 pytestmark = pytest.mark.engine
 
 SETTINGS = settings(
-    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
 _DECIDER = None
@@ -30,7 +32,9 @@ def decider():
     return _DECIDER
 
 
-choice_text = st.text(alphabet="ABCD_xy01", min_size=1, max_size=6).filter(lambda s: s.strip() != "")
+choice_text = st.text(alphabet="ABCD_xy01", min_size=1, max_size=6).filter(
+    lambda s: s.strip() != ""
+)
 
 
 @st.composite
@@ -39,12 +43,19 @@ def schemas(draw):
     spec = {}
     for i in range(n):
         if draw(st.booleans()):
-            spec[f"f{i}"] = {"type": "boolean", "description": draw(st.sampled_from(["", "flag", "Is it so?"]))}
+            spec[f"f{i}"] = {
+                "type": "boolean",
+                "description": draw(st.sampled_from(["", "flag", "Is it so?"])),
+            }
         else:
             base = draw(st.lists(choice_text, min_size=2, max_size=6, unique=True))
             # add choices that extend others (shared prefixes, e.g. BILLING / BILLING_DISPUTE)
             extra = [c + "_X" for c in base[:2] if c + "_X" not in base]
-            spec[f"f{i}"] = {"type": "enum", "choices": base + extra, "optional": draw(st.booleans())}
+            spec[f"f{i}"] = {
+                "type": "enum",
+                "choices": base + extra,
+                "optional": draw(st.booleans()),
+            }
     return StructuredSchema(spec).schema
 
 
@@ -76,7 +87,9 @@ def test_argmax_does_not_depend_on_temperature(schema, context, t1, t2):
     b = decider().decide(schema, context, temperature=t2)
     for f in schema.fields:
         assert a.fields[f.name].label == b.fields[f.name].label
-        np.testing.assert_allclose(a.fields[f.name].log_scores, b.fields[f.name].log_scores, atol=1e-9)
+        np.testing.assert_allclose(
+            a.fields[f.name].log_scores, b.fields[f.name].log_scores, atol=1e-9
+        )
 
 
 def _dists(d):
@@ -100,7 +113,9 @@ def test_result_does_not_depend_on_pass_arrangement(schema, context, seed):
     try:
         whole = [[(i, list(range(plan.tries[i].n_nodes)))] for i in order]
         split = [[(i, part)] for i in order for part in _split_trie(plan.tries[i], 3)]
-        for layout in ([sum(whole, [])], whole, split, [sum(split, [])]):
+        one_chunk = [[p for g in whole for p in g]]
+        one_chunk_split = [[p for g in split for p in g]]
+        for layout in (one_chunk, whole, split, one_chunk_split):
             plan.chunks = [_pack(plan.tries, g) for g in layout]
             got = _dists(dec.decide(schema, context, mode="packed"))
             for n in ref:

@@ -14,8 +14,17 @@ pytestmark = pytest.mark.integration
 def test_demo_prints_a_real_decision_with_timings(capsys):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    for needle in ("priority", "requires_escalation", "department", "prefill_ms=", "suffix_eval_ms=",
-                   "elapsed_ms=", "SmolLM2-135M-Instruct", "device=cpu", "BLAS:"):
+    for needle in (
+        "priority",
+        "requires_escalation",
+        "department",
+        "prefill_ms=",
+        "suffix_eval_ms=",
+        "elapsed_ms=",
+        "SmolLM2-135M-Instruct",
+        "device=cpu",
+        "BLAS:",
+    ):
         assert needle in out, needle
 
 
@@ -34,14 +43,31 @@ def test_decide_dict_schema_from_file_and_stdin(tmp_path, capsys, monkeypatch):
     }
     path = tmp_path / "schema.json"
     path.write_text(json.dumps(spec))
-    assert main(["decide", "--schema", str(path), "--context", "I want my money back now!", "--json"]) == 0
+    assert (
+        main(["decide", "--schema", str(path), "--context", "I want my money back now!", "--json"])
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert set(data["parsed_json"]) == {"priority", "refund"}
     assert data["parsed_json"]["refund"]["value"] in (True, False)
     import io
 
     monkeypatch.setattr("sys.stdin", io.StringIO("Just a question about invoices."))
-    assert main(["decide", "--schema", str(path), "--context", "-", "--json", "--scoring", "constrained"]) == 0
+    assert (
+        main(
+            [
+                "decide",
+                "--schema",
+                str(path),
+                "--context",
+                "-",
+                "--json",
+                "--scoring",
+                "constrained",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["scoring"] == "constrained"
 
 

@@ -48,7 +48,9 @@ def test_28_fields_match_the_reference(real):
 
 
 def test_255_choice_field_matches_the_reference(real):
-    sch = StructuredSchema({"hs_code": {"type": "enum", "choices": hs_codes(255), "description": "HS code"}}).schema
+    sch = StructuredSchema(
+        {"hs_code": {"type": "enum", "choices": hs_codes(255), "description": "HS code"}}
+    ).schema
     ctx = "Pure-bred breeding horses, live."
     d = real.decide(sch, ctx)
     z = oracle_log_scores(real, sch, ctx, "hs_code", share_prompt=True)
@@ -108,7 +110,12 @@ def test_bad_scoring_is_refused(real):
 
 
 def test_threads_never_interleave_model_use(real):
-    ctxs = [OUTAGE, "Please update my billing address.", "I was charged twice!", "Feature request: dark mode"]
+    ctxs = [
+        OUTAGE,
+        "Please update my billing address.",
+        "I was charged twice!",
+        "Feature request: dark mode",
+    ]
     expected = [real.decide(Ticket, c).fields["priority"].log_scores for c in ctxs]
     got: dict[int, tuple] = {}
     errors: list[BaseException] = []
@@ -136,7 +143,7 @@ def test_model_load_errors_name_the_source_and_the_fix(tmp_path):
         Decider.load(str(tmp_path / "missing.gguf"))
     empty = tmp_path / "empty_model"
     empty.mkdir()
-    with pytest.raises(ModelLoadError, match="config.json"):
+    with pytest.raises(ModelLoadError, match=r"config\.json"):
         Decider.load(str(empty))
     with pytest.raises(ModelLoadError) as e:
         Decider.load("mlx-community/definitely-not-a-real-model-pcd-tools")

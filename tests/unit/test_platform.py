@@ -97,7 +97,12 @@ def test_setup_binds_fast_blas_and_matmul_is_right(shared_cache: Path) -> None:
     # (Its speed is measured and reported by `pcd models --doctor` and the benchmarks; a
     # timing threshold here would fail on a busy machine.)
     assert out["owner"] and "libblas" not in out["owner"], out
-    assert out["owner"] == out["name_path"] or "shim" in out["owner"] or "openblas" in out["owner"].lower() or "mkl" in out["owner"].lower(), out
+    assert (
+        out["owner"] == out["name_path"]
+        or "shim" in out["owner"]
+        or "openblas" in out["owner"].lower()
+        or "mkl" in out["owner"].lower()
+    ), out
     assert out["gflops"] > 0
     assert out["threads"] is True
     assert out["err"] < 1e-3

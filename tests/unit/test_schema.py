@@ -41,7 +41,7 @@ def test_pydantic_fields_compile_with_kinds_choices_and_descriptions():
         b: bool = Field(description="A flag")
         c: Color
         """Colour from a docstring."""
-        d: Optional[Literal["p", "q"]] = None
+        d: Optional[Literal["p", "q"]] = None  # noqa: UP045 - the typing.Optional spelling
         e: Level | None = None
         f: Literal[1, 2, 3] = Field(
             description="Ints", json_schema_extra={"choice_descriptions": {1: "one", "3": "three"}}
@@ -89,7 +89,9 @@ def test_dict_and_field_definition_forms_are_identical():
     a = StructuredSchema(spec).schema
     b = StructuredSchema(
         [
-            FieldDefinition(name="priority", field_type="enum", description="Urgency", choices=["HIGH", "LOW"]),
+            FieldDefinition(
+                name="priority", field_type="enum", description="Urgency", choices=["HIGH", "LOW"]
+            ),
             FieldDefinition(name="escalate", field_type="boolean", description="Page on-call"),
         ]
     ).schema
@@ -102,9 +104,24 @@ def test_dict_and_field_definition_forms_are_identical():
 def test_fingerprint_changes_with_anything_that_reaches_the_prompt():
     base = {"p": {"type": "enum", "choices": ["A", "B"], "description": "x"}}
     fp = compile_schema(base).fingerprint()
-    assert compile_schema({"p": {"type": "enum", "choices": ["A", "C"], "description": "x"}}).fingerprint() != fp
-    assert compile_schema({"p": {"type": "enum", "choices": ["A", "B"], "description": "y"}}).fingerprint() != fp
-    assert compile_schema({"p": {"type": "enum", "choices": ["B", "A"], "description": "x"}}).fingerprint() != fp
+    assert (
+        compile_schema(
+            {"p": {"type": "enum", "choices": ["A", "C"], "description": "x"}}
+        ).fingerprint()
+        != fp
+    )
+    assert (
+        compile_schema(
+            {"p": {"type": "enum", "choices": ["A", "B"], "description": "y"}}
+        ).fingerprint()
+        != fp
+    )
+    assert (
+        compile_schema(
+            {"p": {"type": "enum", "choices": ["B", "A"], "description": "x"}}
+        ).fingerprint()
+        != fp
+    )
 
 
 def test_255_choices_accepted_256_refused():
@@ -218,7 +235,11 @@ def test_subset_narrows_fields_and_choices():
 
 def test_wrapper_form_and_a_field_called_fields():
     wrapped = StructuredSchema(
-        {"name": "Routing", "instructions": "Route it.", "fields": {"team": {"type": "enum", "choices": ["a", "b"]}}}
+        {
+            "name": "Routing",
+            "instructions": "Route it.",
+            "fields": {"team": {"type": "enum", "choices": ["a", "b"]}},
+        }
     )
     assert (wrapped.name, wrapped.instructions) == ("Routing", "Route it.")
     assert wrapped.schema.field_names == ["team"]
