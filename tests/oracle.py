@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+_PROMPT_CACHE: dict = {}
+
 
 def candidate_sequences(decider, schema, field_name):
     from pcd_tools.prompt import candidate_text, terminator_for
@@ -45,8 +47,14 @@ def oracle_log_scores(decider, schema, context, field_name, only=None, batch=4, 
     if share_prompt:
         from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
-        cache = make_prompt_cache(model)
-        last = model(mx.array([prompt]), cache=cache)[0, -1].astype(mx.float32)
+        key = (id(model), tuple(prompt))
+        if key not in _PROMPT_CACHE:  # every candidate trims back to the prompt, so reuse it
+            _PROMPT_CACHE.clear()
+            cache = make_prompt_cache(model)
+            last = model(mx.array([prompt]), cache=cache)[0, -1].astype(mx.float32)
+            mx.eval(last)
+            _PROMPT_CACHE[key] = (cache, last)
+        cache, last = _PROMPT_CACHE[key]
         for i in idx:
             s = seqs[i]
             logits = model(mx.array([s]), cache=cache)[0].astype(mx.float32)
