@@ -1,0 +1,881 @@
+"""Calibration: per-field temperatures fitted on labelled data, thresholds and order bias.
+
+- `calibrate(schema, examples)` fits one temperature per field by minimising the NLL of
+  `softmax(z / T)` over the candidates' raw log scores `z` (`FieldResult.log_scores`), and
+  returns a `Calibration` that `Decider.with_calibration` applies and `.save` writes as JSON
+  (schema fingerprint, model id, temperatures and the data it was fitted on).
+- `choose_threshold` picks a confidence threshold for a target risk or coverage.
+- `reliability_diagram` draws reliability diagrams (matplotlib, imported lazily).
+- `order_bias` measures how often answers flip when the allowed values are listed in
+  reverse, and `decide_orderings` averages over k listing orders to reduce it.
+
+`pcd calibrate` (the `add_arguments` / `run` pair) wraps `calibrate` for a dataset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import PcdToolsError
+from .metrics import ece, nll, risk_coverage
+from .schema import Schema, compile_schema
+
+if TYPE_CHECKING:
+    from .decider import Decider
+    from .result import Decision
+
+__all__ = [
+    "Calibration",
+    "CalibrationError",
+    "CalibrationMismatchError",
+    "OrderBiasReport",
+    "ThresholdChoice",
+    "calibrate",
+    "calibration_from_decisions",
+    "choose_threshold",
+    "decide_orderings",
+    "fit_temperature",
+    "order_bias",
+    "reliability_diagram",
+]
+
+FORMAT = "pcd-tools.calibration/1"
+T_MIN, T_MAX = 0.02, 50.0
+
+
+class CalibrationError(PcdToolsError, ValueError):
+    """A calibration file or fit cannot be used."""
+
+
+class CalibrationMismatchError(CalibrationError):
+    """A calibration was fitted for another model or another schema."""
+
+
+# --- temperature fitting ----------------------------------------------------------------
+
+
+def _nll_at(z: np.ndarray, gold: np.ndarray, t: float) -> float:
+    s = z / t
+    m = s.max(axis=1, keepdims=True)
+    lse = (m[:, 0] + np.log(np.exp(s - m).sum(axis=1))) if len(s) else np.zeros(0)
+    return float((lse - s[np.arange(len(gold)), gold]).mean())
+
+
+def _top_label_nll_at(z: np.ndarray, gold: np.ndarray, t: float) -> float:
+    """Binary NLL of "the answer is right" under the answer's probability."""
+    p = _softmax(z, t).max(axis=1).clip(1e-12, 1 - 1e-12)
+    ok = z.argmax(axis=1) == gold
+    return float(-np.where(ok, np.log(p), np.log1p(-p)).mean())
+
+
+OBJECTIVES = {"nll": _nll_at, "top_label_nll": _top_label_nll_at}
+
+
+def fit_temperature(
+    log_scores: Any,
+    gold: Any,
+    *,
+    objective: str = "nll",
+    bounds: tuple[float, float] = (T_MIN, T_MAX),
+) -> float:
+    """The temperature T minimising a likelihood loss of `softmax(log_scores / T)`.
+
+    A 1-D search on log T: a 64-point grid over `bounds`, then golden-section refinement
+    between the best point's neighbours (the losses are smooth and, in practice, unimodal).
+
+    Args:
+        log_scores: `(n, K)` raw candidate log scores.
+        gold: `(n,)` index of the correct candidate.
+        objective: `"nll"` (default: the NLL of the gold candidate, classic temperature
+            scaling) or `"top_label_nll"` (the binary NLL of whether the answer is right,
+            given its probability: it fits the confidence users threshold on, and is not
+            dominated by gold candidates the model scores near zero).
+        bounds: Smallest and largest temperature considered.
+
+    Raises:
+        CalibrationError: on empty or mis-shaped input, or an unknown objective.
+    """
+    z = np.asarray(log_scores, dtype=np.float64)
+    g = np.asarray(gold, dtype=np.int64)
+    if z.ndim != 2 or g.shape != (z.shape[0],) or not len(g):
+        raise CalibrationError(
+            f"need (n, K) log scores and (n,) gold indices with n > 0; got {z.shape} and {g.shape}."
+        )
+    if objective not in OBJECTIVES:
+        raise CalibrationError(f"unknown objective {objective!r}; accepted: {sorted(OBJECTIVES)}.")
+    loss = OBJECTIVES[objective]
+    lo, hi = math.log(bounds[0]), math.log(bounds[1])
+    grid = np.linspace(lo, hi, 64)
+    vals = [loss(z, g, math.exp(x)) for x in grid]
+    j = int(np.argmin(vals))
+    a, b = grid[max(j - 1, 0)], grid[min(j + 1, len(grid) - 1)]
+    phi = (math.sqrt(5) - 1) / 2
+    c, d = b - phi * (b - a), a + phi * (b - a)
+    fc, fd = loss(z, g, math.exp(c)), loss(z, g, math.exp(d))
+    for _ in range(60):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - phi * (b - a)
+            fc = loss(z, g, math.exp(c))
+        else:
+            a, c, fc = c, d, fd
+            d = a + phi * (b - a)
+            fd = loss(z, g, math.exp(d))
+    best = (a + b) / 2
+    return float(math.exp(best if loss(z, g, math.exp(best)) <= vals[j] else grid[j]))
+
+
+def _softmax(z: np.ndarray, t: float) -> np.ndarray:
+    s = z / t
+    s = s - s.max(axis=1, keepdims=True)
+    e = np.exp(s)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+# --- the Calibration object -------------------------------------------------------------
+
+
+@dataclass
+class Calibration:
+    """Per-field temperatures for one (model, schema) pair.
+
+    Args:
+        model_id: The model the scores came from.
+        schema_name: Name of the schema.
+        schema_fingerprint: `Schema.fingerprint()` of the schema it was fitted on.
+        temperatures: Field name -> temperature (multiplies the caller's temperature).
+        fitted_on: What it was fitted on (dataset, split, n, seed, excluded sample, ids).
+        metrics: Per field: n, NLL and ECE before and after, on the fitting data.
+        thresholds: Optional per-field confidence thresholds (see `choose_threshold`).
+        scoring: The scoring mode the raw scores used.
+        objective: The loss the temperatures minimise (see `fit_temperature`).
+        created: ISO timestamp.
+        path: The file it was loaded from or saved to, if any.
+    """
+
+    model_id: str
+    schema_name: str
+    schema_fingerprint: str
+    temperatures: dict[str, float]
+    fitted_on: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    scoring: str = "full"
+    objective: str = "nll"
+    created: str = ""
+    path: str | None = None
+
+    def temperature(self, field_name: str) -> float:
+        """The fitted temperature of a field; 1.0 for fields not fitted."""
+        return float(self.temperatures.get(field_name, 1.0))
+
+    def check_model(self, model_id: str) -> None:
+        """Raises `CalibrationMismatchError` unless fitted for `model_id`."""
+        if model_id != self.model_id:
+            raise CalibrationMismatchError(
+                f"calibration {self.path or ''!s} was fitted for model {self.model_id!r}, but the "
+                f"decider runs {model_id!r}; fit a calibration for this model with `pcd calibrate`."
+            )
+
+    def check_schema(self, schema: Any) -> None:
+        """Raises `CalibrationMismatchError` unless fitted for this schema's fingerprint."""
+        compiled = compile_schema(schema)
+        fp = compiled.fingerprint()
+        if fp != self.schema_fingerprint:
+            raise CalibrationMismatchError(
+                f"calibration {self.path or ''!s} was fitted for schema {self.schema_name!r} "
+                f"(fingerprint {self.schema_fingerprint}), but this decision uses "
+                f"{compiled.name!r} (fingerprint {fp}); descriptions, choices and their order all "
+                "reach the prompt, so refit with `pcd calibrate`."
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form written by `save`."""
+        d = asdict(self)
+        d.pop("path")
+        return {"format": FORMAT, **d}
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Writes the calibration as JSON and remembers the path."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        self.path = str(p)
+        return p
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Calibration:
+        """Reads a calibration JSON file.
+
+        Raises:
+            CalibrationError: if the file is missing, not JSON or not a calibration.
+        """
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as e:
+            raise CalibrationError(f"cannot read calibration file {str(path)!r}: {e}") from e
+        except json.JSONDecodeError as e:
+            raise CalibrationError(f"calibration file {str(path)!r} is not JSON: {e}") from e
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+            raise CalibrationError(
+                f"{str(path)!r} is not a pcd-tools calibration file; expected format {FORMAT!r}, "
+                f"got {raw.get('format') if isinstance(raw, dict) else type(raw).__name__!r}."
+            )
+        need = ("model_id", "schema_name", "schema_fingerprint", "temperatures")
+        missing = [k for k in need if k not in raw]
+        if missing:
+            raise CalibrationError(f"calibration file {str(path)!r} lacks {missing}.")
+        temps = raw["temperatures"]
+        bad = {k: v for k, v in temps.items() if not isinstance(v, (int, float)) or not v > 0}
+        if bad:
+            raise CalibrationError(f"{str(path)!r}: temperatures must be numbers > 0; got {bad}.")
+        known = {f for f in cls.__dataclass_fields__ if f != "path"}
+        cal = cls(**{k: v for k, v in raw.items() if k in known})
+        cal.path = str(path)
+        return cal
+
+
+def _field_arrays(
+    schema: Schema, decisions: Sequence[Decision[Any]], labels: Sequence[Mapping[str, Any]]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per field: raw log scores `(m, K)` and gold indices of the labelled items."""
+    from .datasets import label_index
+
+    out = {}
+    for spec in schema.fields:
+        rows = [
+            (d.fields[spec.name].log_scores, label_index(spec, lab[spec.name]))
+            for d, lab in zip(decisions, labels)
+            if spec.name in lab
+        ]
+        if rows:
+            out[spec.name] = (
+                np.array([r[0] for r in rows], dtype=np.float64),
+                np.array([r[1] for r in rows], dtype=np.int64),
+            )
+    return out
+
+
+def calibration_from_decisions(
+    schema: Any,
+    decisions: Sequence[Decision[Any]],
+    labels: Sequence[Mapping[str, Any]],
+    *,
+    fitted_on: Mapping[str, Any] | None = None,
+    objective: str = "nll",
+) -> Calibration:
+    """Fits per-field temperatures from decisions already made on labelled examples.
+
+    Args:
+        schema: The decision schema the decisions were made with.
+        decisions: One decision per example (their raw `log_scores` are used).
+        labels: `{field: label}` per example; a missing field is skipped.
+        fitted_on: Provenance recorded in the file.
+        objective: `"nll"` or `"top_label_nll"` (see `fit_temperature`).
+    """
+    compiled = compile_schema(schema)
+    if not decisions:
+        raise CalibrationError("calibrate needs at least one labelled example.")
+    temps, metrics = {}, {}
+    for name, (z, g) in _field_arrays(compiled, decisions, labels).items():
+        t = fit_temperature(z, g, objective=objective)
+        before, after = _softmax(z, 1.0), _softmax(z, t)
+        correct = before.argmax(axis=1) == g
+        temps[name] = round(t, 6)
+        metrics[name] = {
+            "n": len(g),
+            "nll_before": nll(before, g),
+            "nll_after": nll(after, g),
+            "ece_before": ece(before.max(axis=1), correct),
+            "ece_after": ece(after.max(axis=1), correct),
+        }
+    info = dict(fitted_on or {})
+    info.setdefault("n", len(decisions))
+    return Calibration(
+        model_id=decisions[0].model_id,
+        schema_name=compiled.name,
+        schema_fingerprint=compiled.fingerprint(),
+        temperatures=temps,
+        fitted_on=info,
+        metrics=metrics,
+        scoring=decisions[0].scoring,
+        objective=objective,
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+def calibrate(
+    schema: Any,
+    examples: Iterable[tuple[str, Mapping[str, Any]]],
+    *,
+    decider: Decider | None = None,
+    batch_size: int = 8,
+    fitted_on: Mapping[str, Any] | None = None,
+    objective: str = "nll",
+    progress: bool = False,
+) -> Calibration:
+    """Fits a temperature per field on labelled examples (keep them apart from the eval data).
+
+    Args:
+        schema: The decision schema.
+        examples: `(text, {field: label})` pairs; a field missing from a pair is skipped.
+        decider: The decider (default: the embedded model).
+        batch_size: Contexts scored per pass.
+        fitted_on: Provenance recorded in the file (dataset, split, n, seed, ids...).
+        objective: `"nll"` (classic temperature scaling) or `"top_label_nll"`.
+        progress: Show a progress bar on stderr.
+
+    Returns:
+        A `Calibration` with per-field NLL and ECE before and after on the fitting data.
+    """
+    from .decider import default_decider
+    from .evaluate import run_pcd
+
+    compiled = compile_schema(schema)
+    d = decider or default_decider()
+    items = list(examples)
+    if not items:
+        raise CalibrationError("calibrate needs at least one labelled example.")
+    decisions, _ = run_pcd(
+        d,
+        compiled,
+        [t for t, _ in items],
+        batch_size=batch_size,
+        progress=progress,
+        label="calibrating",
+    )
+    return calibration_from_decisions(
+        compiled, decisions, [lab for _, lab in items], fitted_on=fitted_on, objective=objective
+    )
+
+
+# --- thresholds ---------------------------------------------------------------------------
+
+
+@dataclass
+class ThresholdChoice:
+    """A confidence threshold: answer automatically only when confidence >= `threshold`.
+
+    Args:
+        threshold: The chosen threshold.
+        coverage: Fraction of the held-out items it accepts.
+        risk: Error rate among the accepted items.
+        target: `"risk"` or `"coverage"`.
+        target_value: The requested risk or coverage.
+        achieved: Whether the target was met.
+        n: Held-out items it was chosen on.
+    """
+
+    threshold: float
+    coverage: float
+    risk: float
+    target: str
+    target_value: float
+    achieved: bool
+    n: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return asdict(self)
+
+
+def choose_threshold(
+    confidence: Any,
+    correct: Any,
+    *,
+    target_risk: float | None = None,
+    target_coverage: float | None = None,
+) -> ThresholdChoice:
+    """Picks a confidence threshold on held-out data for one target.
+
+    - `target_risk`: the lowest threshold whose error rate among accepted items is at
+      most the target (the largest coverage that meets it).
+    - `target_coverage`: the highest threshold that still accepts at least that fraction.
+
+    Args:
+        confidence: Probability of each chosen answer.
+        correct: Whether each answer was right.
+        target_risk: Acceptable error rate in [0, 1].
+        target_coverage: Required fraction answered automatically in (0, 1].
+
+    Raises:
+        CalibrationError: unless exactly one target in range is given.
+    """
+    if (target_risk is None) == (target_coverage is None):
+        raise CalibrationError(
+            "choose_threshold needs exactly one of target_risk or target_coverage; got "
+            f"target_risk={target_risk!r}, target_coverage={target_coverage!r}."
+        )
+    thr, cov, risk = risk_coverage(confidence, correct)
+    n = len(np.asarray(confidence))
+    if not n:
+        raise CalibrationError("choose_threshold needs at least one held-out item.")
+    if target_risk is not None:
+        if not 0.0 <= target_risk <= 1.0:
+            raise CalibrationError(f"target_risk must lie in [0, 1]; got {target_risk!r}.")
+        ok = np.flatnonzero(risk <= target_risk + 1e-12)
+        if not ok.size:  # nothing meets it: accept nothing
+            return ThresholdChoice(
+                math.nextafter(float(thr[0]), math.inf), 0.0, 0.0, "risk", target_risk, False, n
+            )
+        j = int(ok[-1])
+        return ThresholdChoice(
+            float(thr[j]), float(cov[j]), float(risk[j]), "risk", target_risk, True, n
+        )
+    if target_coverage is None or not 0.0 < target_coverage <= 1.0:
+        raise CalibrationError(f"target_coverage must lie in (0, 1]; got {target_coverage!r}.")
+    j = int(np.flatnonzero(cov >= target_coverage - 1e-12)[0])
+    return ThresholdChoice(
+        float(thr[j]), float(cov[j]), float(risk[j]), "coverage", target_coverage, True, n
+    )
+
+
+# --- reliability diagrams -------------------------------------------------------------------
+
+
+def reliability_diagram(
+    panels: Mapping[str, tuple[Any, Any]],
+    path: str | os.PathLike[str],
+    *,
+    title: str | None = None,
+    n_bins: int = 15,
+) -> Path:
+    """Draws one reliability diagram per panel side by side and saves a PNG.
+
+    Args:
+        panels: Panel title -> `(confidence, correct)` arrays.
+        path: The PNG to write.
+        title: Figure title.
+        n_bins: Equal-width confidence bins.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    from .metrics import reliability_bins
+
+    k = max(1, len(panels))
+    fig, axes = plt.subplots(1, k, figsize=(3.6 * k, 3.8), squeeze=False)
+    for ax, (name, (conf, ok)) in zip(axes[0], panels.items()):
+        b = reliability_bins(conf, ok, n_bins)
+        centers = (b["edges"][:-1] + b["edges"][1:]) / 2
+        filled = b["count"] > 0
+        width = 1.0 / n_bins
+        ax.bar(
+            centers[filled],
+            b["accuracy"][filled],
+            width=width,
+            edgecolor="black",
+            color="#4C72B0",
+            label="accuracy",
+        )
+        ax.bar(
+            centers[filled],
+            b["confidence"][filled] - b["accuracy"][filled],
+            bottom=b["accuracy"][filled],
+            width=width,
+            color="#DD8452",
+            alpha=0.5,
+            edgecolor="#DD8452",
+            label="gap",
+        )
+        ax.plot([0, 1], [0, 1], "k--", linewidth=1)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("confidence")
+        ax.set_ylabel("accuracy")
+        ax.set_title(
+            f"{name}\nECE={ece(conf, ok, n_bins):.3f}  n={len(np.asarray(conf))}", fontsize=9
+        )
+        ax.legend(loc="upper left", fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p, dpi=90)
+    plt.close(fig)
+    return p
+
+
+# --- order bias -----------------------------------------------------------------------------
+
+
+def _orderings(schema: Schema, k: int, seed: int, first: str) -> list[dict[str, list[int]]]:
+    """`first` ("identity" or "reverse") followed by k - 1 seeded random listing orders."""
+    rng = np.random.default_rng(seed)
+    out = []
+    head = {f.name: list(range(f.cardinality)) for f in schema.fields}
+    if first == "reverse":
+        head = {n: o[::-1] for n, o in head.items()}
+    out.append(head)
+    for _ in range(k - 1):
+        out.append(
+            {f.name: [int(i) for i in rng.permutation(f.cardinality)] for f in schema.fields}
+        )
+    return out
+
+
+def _average(schema: Schema, runs: Sequence[Sequence[Decision[Any]]]) -> list[Decision[Any]]:
+    """Per context, the mean distribution over the runs (one run per listing order)."""
+    from .result import Decision, FieldResult
+
+    out = []
+    for per in zip(*runs):
+        fields, native = {}, {}
+        for spec in schema.fields:
+            p = np.mean(
+                [[d.fields[spec.name].distribution[c.label] for c in spec.choices] for d in per],
+                axis=0,
+            )
+            best = int(np.argmax(p))
+            choice = spec.choices[best]
+            fields[spec.name] = FieldResult(
+                name=spec.name,
+                value=choice.value,
+                label=choice.label,
+                probability=float(p[best]),
+                distribution={c.label: float(q) for c, q in zip(spec.choices, p)},
+                log_scores=tuple(float(np.log(max(q, 1e-300))) for q in p),
+                spec=spec,
+            )
+            native[spec.name] = choice.value
+        first = per[0]
+        out.append(
+            Decision(
+                value=schema.build(native),
+                fields=fields,
+                prefill_ms=sum(d.prefill_ms for d in per),
+                suffix_eval_ms=sum(d.suffix_eval_ms for d in per),
+                elapsed_ms=sum(d.elapsed_ms for d in per),
+                sequential_forward_passes=sum(d.sequential_forward_passes for d in per),
+                prompt_tokens=first.prompt_tokens,
+                prefix_cache_hit=all(d.prefix_cache_hit for d in per),
+                model_id=first.model_id,
+                device=first.device,
+                temperature=first.temperature,
+                scoring=first.scoring,
+                mode=first.mode,
+                calibrated=first.calibrated,
+                calibration_file=first.calibration_file,
+            )
+        )
+    return out
+
+
+def _runs(
+    decider: Decider,
+    schema: Schema,
+    contexts: list[str],
+    orderings: Sequence[Mapping[str, Sequence[int]]],
+    temperature: float,
+    batch_size: int,
+) -> tuple[list[list[Decision[Any]]], list[float]]:
+    """One `decide_many` per listing order, and the wall seconds of each."""
+    runs, secs = [], []
+    for o in orderings:
+        t0 = time.perf_counter()
+        runs.append(
+            decider.decide_many(
+                schema,
+                contexts,
+                temperature=temperature,
+                choice_order=dict(o),
+                batch_size=batch_size,
+            )
+        )
+        secs.append(time.perf_counter() - t0)
+    return runs, secs
+
+
+def decide_orderings(
+    decider: Decider,
+    schema: Any,
+    contexts: Sequence[str],
+    *,
+    k: int = 4,
+    seed: int = 0,
+    orderings: Sequence[Mapping[str, Sequence[int]]] | None = None,
+    temperature: float = 1.0,
+    batch_size: int = 8,
+) -> list[Decision[Any]]:
+    """Decides each context under k listing orders of the allowed values and averages.
+
+    Each field's distribution is the mean of its distributions under the orders (the
+    declared order first, then k - 1 seeded random permutations, unless `orderings` is
+    given). Every order has its own system prompt, so this costs k prefills and k field
+    passes per batch: the returned decisions' `sequential_forward_passes`, `prefill_ms`,
+    `suffix_eval_ms` and `elapsed_ms` are sums over the orders. `log_scores` hold the log
+    of the averaged probabilities.
+
+    Args:
+        decider: The decider (its calibration, if any, applies under each order).
+        schema: The decision schema.
+        contexts: The texts.
+        k: Number of orders (ignored when `orderings` is given).
+        seed: Seed of the random orders.
+        orderings: Explicit per-field listing orders (indices into each field's choices).
+        temperature: Softmax temperature.
+        batch_size: Contexts per pass.
+    """
+    compiled = compile_schema(schema)
+    if orderings is None:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise CalibrationError(f"k must be an int >= 1; got {k!r}.")
+        orderings = _orderings(compiled, k, seed, "identity")
+    runs, _ = _runs(decider, compiled, list(contexts), orderings, temperature, batch_size)
+    return _average(compiled, runs)
+
+
+@dataclass
+class OrderBiasReport:
+    """How often answers flip when the allowed values are listed in another order.
+
+    Args:
+        n: Contexts measured.
+        k: Orders averaged over in the averaging option (0 if not run).
+        flip_rate: Per field: the fraction whose answer differs between the declared and
+            the reversed listing.
+        flip_rate_averaged: Per field: the fraction whose averaged answer differs between
+            {declared + k-1 random orders} and {reversed + k-1 other random orders}.
+        ms_per_item: Wall time per context: `"single"` (one order) and `"averaged"` (k).
+        passes_per_call: Sequential forward passes of one call over a batch of contexts,
+            for `"single"` and `"averaged"`.
+    """
+
+    n: int
+    k: int
+    flip_rate: dict[str, float]
+    flip_rate_averaged: dict[str, float] = field(default_factory=dict)
+    ms_per_item: dict[str, float] = field(default_factory=dict)
+    passes_per_call: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return asdict(self)
+
+
+def _flips(
+    a: Sequence[Decision[Any]], b: Sequence[Decision[Any]], names: list[str]
+) -> dict[str, float]:
+    return {
+        n: float(np.mean([x.fields[n].label != y.fields[n].label for x, y in zip(a, b)]))
+        for n in names
+    }
+
+
+def order_bias(
+    schema: Any,
+    contexts: Sequence[str],
+    *,
+    decider: Decider | None = None,
+    k: int = 0,
+    seed: int = 0,
+    temperature: float = 1.0,
+    batch_size: int = 8,
+) -> OrderBiasReport:
+    """Measures the order-flip rate, and with `k >= 2` that of the k-order average.
+
+    The raw flip rate compares the declared listing with its reverse. The averaged one
+    compares {declared + k-1 random orders} with {reversed + k-1 independently drawn
+    random orders}, so it is not zero by construction.
+
+    Args:
+        schema: The decision schema.
+        contexts: The texts.
+        decider: The decider (default: the embedded model).
+        k: Orders for the averaging option; 0 or 1 measures the raw flip rate only.
+        seed: Seed of the random orders.
+        temperature: Softmax temperature.
+        batch_size: Contexts per pass.
+    """
+    from .decider import default_decider
+
+    d = decider or default_decider()
+    compiled = compile_schema(schema)
+    names = compiled.field_names
+    ctx = list(contexts)
+    n = max(1, len(ctx))
+    kk = k if k >= 2 else 1
+    ra, sa = _runs(
+        d, compiled, ctx, _orderings(compiled, kk, seed, "identity"), temperature, batch_size
+    )
+    rb, sb = _runs(
+        d, compiled, ctx, _orderings(compiled, kk, seed + 1, "reverse"), temperature, batch_size
+    )
+    single_passes = [x.sequential_forward_passes for x in ra[0] + rb[0]]
+    report = OrderBiasReport(
+        n=len(ctx),
+        k=0,
+        flip_rate=_flips(ra[0], rb[0], names),
+        ms_per_item={"single": (sa[0] + sb[0]) * 1e3 / (2 * n)},
+        passes_per_call={"single": float(np.mean(single_passes))},
+    )
+    if k >= 2:
+        a_k, b_k = _average(compiled, ra), _average(compiled, rb)
+        report.k = k
+        report.flip_rate_averaged = _flips(a_k, b_k, names)
+        report.ms_per_item["averaged"] = (sum(sa) + sum(sb)) * 1e3 / (2 * n)
+        report.passes_per_call["averaged"] = float(
+            np.mean([x.sequential_forward_passes for x in a_k + b_k])
+        )
+    return report
+
+
+# --- `pcd calibrate` ----------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `pcd calibrate` (`--model` and `--json` are added by the CLI)."""
+    from .datasets import add_data_arguments
+
+    add_data_arguments(parser)
+    parser.add_argument("--n", type=int, default=300, help="calibration sample size (default 300)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the calibration sample")
+    parser.add_argument(
+        "--eval-n",
+        type=int,
+        default=300,
+        help="size of the evaluation sample to keep out (default 300)",
+    )
+    parser.add_argument("--eval-seed", type=int, default=0, help="seed of that evaluation sample")
+    parser.add_argument(
+        "--out", default=None, help="output JSON (default calibration-<dataset>.json)"
+    )
+    parser.add_argument("--diagrams", default=None, help="folder for before/after reliability PNGs")
+    parser.add_argument(
+        "--target-risk",
+        type=float,
+        default=None,
+        help="also choose per-field thresholds for this error rate",
+    )
+    parser.add_argument(
+        "--target-coverage",
+        type=float,
+        default=None,
+        help="also choose per-field thresholds for this coverage",
+    )
+    parser.add_argument(
+        "--objective",
+        choices=sorted(OBJECTIVES),
+        default="nll",
+        help="loss the temperature minimises (default nll)",
+    )
+    parser.add_argument(
+        "--scores", default=None, help="also write the raw log scores and gold labels (JSON)"
+    )
+    parser.add_argument("--batch-size", type=int, default=8)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs `pcd calibrate`: fit, save, and optionally draw diagrams and choose thresholds."""
+    from rich.console import Console
+
+    from .datasets import dataset_from_args
+    from .decider import Decider
+    from .evaluate import run_pcd
+
+    console = Console(stderr=True)
+    ds = dataset_from_args(args)
+    split = ds.calibration_sample(args.n, args.seed, eval_n=args.eval_n, eval_seed=args.eval_seed)
+    shared_pool = ds.calibration_split is ds.eval_split
+    with console.status("Loading model..."):
+        decider = Decider.load(args.model)
+    compiled = compile_schema(ds.schema)
+    labels = [lab for _, lab in split.examples]
+    t0 = time.perf_counter()
+    decisions, _ = run_pcd(
+        decider,
+        compiled,
+        [t for t, _ in split.examples],
+        batch_size=args.batch_size,
+        progress=True,
+        label="calibrating",
+    )
+    fitted_on = {
+        "dataset": ds.name,
+        "source": ds.source,
+        "split": split.name,
+        "n": len(split),
+        "seed": args.seed,
+        "excluded_eval_sample": {"n": args.eval_n, "seed": args.eval_seed} if shared_pool else None,
+        "ids": split.ids,
+    }
+    cal = calibration_from_decisions(
+        compiled, decisions, labels, fitted_on=fitted_on, objective=args.objective
+    )
+    arrays = _field_arrays(compiled, decisions, labels)
+    if args.scores:
+        Path(args.scores).write_text(
+            json.dumps(
+                {
+                    "ids": split.ids,
+                    "fields": {
+                        n: {"log_scores": z.round(5).tolist(), "gold": g.tolist()}
+                        for n, (z, g) in arrays.items()
+                    },
+                }
+            )
+        )
+    for name, (z, g) in arrays.items():
+        after = _softmax(z, cal.temperature(name))
+        conf, ok = after.max(axis=1), after.argmax(axis=1) == g
+        if args.target_risk is not None or args.target_coverage is not None:
+            cal.thresholds[name] = choose_threshold(
+                conf, ok, target_risk=args.target_risk, target_coverage=args.target_coverage
+            ).to_dict()
+        if args.diagrams:
+            reliability_diagram(
+                {
+                    "before (T=1)": (_softmax(z, 1.0).max(axis=1), ok),
+                    f"after (T={cal.temperature(name):.2f})": (conf, ok),
+                },
+                Path(args.diagrams) / f"{ds.name}_{name}_calibration_split.png",
+                title=f"{ds.name}.{name}: calibration split (in-sample)",
+            )
+    out = cal.save(args.out or f"calibration-{ds.name}.json")
+    elapsed = time.perf_counter() - t0
+    if args.json:
+        print(
+            json.dumps(
+                {**cal.to_dict(), "path": str(out), "elapsed_s": round(elapsed, 1)}, indent=2
+            )
+        )
+        return 0
+    from rich.table import Table
+
+    table = Table(
+        title=f"Calibration of {ds.name} on {len(split)} items ({split.name}, seed {args.seed})"
+    )
+    for col in ("field", "T", "NLL before", "NLL after", "ECE before", "ECE after", "threshold"):
+        table.add_column(col)
+    for name, t in cal.temperatures.items():
+        m = cal.metrics[name]
+        th = cal.thresholds.get(name)
+        table.add_row(
+            name,
+            f"{t:.3f}",
+            f"{m['nll_before']:.3f}",
+            f"{m['nll_after']:.3f}",
+            f"{m['ece_before']:.3f}",
+            f"{m['ece_after']:.3f}",
+            f"{th['threshold']:.3f} (coverage {th['coverage']:.2f}, risk {th['risk']:.2f})"
+            if th
+            else "-",
+        )
+    out_console = Console()
+    out_console.print(table)
+    out_console.print(f"saved {out}  ({elapsed:.1f} s)")
+    return 0

@@ -1,0 +1,397 @@
+"""Temperature fitting, calibration files, thresholds, diagrams, order bias and the eval loop."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pcd_tools.calibration import (
+    Calibration,
+    CalibrationError,
+    CalibrationMismatchError,
+    calibrate,
+    choose_threshold,
+    decide_orderings,
+    fit_temperature,
+    order_bias,
+    reliability_diagram,
+)
+from pcd_tools.errors import PcdToolsError
+from pcd_tools.schema import compile_schema
+
+SCHEMA = {
+    "mood": {"type": "enum", "choices": ["calm", "angry", "sad"], "description": "Mood"},
+    "urgent": {"type": "boolean", "description": "Whether it is urgent"},
+}
+TEXTS = ["hello there", "this is broken!!", "I lost it", "fine, thanks", "NOW please", "meh"]
+LABELS = [
+    {"mood": "calm", "urgent": False},
+    {"mood": "angry", "urgent": True},
+    {"mood": "sad", "urgent": False},
+    {"mood": "calm", "urgent": False},
+    {"mood": "angry", "urgent": True},
+    {"mood": "sad"},  # a missing label is skipped for that field
+]
+
+
+# --- temperature fitting --------------------------------------------------------------------
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("t_true", [0.5, 1.0, 2.5])
+def test_fit_temperature_recovers_a_known_temperature(t_true):
+    rng = np.random.default_rng(0)
+    z = rng.normal(0.0, 3.0, size=(4000, 5))
+    p = np.exp(z / t_true)
+    p /= p.sum(axis=1, keepdims=True)
+    gold = np.array([rng.choice(5, p=row) for row in p])
+    t = fit_temperature(z, gold)
+    assert abs(t - t_true) / t_true < 0.08
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("t_true", [0.5, 2.5])
+def test_top_label_objective_also_recovers_a_known_temperature(t_true):
+    rng = np.random.default_rng(1)
+    z = rng.normal(0.0, 3.0, size=(6000, 4))
+    p = np.exp(z / t_true)
+    p /= p.sum(axis=1, keepdims=True)
+    gold = np.array([rng.choice(4, p=row) for row in p])
+    t = fit_temperature(z, gold, objective="top_label_nll")
+    assert abs(t - t_true) / t_true < 0.12
+
+
+@pytest.mark.unit
+def test_top_label_objective_ignores_how_low_the_gold_scores():
+    # right half the time at margin 4; when wrong, the gold candidate is far below
+    z = np.array([[4.0, 0.0, -40.0]] * 50 + [[4.0, 0.0, -40.0]] * 50)
+    gold = np.array([0] * 50 + [2] * 50)
+    t = fit_temperature(z, gold, objective="top_label_nll")
+    p = np.exp(z[0] / t) / np.exp(z[0] / t).sum()
+    assert p.max() == pytest.approx(0.5, abs=1e-3)  # confidence = accuracy
+    # the multi-class NLL is dominated by the far-off gold and flattens everything
+    t_nll = fit_temperature(z, gold)
+    q = np.exp(z[0] / t_nll) / np.exp(z[0] / t_nll).sum()
+    assert t_nll > t and q.max() < 0.45
+    with pytest.raises(CalibrationError, match="unknown objective"):
+        fit_temperature(z, gold, objective="ece")
+
+
+@pytest.mark.unit
+def test_fit_temperature_minimises_nll_and_rejects_bad_input():
+    z = np.array([[2.0, 0.0], [2.0, 0.0], [2.0, 0.0], [0.0, 2.0]])
+    gold = np.array([0, 0, 0, 0])  # right 3 of 4 at margin 2: optimum where p = 0.75
+    t = fit_temperature(z, gold)
+    assert 1 / (1 + math.exp(-2 / t)) == pytest.approx(0.75, abs=1e-4)
+    with pytest.raises(CalibrationError, match=r"\(n, K\)"):
+        fit_temperature(np.zeros((0, 2)), np.zeros(0))
+
+
+# --- the Calibration object -----------------------------------------------------------------
+
+
+def _cal(**kw: Any) -> Calibration:
+    schema = compile_schema(SCHEMA)
+    base = dict(
+        model_id="tiny-llama-0",
+        schema_name=schema.name,
+        schema_fingerprint=schema.fingerprint(),
+        temperatures={"mood": 2.0},
+        fitted_on={"dataset": "toy", "n": 6, "seed": 1, "ids": ["a", "b"]},
+    )
+    base.update(kw)
+    return Calibration(**base)
+
+
+@pytest.mark.unit
+def test_calibration_round_trip(tmp_path):
+    cal = _cal()
+    path = cal.save(tmp_path / "cal.json")
+    assert cal.path == str(path)
+    raw = json.loads(path.read_text())
+    assert raw["format"] == "pcd-tools.calibration/1"
+    assert raw["schema_fingerprint"] == compile_schema(SCHEMA).fingerprint()
+    assert raw["fitted_on"]["ids"] == ["a", "b"]
+    back = Calibration.load(path)
+    assert back.temperatures == {"mood": 2.0} and back.path == str(path)
+    assert back.temperature("mood") == 2.0
+    assert back.temperature("urgent") == 1.0  # not fitted: unchanged
+
+
+@pytest.mark.unit
+def test_calibration_refuses_another_model_or_schema():
+    cal = _cal()
+    with pytest.raises(CalibrationMismatchError, match=r"tiny-llama-0.*other-model") as e:
+        cal.check_model("other-model")
+    assert isinstance(e.value, PcdToolsError) and isinstance(e.value, ValueError)
+    cal.check_model("tiny-llama-0")
+    cal.check_schema(SCHEMA)
+    other = dict(SCHEMA, urgent={"type": "boolean", "description": "Whether to page someone"})
+    fp = compile_schema(other).fingerprint()
+    with pytest.raises(CalibrationMismatchError, match=f"{cal.schema_fingerprint}.*{fp}"):
+        cal.check_schema(other)
+
+
+@pytest.mark.unit
+def test_calibration_load_errors(tmp_path):
+    with pytest.raises(CalibrationError, match="cannot read"):
+        Calibration.load(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(CalibrationError, match="not JSON"):
+        Calibration.load(bad)
+    bad.write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(CalibrationError, match="not a pcd-tools calibration"):
+        Calibration.load(bad)
+    raw = _cal(temperatures={"mood": -1}).to_dict()
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(CalibrationError, match="> 0"):
+        Calibration.load(bad)
+
+
+# --- thresholds -----------------------------------------------------------------------------
+
+CONF = [0.9, 0.8, 0.7, 0.6]
+OK = [1, 0, 1, 1]  # risk at thresholds 0.9, 0.8, 0.7, 0.6: 0, 1/2, 1/3, 1/4
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("target", "threshold", "coverage", "risk"),
+    [(0.3, 0.6, 1.0, 0.25), (0.25, 0.6, 1.0, 0.25), (0.2, 0.9, 0.25, 0.0), (0.0, 0.9, 0.25, 0.0)],
+)
+def test_choose_threshold_for_a_target_risk(target, threshold, coverage, risk):
+    c = choose_threshold(CONF, OK, target_risk=target)
+    assert (c.threshold, c.coverage, c.risk, c.achieved) == (threshold, coverage, risk, True)
+    assert c.target == "risk" and c.n == 4
+
+
+@pytest.mark.unit
+def test_choose_threshold_when_no_threshold_meets_the_risk():
+    c = choose_threshold([0.9, 0.8], [0, 1], target_risk=0.1)
+    assert not c.achieved and c.coverage == 0.0 and c.threshold > 0.9
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("target", "threshold", "coverage"), [(0.5, 0.8, 0.5), (0.6, 0.7, 0.75), (1.0, 0.6, 1.0)]
+)
+def test_choose_threshold_for_a_target_coverage(target, threshold, coverage):
+    c = choose_threshold(CONF, OK, target_coverage=target)
+    assert (c.threshold, c.coverage) == (threshold, coverage)
+    assert c.to_dict()["target"] == "coverage"
+
+
+@pytest.mark.unit
+def test_choose_threshold_needs_exactly_one_target():
+    with pytest.raises(CalibrationError, match="exactly one"):
+        choose_threshold(CONF, OK)
+    with pytest.raises(CalibrationError, match="exactly one"):
+        choose_threshold(CONF, OK, target_risk=0.1, target_coverage=0.5)
+    with pytest.raises(CalibrationError, match=r"\[0, 1\]"):
+        choose_threshold(CONF, OK, target_risk=1.5)
+
+
+@pytest.mark.unit
+def test_reliability_diagram_writes_a_png(tmp_path):
+    rng = np.random.default_rng(0)
+    conf = rng.uniform(0.3, 1.0, 200)
+    ok = rng.uniform(size=200) < conf
+    p = reliability_diagram({"before": (conf, ok), "after": (conf, ok)}, tmp_path / "r.png")
+    assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- on the tiny model ----------------------------------------------------------------------
+
+
+@dataclass
+class FakeGeneration:
+    values: dict[str, Any] | None
+    value_probs: dict[str, float] | None
+    is_valid_json: bool = True
+    schema_match: bool = True
+    wall_ms: float = 5.0
+    passes: int = 9
+    tokens: int = 9
+    text: str = ""
+
+
+def _stub_baseline(decider, schema, text):
+    if text == "meh":
+        return FakeGeneration(None, None, is_valid_json=False, schema_match=False, text="{")
+    return FakeGeneration({"mood": "calm", "urgent": False}, {"mood": 0.9, "urgent": 0.6})
+
+
+@pytest.mark.engine
+def test_calibrate_and_apply(tiny, tmp_path):
+    cal = calibrate(SCHEMA, zip(TEXTS, LABELS), decider=tiny, batch_size=4)
+    assert cal.model_id == "tiny-llama-0"
+    assert set(cal.temperatures) == {"mood", "urgent"}
+    assert cal.metrics["mood"]["n"] == 6 and cal.metrics["urgent"]["n"] == 5
+    assert cal.metrics["mood"]["nll_after"] <= cal.metrics["mood"]["nll_before"] + 1e-9
+    path = cal.save(tmp_path / "cal.json")
+    calibrated = tiny.with_calibration(str(path))
+    raw = tiny.decide(SCHEMA, TEXTS[0])
+    d = calibrated.decide(SCHEMA, TEXTS[0])
+    assert d.calibrated and d.calibration_file == str(path)
+    assert d.to_response()["mode"] == "parallel_constrained_calibrated"
+    z = np.array(raw.fields["mood"].log_scores) / cal.temperature("mood")
+    p = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    assert d.fields["mood"].probability == pytest.approx(p.max(), abs=1e-9)
+    assert d.fields["mood"].label == raw.fields["mood"].label  # temperature never flips
+    with pytest.raises(CalibrationMismatchError, match="fingerprint"):
+        calibrated.decide({"x": {"type": "boolean"}}, "hi")
+
+
+@pytest.mark.engine
+def test_evaluate_reports_both_methods(tiny):
+    from pcd_tools.evaluate import evaluate
+
+    cal = calibrate(SCHEMA, zip(TEXTS, LABELS), decider=tiny, batch_size=8)
+    cal.thresholds = {"mood": {"threshold": 0.0, "target": "coverage"}}
+    report = evaluate(
+        SCHEMA,
+        list(zip(TEXTS, LABELS)),
+        decider=tiny.with_calibration(cal),
+        baseline=_stub_baseline,
+        batch_size=3,
+        name="toy",
+    )
+    assert set(report.methods) == {"pcd", "pcd_calibrated", "baseline"}
+    assert report.n == 6 and report.seed is None
+    pcd, calm = report.methods["pcd"], report.methods["pcd_calibrated"]
+    assert pcd.fields["mood"].n == 6 and pcd.fields["urgent"].n == 5
+    assert calm.fields["mood"].accuracy == pcd.fields["mood"].accuracy
+    assert pcd.latency_kind == "amortized over batches of 3"
+    base = report.methods["baseline"]
+    # 5 answers "calm" (2 right), 1 invalid output counted wrong with confidence 0
+    assert base.invalid == 1
+    assert base.fields["mood"].accuracy == pytest.approx(2 / 6)
+    assert base.fields["urgent"].accuracy == pytest.approx(3 / 5)
+    assert base.latency["median_ms"] == 5.0
+    conf, _ = base.confidence_correct("mood")
+    assert conf.tolist() == [0.9] * 5 + [0.0]
+    assert report.thresholds["mood"]["eval_coverage"] == 1.0
+    d = report.to_dict(items=True)
+    json.dumps(d, allow_nan=False)  # strict JSON
+    for key in ("accuracy", "macro_f1", "ece", "brier", "nll", "aurc"):
+        assert key in d["methods"]["baseline"]["fields"]["mood"]
+    assert d["items"][5]["baseline_text"] == "{"
+
+
+@pytest.mark.engine
+def test_evaluate_samples_with_a_fixed_seed(tiny):
+    from pcd_tools.evaluate import evaluate
+
+    a = evaluate(SCHEMA, zip(TEXTS, LABELS), decider=tiny, baseline=False, n=3, seed=4)
+    b = evaluate(SCHEMA, zip(TEXTS, LABELS), decider=tiny, baseline=False, n=3, seed=4)
+    assert a.n == 3 and a.seed == 4 and "baseline" not in a.methods
+    assert [r["id"] for r in a.items] == [r["id"] for r in b.items]
+
+
+@pytest.mark.engine
+def test_order_bias_and_averaging(tiny):
+    rep = order_bias(SCHEMA, TEXTS[:3], decider=tiny, k=3, seed=0, batch_size=3)
+    assert rep.n == 3 and rep.k == 3
+    assert set(rep.flip_rate) == {"mood", "urgent"}
+    assert all(0.0 <= v <= 1.0 for v in rep.flip_rate.values())
+    assert set(rep.flip_rate_averaged) == {"mood", "urgent"}
+    # each order costs its own prefill and field pass (more when its prefix is not cached)
+    assert rep.passes_per_call["averaged"] >= 3 * 2
+    assert rep.passes_per_call["averaged"] > 2 * rep.passes_per_call["single"]
+    avg = decide_orderings(tiny, SCHEMA, TEXTS[:2], k=2, seed=0)
+    one = tiny.decide_many(SCHEMA, TEXTS[:2])
+    rev = tiny.decide_many(SCHEMA, TEXTS[:2], choice_order={"mood": [2, 1, 0], "urgent": [1, 0]})
+    for i in range(2):
+        for name in ("mood", "urgent"):
+            p = avg[i].fields[name].distribution
+            assert sum(p.values()) == pytest.approx(1.0)
+        assert avg[i].sequential_forward_passes >= 2 * one[i].sequential_forward_passes
+    # with explicit orders, the average is exactly the mean of the two runs
+    both = decide_orderings(
+        tiny, SCHEMA, TEXTS[:2], orderings=[{}, {"mood": [2, 1, 0], "urgent": [1, 0]}]
+    )
+    for i in range(2):
+        for c in ("calm", "angry", "sad"):
+            mean = (
+                one[i].fields["mood"].distribution[c] + rev[i].fields["mood"].distribution[c]
+            ) / 2
+            assert both[i].fields["mood"].distribution[c] == pytest.approx(mean, abs=1e-12)
+
+
+@pytest.mark.engine
+def test_cli_calibrate_then_eval(tiny, tmp_path, monkeypatch, capsys):
+    from pcd_tools.cli import main
+    from pcd_tools.decider import Decider
+
+    monkeypatch.setattr(
+        Decider,
+        "load",
+        classmethod(
+            lambda cls, *a, calibration=None, **k: (
+                tiny.with_calibration(calibration) if calibration else tiny
+            )
+        ),
+    )
+    data = tmp_path / "d.jsonl"
+    rows = [{"text": t, **lab} for t, lab in zip(TEXTS * 3, LABELS * 3)]
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps(SCHEMA))
+    common = ["--data", str(data), "--schema", str(schema)]
+    cal_path = tmp_path / "cal.json"
+    rc = main(
+        [
+            "calibrate",
+            *common,
+            "--n",
+            "6",
+            "--eval-n",
+            "9",
+            "--out",
+            str(cal_path),
+            "--target-risk",
+            "0.5",
+            "--diagrams",
+            str(tmp_path / "png"),
+            "--json",
+        ]
+    )
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["fitted_on"]["n"] == 6 and out["fitted_on"]["excluded_eval_sample"]["n"] == 9
+    assert set(out["thresholds"]) == {"mood", "urgent"}
+    assert (tmp_path / "png" / "d_mood_calibration_split.png").exists()
+    rc = main(
+        [
+            "eval",
+            *common,
+            "--n",
+            "9",
+            "--no-baseline",
+            "--calibration",
+            str(cal_path),
+            "--order-bias",
+            "2",
+            "--order-bias-n",
+            "2",
+            "--json",
+            "--diagrams",
+            str(tmp_path / "png"),
+        ]
+    )
+    assert rc == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["n"] == 9 and rep["seed"] == 0
+    assert set(rep["methods"]) == {"pcd", "pcd_calibrated"}
+    assert rep["order_bias"]["k"] == 2
+    assert (tmp_path / "png" / "d_urgent.png").exists()
+    # evaluating on the very items the calibration was fitted on is refused
+    rc = main(["eval", *common, "--n", "18", "--no-baseline", "--calibration", str(cal_path)])
+    assert rc == 1
+    assert "fitted on" in capsys.readouterr().err
