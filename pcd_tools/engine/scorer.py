@@ -597,9 +597,11 @@ class Engine:
                 ]
                 out = self._run(mx.array(arr), caches)
                 ri, ci, keys = [], [], []
+                seen = set(node_logits)
                 for i, (fi, _, nodes) in enumerate(group):
                     for node, p in nodes:
-                        if (fi, node) not in node_logits and (fi, node) not in keys:
+                        if (fi, node) not in seen:
+                            seen.add((fi, node))
                             ri.append(i)
                             ci.append(p)
                             keys.append((fi, node))
@@ -608,11 +610,7 @@ class Engine:
                 passes += 1
                 for j, key in enumerate(keys):
                     node_logits[key] = logits[j]
-            fields = []
-            for fi, trie in enumerate(plan.tries):
-                stacked = mx.stack([node_logits[(fi, n)] for n in range(trie.n_nodes)])[None]
-                fields.append(_edge_logp(np.asarray(stacked), trie)[0])
-            result.append(fields)
+            result.append(_fields_from_nodes(plan, node_logits))
         return result, passes
 
     def _sequential(
@@ -637,11 +635,7 @@ class Engine:
                 mx.eval(list(node_logits.values()))
                 trim_prompt_cache(cache, len(toks))
                 passes += 1
-            fields = []
-            for fi, trie in enumerate(plan.tries):
-                stacked = mx.stack([node_logits[(fi, n)] for n in range(trie.n_nodes)])[None]
-                fields.append(_edge_logp(np.asarray(stacked), trie)[0])
-            result.append(fields)
+            result.append(_fields_from_nodes(plan, node_logits))
         return result, passes
 
 
@@ -728,6 +722,15 @@ def _logsumexp(logits: np.ndarray) -> np.ndarray:
     lg = logits.astype(np.float32, copy=False)
     m = lg.max(axis=-1, keepdims=True)
     return (np.log(np.exp(lg - m).sum(axis=-1)) + m[..., 0]).astype(np.float64)
+
+
+def _fields_from_nodes(plan: Plan, node_logits: dict[tuple[int, int], Any]) -> list[np.ndarray]:
+    """Per field edge log-probabilities from each (field, trie node)'s logits."""
+    out = []
+    for fi, trie in enumerate(plan.tries):
+        stacked = mx.stack([node_logits[(fi, n)] for n in range(trie.n_nodes)])[None]
+        out.append(_edge_logp(np.asarray(stacked), trie)[0])
+    return out
 
 
 def _edge_logp(logits: np.ndarray, trie: FieldTrie) -> np.ndarray:
