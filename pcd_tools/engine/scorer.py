@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import ContextTooLongError
+from ..errors import ContextTooLongError, InvalidArgumentError
 from ..prompt import build_prompt, candidate_text, terminator_for
 from ..schema import Schema
 from .platform import import_mlx, set_blas_threads
@@ -410,12 +410,14 @@ class Engine:
         """
         mode = mode or self.default_mode
         if mode == "packed" and not self.packable:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"mode='packed' is not available for model type {self.model_type!r}; "
                 f"accepted: 'batched' or 'sequential' (packing is verified for {sorted(PACKABLE)})."
             )
         if mode not in ("packed", "batched", "sequential"):
-            raise ValueError(f"unknown mode {mode!r}; accepted: 'packed', 'batched', 'sequential'")
+            raise InvalidArgumentError(
+                f"unknown mode {mode!r}; accepted: 'packed', 'batched', 'sequential'"
+            )
         plan = self.plan(schema, choice_order)
         ctx_ids = [self.encode_ids(c) for c in contexts]
         lengths = [

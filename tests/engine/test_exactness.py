@@ -142,3 +142,10 @@ def test_decide_from_other_threads_with_a_cached_prefix(tiny):
             np.testing.assert_allclose(
                 d.fields[name].log_scores, ref.fields[name].log_scores, atol=1e-4
             )
+
+
+def test_unknown_mode_is_a_typed_error(tiny):
+    from pcd_tools.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="accepted: 'packed', 'batched', 'sequential'"):
+        tiny.decide(Ticket, "x", mode="parallel")
