@@ -235,7 +235,7 @@ class Decider:
         scoring: Scoring = "full",
         mode: PassMode | None = None,
         choice_order: Mapping[str, Sequence[int]] | None = None,
-        batch_size: int = 8,
+        batch_size: int = 32,
     ) -> list[Decision[Any]]:
         """Scores `schema` for several contexts, batching them for throughput.
 
@@ -246,7 +246,8 @@ class Decider:
             scoring: As for `decide`.
             mode: As for `decide`.
             choice_order: As for `decide`.
-            batch_size: Contexts scored together in one pass.
+            batch_size: Contexts handed to the engine at once; it splits them into row
+                groups of similar length (`batch_tokens`) that run concurrently.
         """
         compiled = compile_schema(schema)
         t = _check_temperature(temperature)

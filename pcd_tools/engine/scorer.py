@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import math
 import os
+import queue
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,6 +32,7 @@ import numpy as np
 from ..errors import ContextTooLongError, InvalidArgumentError
 from ..prompt import build_prompt, candidate_text, terminator_for
 from ..schema import Schema
+from . import cpu_kernels as _kernels
 from .platform import import_mlx, set_blas_threads
 from .trie import FieldTrie, build_trie
 
@@ -43,6 +46,7 @@ _ALL_THREADS = os.cpu_count() or 1
 # Architectures whose attention reads positions only through `rope(x, offset=cache.offset)`
 # and keys through `cache.update_and_fetch`: the packed layout is verified for these.
 PACKABLE = {"llama", "qwen2", "qwen3", "mistral", "smollm3"}
+SPLIT_TOKENS = 160
 
 
 class _PassCache:
@@ -153,6 +157,50 @@ def _hidden_and_head(model: nn.Module) -> tuple[Any, Any]:
     return None, None
 
 
+class _StreamWorkers:
+    """Daemon threads, each with its own CPU stream, that run the concurrent parts of a
+    pass for every engine in the process.
+
+    They never exit. A thread that holds MLX streams and exits while the interpreter
+    shuts down can abort the process ("terminate called without an active exception",
+    seen with a `ThreadPoolExecutor`, whose threads are joined at exit).
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Future[Any]]]
+        self._jobs = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], arg: Any, workers: int) -> Future[Any]:
+        """Queues `fn(arg)`, first making sure `workers` threads exist."""
+        with self._lock:
+            while len(self._threads) < workers:
+                t = threading.Thread(
+                    target=self._loop, name=f"pcd-stream-{len(self._threads)}", daemon=True
+                )
+                t.start()
+                self._threads.append(t)
+        fut: Future[Any] = Future()
+        self._jobs.put((fn, (arg,), fut))
+        return fut
+
+    def _loop(self) -> None:
+        stream = mx.new_stream(mx.cpu)
+        while True:
+            fn, args, fut = self._jobs.get()
+            if not fut.set_running_or_notify_cancel():  # pragma: no cover - never cancelled
+                continue
+            try:
+                with mx.stream(stream):
+                    fut.set_result(fn(*args))
+            except BaseException as e:  # handed to the waiting caller
+                fut.set_exception(e)
+
+
+_WORKERS = _StreamWorkers()
+
+
 class Engine:
     """Scores compiled schemas on one loaded model. Thread-safe: one pass at a time.
 
@@ -169,6 +217,10 @@ class Engine:
         prefix_cache_size: Schema prefixes kept (LRU).
         prefix_cache_bytes: Byte budget for cached prefix K/V.
         stream_blas_threads: BLAS threads while several CPU streams run at once.
+        batch_tokens: Padded context tokens per row group when several contexts are
+            scored together (CPU); groups run concurrently on the stream workers.
+        cpu_kernels: Run attention softmax and SiLU in numpy (`cpu_kernels` module) on
+            CPU; default on for CPU engines unless `PCD_CPU_KERNELS=0`.
     """
 
     def __init__(
@@ -186,6 +238,8 @@ class Engine:
         prefix_cache_size: int = 16,
         prefix_cache_bytes: int = 1 << 30,
         stream_blas_threads: int = 1,
+        cpu_kernels: bool | None = None,
+        batch_tokens: int = 1024,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -196,6 +250,7 @@ class Engine:
         self.add_bos = add_bos
         self.pack_budget = pack_budget if device == "cpu" else 1 << 30
         self.stream_blas_threads = stream_blas_threads
+        self.batch_tokens = batch_tokens if device == "cpu" else 1 << 30
         self.lock = threading.RLock()
         self._plans: OrderedDict[Any, Plan] = OrderedDict()
         self._prefix: OrderedDict[tuple[int, ...], list[tuple[Any, Any]]] = OrderedDict()
@@ -209,18 +264,44 @@ class Engine:
         self._local = threading.local()
         self.default_mode: PassMode = "packed" if self.packable else "batched"
         self.stats = {"prefix_hits": 0, "prefix_misses": 0}
+        if cpu_kernels is None:
+            cpu_kernels = device == "cpu" and os.environ.get("PCD_CPU_KERNELS", "1") != "0"
+        self.cpu_kernels = bool(cpu_kernels) and device == "cpu" and _kernels.install(model)
+
+    def kernels(self) -> Any:
+        """Context manager: this engine's kernel choice for model calls on this thread."""
+        return _kernels.active(self.cpu_kernels)
+
+    def _parallel(self, jobs: list[Callable[[], Any]]) -> list[Any]:
+        """Runs jobs at once, each on a stream worker thread with its own CPU stream (MLX
+        evaluation and numpy release the GIL). A single job runs on this thread."""
+        if len(jobs) == 1:
+            with mx.stream(self.stream), self.kernels():
+                return [jobs[0]()]
+        kernels = self.cpu_kernels
+
+        def run(job: Callable[[], Any]) -> Any:
+            with _kernels.active(kernels):
+                return job()
+
+        set_blas_threads(self.stream_blas_threads)
+        try:
+            futures = [_WORKERS.submit(run, job, len(jobs)) for job in jobs]
+            return [f.result() for f in futures]
+        finally:
+            set_blas_threads(_ALL_THREADS)
 
     @property
-    def streams(self) -> list[Any]:
-        """This thread's streams: MLX streams belong to the thread that created them."""
-        streams = getattr(self._local, "streams", None)
-        if streams is None:
+    def stream(self) -> Any:
+        """This thread's stream for this engine (MLX streams belong to their thread)."""
+        stream = getattr(self._local, "stream", None)
+        if stream is None:
             if self.device == "cpu":
-                streams = [mx.new_stream(mx.cpu) for _ in range(self.n_streams)]
+                stream = mx.new_stream(mx.cpu)
             else:
-                streams = [mx.default_stream(mx.default_device())]
-            self._local.streams = streams
-        return streams
+                stream = mx.default_stream(mx.default_device())
+            self._local.stream = stream
+        return stream
 
     # --- set-up -------------------------------------------------------------------------
 
@@ -273,8 +354,11 @@ class Engine:
         CPU stream when there is enough work), splitting big fields by root subtrees."""
         total = sum(len(t.pack_tokens) for t in tries)
         n = max(1, math.ceil(total / self.pack_budget))
-        if self.device == "cpu" and self.n_streams > 1 and total >= 48:
-            n = max(n, self.n_streams)
+        # Below about 160 pack tokens a pass is bound by reading the weights, not by
+        # compute: one chunk on one stream beats two (measured: 50 tokens, 162 vs 240 ms).
+        if self.device == "cpu" and self.n_streams > 1 and total >= SPLIT_TOKENS:
+            # a whole number of chunks per stream: the streams finish together
+            n = math.ceil(n / self.n_streams) * self.n_streams
         target = math.ceil(total / n)
         parts: list[tuple[int, list[int], int]] = []  # (field, nodes, size)
         for fi, t in enumerate(tries):
@@ -442,53 +526,78 @@ class Engine:
         hit = prefix is not None
         self.stats["prefix_hits" if hit else "prefix_misses"] += 1
         rows = [c + plan.tail_ids for c in ctx_ids]
+        valid = [len(head) + len(r) for r in rows]
+        edge: list[list[np.ndarray]] = [[] for _ in rows]
         set_blas_threads(_ALL_THREADS)
         if prefix is None and len(rows) == 1:
-            kv = self._prefill([head + rows[0]], None)
+            kv = self._parallel([lambda: self._prefill([head + rows[0]], None)])[0]
             passes += 1
             if use_cache:
                 self._prefix_put(
                     head, [(k[:, :, : len(head)], v[:, :, : len(head)]) for k, v in kv]
                 )
-            groups = [[0]]
             kvs = [kv]
         else:
             if prefix is None:
-                prefix = self._prefill([head], None)
+                prefix = self._parallel([lambda: self._prefill([head], None)])[0]
                 passes += 1
                 if use_cache:
                     self._prefix_put(head, prefix)
-            # Several contexts on CPU: one row group per stream, prefilled concurrently.
-            groups = self._row_groups(rows) if mode == "packed" else [list(range(len(rows)))]
+            groups = (
+                self._row_groups(rows, sum(len(c.tokens) for c in plan.chunks))
+                if mode == "packed"
+                else [list(range(len(rows)))]
+            )
             if len(groups) > 1:
-                set_blas_threads(self.stream_blas_threads)
-            kvs = []
-            for gi, g in enumerate(groups):
-                with mx.stream(self.streams[gi % len(self.streams)]):
-                    kvs.append(self._prefill_graph([rows[i] for i in g], prefix))
-            mx.eval([x for kv in kvs for pair in kv for x in pair])
+                # Several row groups: each job prefills its rows and runs their fields
+                # passes; the stream workers take jobs as they free up.
+                t1 = time.perf_counter()
+                done = self._parallel(
+                    [
+                        lambda g=g: self._group_job(  # type: ignore[misc]
+                            plan, [rows[i] for i in g], [valid[i] for i in g], prefix
+                        )
+                        for g in groups
+                    ]
+                )
+                pre_s = sum(d[1] for d in done)
+                all_s = pre_s + sum(d[2] for d in done)
+                for g, (fields, _, _) in zip(groups, done):
+                    for r, f in zip(g, fields):
+                        edge[r] = f
+                t2 = time.perf_counter()
+                # prefill and fields passes overlap: split the wall time by compute time
+                share = pre_s / all_s if all_s > 0 else 0.5
+                return ScoredBatch(
+                    edge_logp=edge,
+                    prompt_tokens=lengths,
+                    prefill_ms=(t1 - t0) * 1e3 + (t2 - t1) * 1e3 * share,
+                    suffix_eval_ms=(t2 - t1) * 1e3 * (1 - share),
+                    sequential_forward_passes=passes
+                    + math.ceil(len(groups) / self.n_streams) * (1 + len(plan.chunks)),
+                    prefix_cache_hit=hit,
+                )
+            kvs = self._parallel([lambda: self._prefill(rows, prefix)])
             passes += 1
         t1 = time.perf_counter()
-        valid = [len(head) + len(r) for r in rows]
-        edge: list[list[np.ndarray]] = [[] for _ in rows]
         if mode == "packed":
-            streams = self.streams if len(groups) == 1 else None
-            pending = []
-            for gi, (g, kv) in enumerate(zip(groups, kvs)):
-                own = streams or [self.streams[gi % len(self.streams)]]
-                pending.append(self._packed_graph(plan, kv, [valid[i] for i in g], own))
-            if len(groups) > 1 or (len(plan.chunks) > 1 and len(self.streams) > 1):
-                set_blas_threads(self.stream_blas_threads)
-            mx.eval([o for outs, _ in pending for _, o in outs])
-            set_blas_threads(_ALL_THREADS)
-            for g, (outs, _) in zip(groups, pending):
-                for r, fields in zip(g, self._packed_result(plan, outs, len(g))):
-                    edge[r] = fields
-            n = max(n for _, n in pending)
+            # One row group: its chunks are spread over the stream workers.
+            n_jobs = min(self.n_streams, len(plan.chunks))
+            jobs = [plan.chunks[j::n_jobs] for j in range(n_jobs)]
+            done = self._parallel(
+                [
+                    lambda chunks=chunks: self._packed_eval(kvs[0], valid, chunks)  # type: ignore[misc]
+                    for chunks in jobs
+                ]
+            )
+            outs = [o for d in done for o in d]
+            edge = self._packed_result(plan, outs, len(rows))
+            n = max(len(chunks) for chunks in jobs)
         else:
             kv = kvs[0]
             run = self._batched if mode == "batched" else self._sequential
-            edge, n = run(plan, kv, valid)
+            with self.kernels():
+                edge, n = run(plan, kv, valid)
         passes += n
         t2 = time.perf_counter()
         return ScoredBatch(
@@ -502,44 +611,71 @@ class Engine:
 
     # --- the three layouts ----------------------------------------------------------------
 
-    def _row_groups(self, rows: list[list[int]]) -> list[list[int]]:
-        """Splits context rows over the CPU streams, balancing tokens."""
-        n = min(len(rows), len(self.streams)) if self.device == "cpu" else 1
-        groups: list[list[int]] = [[] for _ in range(max(1, n))]
-        load = [0] * len(groups)
-        for i in sorted(range(len(rows)), key=lambda i: -len(rows[i])):
-            j = int(np.argmin(load))
-            groups[j].append(i)
-            load[j] += len(rows[i])
-        return [sorted(g) for g in groups if g]
+    def _row_groups(self, rows: list[list[int]], pack_tokens: int = 0) -> list[list[int]]:
+        """Splits context rows into jobs of similar length (little padding).
 
-    def _packed_graph(
-        self, plan: Plan, kv: list[tuple[Any, Any]], valid: list[int], streams: list[Any]
-    ) -> tuple[list[tuple[_Chunk, Any]], int]:
-        """Builds the packed passes of every chunk; returns (chunk, logits) and passes/stream."""
+        A job holds rows while its padded prefill tokens plus the rows' fields-pass tokens
+        stay within `batch_tokens`, and there is at least one job per CPU stream. Longest
+        first, so the stream workers, which take jobs as they free up, finish together.
+        """
+        order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+        groups: list[list[int]] = []
+        for i in order:
+            g = groups[-1] if groups else None
+            cost = (len(g) + 1) * (len(rows[g[0]]) + pack_tokens) if g else 0
+            if g is not None and cost <= self.batch_tokens:
+                g.append(i)
+            else:
+                groups.append([i])
+        want = min(len(rows), self.n_streams)
+        while len(groups) < want:  # split the biggest group until every stream has work
+            j = max(range(len(groups)), key=lambda j: len(groups[j]))
+            g = groups.pop(j)
+            groups[j:j] = [g[: len(g) // 2], g[len(g) // 2 :]]
+        return [sorted(g) for g in groups]
+
+    def _group_job(
+        self,
+        plan: Plan,
+        rows: list[list[int]],
+        valid: list[int],
+        prefix: list[tuple[Any, Any]] | None,
+    ) -> tuple[list[list[np.ndarray]], float, float]:
+        """Prefills `rows` after the prefix and runs all their fields passes; returns the
+        per-row edge scores and the seconds spent on each phase."""
+        t0 = time.perf_counter()
+        kv = self._prefill(rows, prefix)
+        t1 = time.perf_counter()
+        outs = self._packed_eval(kv, valid, plan.chunks)
+        fields = self._packed_result(plan, outs, len(rows))
+        return fields, t1 - t0, time.perf_counter() - t1
+
+    def _packed_eval(
+        self, kv: list[tuple[Any, Any]], valid: list[int], chunks: list[_Chunk]
+    ) -> list[tuple[_Chunk, Any]]:
+        """Runs the packed passes of `chunks` one after another on the current stream;
+        returns each chunk with its evaluated slot logits (B, slots, V)."""
         b = len(valid)
         width = kv[0][0].shape[2]
         prefix_ok = np.arange(width)[None, :] < np.array(valid)[:, None]  # (B, K)
         outs: list[tuple[_Chunk, Any]] = []
-        per_stream = [0] * len(streams)
-        for ci, ch in enumerate(plan.chunks):
-            si = ci % len(streams)
-            per_stream[si] += 1
-            with mx.stream(streams[si]):
-                t = len(ch.tokens)
-                mask = np.concatenate(
-                    [
-                        np.broadcast_to(prefix_ok[:, None, :], (b, t, width)),
-                        np.broadcast_to(ch.allow, (b, t, t)),
-                    ],
-                    axis=2,
-                )[:, None]
-                pos = (np.array(valid)[:, None] + ch.rel_pos[None, :]).astype(np.int32)
-                caches = [_PassCache(k, v, mx.array(pos), mx.array(mask)) for k, v in kv]
-                toks = mx.array(np.broadcast_to(ch.tokens, (b, t)).astype(np.int32))
-                out = self._run(toks, caches)
-                outs.append((ch, self._logits_at(out, slice(None), mx.array(ch.slots))))
-        return outs, max(per_stream)
+        for ch in chunks:
+            t = len(ch.tokens)
+            mask = np.concatenate(
+                [
+                    np.broadcast_to(prefix_ok[:, None, :], (b, t, width)),
+                    np.broadcast_to(ch.allow, (b, t, t)),
+                ],
+                axis=2,
+            )[:, None]
+            pos = (np.array(valid)[:, None] + ch.rel_pos[None, :]).astype(np.int32)
+            caches = [_PassCache(k, v, mx.array(pos), mx.array(mask)) for k, v in kv]
+            toks = mx.array(np.broadcast_to(ch.tokens, (b, t)).astype(np.int32))
+            out = self._run(toks, caches)
+            logits = self._logits_at(out, slice(None), mx.array(ch.slots))
+            mx.eval(logits)
+            outs.append((ch, logits))
+        return outs
 
     def _packed_result(
         self, plan: Plan, outs: list[tuple[_Chunk, Any]], b: int

@@ -28,7 +28,9 @@ _DECIDER = None
 def decider():
     global _DECIDER
     if _DECIDER is None:
-        _DECIDER = tiny_decider(seed=3)
+        # numpy kernels off: small passes use MLX's own ops and large ones would not, and
+        # the random tiny model amplifies the ~1e-7 difference (cpu_kernels has its own tests)
+        _DECIDER = tiny_decider(seed=3, cpu_kernels=False)
     return _DECIDER
 
 

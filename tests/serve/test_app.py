@@ -95,7 +95,13 @@ def test_decide_endpoint_returns_the_seed_response(server, tiny):
         temperature=0.5,
         scoring="constrained",
     ).to_response()
-    assert got["parsed_json"] == want["parsed_json"]
+    # same answers; probabilities to float32 noise (a cached schema prefix and a whole-prompt
+    # prefill round differently in the last digits)
+    assert {k: v["value"] for k, v in got["parsed_json"].items()} == {
+        k: v["value"] for k, v in want["parsed_json"].items()
+    }
+    for k, v in want["parsed_json"].items():
+        assert got["parsed_json"][k]["prob"] == pytest.approx(v["prob"], abs=1e-5)
     assert list(got["parsed_json"]) == ["priority", "escalate"]  # declaration order kept
     assert got["scoring"] == "constrained" and got["temperature"] == 0.5
     assert got["is_valid_json"] is True
