@@ -52,10 +52,11 @@ SPLIT_TOKENS = 160
 class _PassCache:
     """One layer's cache for a pass: fixed prefix K/V, the pass's positions and mask."""
 
-    def __init__(self, k: Any, v: Any, offset: Any, mask: Any):
+    def __init__(self, k: Any, v: Any, offset: Any, mask: Any, keep: bool = True):
         self.pk, self.pv = k, v
         self.offset = offset
         self.mask = mask
+        self.keep = keep  # a fields pass drops each layer's K/V as soon as it is used
         self.keys: Any = None
         self.values: Any = None
 
@@ -63,7 +64,8 @@ class _PassCache:
         if self.pk is not None:
             keys = mx.concatenate([self.pk, keys], axis=2)
             values = mx.concatenate([self.pv, values], axis=2)
-        self.keys, self.values = keys, values
+        if self.keep:
+            self.keys, self.values = keys, values
         return keys, values
 
     def make_mask(self, n: int, return_array: bool = False, window_size: Any = None) -> Any:
@@ -669,7 +671,8 @@ class Engine:
                 axis=2,
             )[:, None]
             pos = (np.array(valid)[:, None] + ch.rel_pos[None, :]).astype(np.int32)
-            caches = [_PassCache(k, v, mx.array(pos), mx.array(mask)) for k, v in kv]
+            pos_a, mask_a = mx.array(pos), mx.array(mask)
+            caches = [_PassCache(k, v, pos_a, mask_a, keep=False) for k, v in kv]
             toks = mx.array(np.broadcast_to(ch.tokens, (b, t)).astype(np.int32))
             out = self._run(toks, caches)
             logits = self._logits_at(out, slice(None), mx.array(ch.slots))
