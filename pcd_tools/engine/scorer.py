@@ -160,29 +160,26 @@ def _hidden_and_head(model: nn.Module) -> tuple[Any, Any]:
 
 
 class _StreamWorkers:
-    """Daemon threads, each with its own CPU stream, that run the concurrent parts of a
-    pass for every engine in the process.
+    """A fixed number of daemon threads, each with its own CPU stream, that run the
+    concurrent parts of passes for every engine that uses that many streams.
 
     They never exit. A thread that holds MLX streams and exits while the interpreter
     shuts down can abort the process ("terminate called without an active exception",
     seen with a `ThreadPoolExecutor`, whose threads are joined at exit).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, n: int) -> None:
         self._jobs: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Future[Any]]]
         self._jobs = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"pcd-stream-{n}-{i}", daemon=True)
+            for i in range(n)
+        ]
+        for t in self._threads:
+            t.start()
 
-    def submit(self, fn: Callable[..., Any], arg: Any, workers: int) -> Future[Any]:
-        """Queues `fn(arg)`, first making sure `workers` threads exist."""
-        with self._lock:
-            while len(self._threads) < workers:
-                t = threading.Thread(
-                    target=self._loop, name=f"pcd-stream-{len(self._threads)}", daemon=True
-                )
-                t.start()
-                self._threads.append(t)
+    def submit(self, fn: Callable[..., Any], arg: Any) -> Future[Any]:
+        """Queues `fn(arg)`; the first free worker runs it."""
         fut: Future[Any] = Future()
         self._jobs.put((fn, (arg,), fut))
         return fut
@@ -200,7 +197,17 @@ class _StreamWorkers:
                 fut.set_exception(e)
 
 
-_WORKERS = _StreamWorkers()
+_POOLS: dict[int, _StreamWorkers] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _workers(n: int) -> _StreamWorkers:
+    """The shared pool of exactly `n` stream workers (at most `n` jobs run at once)."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(n)
+        if pool is None:
+            pool = _POOLS[n] = _StreamWorkers(n)
+        return pool
 
 
 class Engine:
@@ -288,7 +295,8 @@ class Engine:
 
         set_blas_threads(self.stream_blas_threads)
         try:
-            futures = [_WORKERS.submit(run, job, len(jobs)) for job in jobs]
+            pool = _workers(self.n_streams)
+            futures = [pool.submit(run, job) for job in jobs]
             return [f.result() for f in futures]
         finally:
             set_blas_threads(_ALL_THREADS)
