@@ -540,18 +540,9 @@ def _average(schema: Schema, runs: Sequence[Sequence[Decision[Any]]]) -> list[De
                 [[d.fields[spec.name].distribution[c.label] for c in spec.choices] for d in per],
                 axis=0,
             )
-            best = int(np.argmax(p))
-            choice = spec.choices[best]
-            fields[spec.name] = FieldResult(
-                name=spec.name,
-                value=choice.value,
-                label=choice.label,
-                probability=float(p[best]),
-                distribution={c.label: float(q) for c, q in zip(spec.choices, p)},
-                log_scores=tuple(float(np.log(max(q, 1e-300))) for q in p),
-                spec=spec,
-            )
-            native[spec.name] = choice.value
+            res = FieldResult.from_probs(spec, p, np.log(np.maximum(p, 1e-300)))
+            fields[spec.name] = res
+            native[spec.name] = res.value
         first = per[0]
         out.append(
             Decision(

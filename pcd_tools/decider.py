@@ -298,19 +298,9 @@ class Decider:
         for spec, trie, edge in zip(schema.fields, plan.tries, batch.edge_logp[i]):
             logz = trie.score(edge, constrained=scoring == "constrained")
             temp = cal.temperature(spec.name) * temperature if cal is not None else temperature
-            probs = softmax_scores(logz, temp)
-            best = int(probs.argmax())
-            choice = spec.choices[best]
-            fields[spec.name] = FieldResult(
-                name=spec.name,
-                value=choice.value,
-                label=choice.label,
-                probability=float(probs[best]),
-                distribution={c.label: float(p) for c, p in zip(spec.choices, probs)},
-                log_scores=tuple(float(z) for z in logz),
-                spec=spec,
-            )
-            native[spec.name] = choice.value
+            res = FieldResult.from_probs(spec, softmax_scores(logz, temp), logz)
+            fields[spec.name] = res
+            native[spec.name] = res.value
         return Decision(
             value=schema.build(native),
             fields=fields,

@@ -45,6 +45,21 @@ class FieldResult:
     log_scores: tuple[float, ...]
     spec: FieldSpec = field(repr=False)
 
+    @classmethod
+    def from_probs(cls, spec: FieldSpec, probs: np.ndarray, log_scores: Any) -> FieldResult:
+        """The answer with the highest probability (ties: the first declared candidate)."""
+        best = int(np.argmax(probs))
+        choice = spec.choices[best]
+        return cls(
+            name=spec.name,
+            value=choice.value,
+            label=choice.label,
+            probability=float(probs[best]),
+            distribution={c.label: float(q) for c, q in zip(spec.choices, probs)},
+            log_scores=tuple(float(z) for z in log_scores),
+            spec=spec,
+        )
+
     @property
     def top_choices(self) -> list[tuple[Any, float]]:
         """All candidates as `(label, probability)`, most probable first (ties: declared order)."""

@@ -429,10 +429,11 @@ class Engine:
             picked = self._head(picked)
         return picked.astype(mx.float32)
 
-    def _prefill_graph(
+    def _prefill(
         self, tokens: list[list[int]], prefix: list[tuple[Any, Any]] | None
     ) -> list[tuple[Any, Any]]:
-        """Builds (does not run) the prefill of right-padded rows after an optional prefix."""
+        """Runs the prefill of right-padded rows after an optional shared prefix; returns
+        each layer's K/V, evaluated."""
         width = max(len(r) for r in tokens)
         arr = np.zeros((len(tokens), width), dtype=np.int32)
         for i, r in enumerate(tokens):
@@ -451,13 +452,7 @@ class Engine:
                     v = mx.broadcast_to(v, (b, *v.shape[1:]))
                 caches.append(_PassCache(k, v, offset, mask))
         self._run(mx.array(arr), caches)
-        return [(c.keys, c.values) for c in caches]
-
-    def _prefill(
-        self, tokens: list[list[int]], prefix: list[tuple[Any, Any]] | None
-    ) -> list[tuple[Any, Any]]:
-        """Runs the prefill of rows after an optional shared prefix; returns K/V."""
-        kv = self._prefill_graph(tokens, prefix)
+        kv = [(c.keys, c.values) for c in caches]
         mx.eval([x for pair in kv for x in pair])
         return kv
 
