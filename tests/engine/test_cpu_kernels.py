@@ -135,7 +135,9 @@ def test_decisions_agree_with_and_without_kernels(tiny):
         "urgent": {"type": "boolean"},
     }
     ctx = "My card was charged twice for the same order and I need a refund. " * 6
+    K._masks().clear()
     on = tiny.decide(schema, ctx)
+    assert K._masks(), "the prefill did not go through the numpy attention"
     tiny.engine.cpu_kernels = False
     try:
         off = tiny.decide(schema, ctx)
