@@ -262,37 +262,63 @@ def _enum_model(name: str, doc: str, spec: Mapping[str, tuple[Any, str]]) -> typ
 # --- the built-in adapters ------------------------------------------------------------------
 
 
+def _as_words(labels: Sequence[str], what: str) -> dict[str, str]:
+    """Dataset label -> the words the schema offers (`card_arrival` -> `card arrival`).
+
+    Words read better than snake_case ids, and they tokenize shorter: banking77's trie
+    drops from 541 to 387 tokens and clinc150's intent trie from 429 to 290, so the
+    fields pass of a many-choice field shrinks by about 30%.
+    """
+    words = {lab: lab.replace("_", " ").strip().lower() for lab in labels}
+    if len(set(words.values())) != len(words):
+        raise DatasetError(f"{what}: labels collide once written as words: {sorted(labels)}.")
+    return words
+
+
 def banking77(root: Path) -> Dataset:
-    """BANKING77 test set: one 77-way `intent` enum."""
+    """BANKING77 test set: one 77-way `intent` enum (labels written as words)."""
     labels = json.loads(_need(root / "banking77" / "categories.json").read_text())
+    word = _as_words(labels, "banking77 intents")
     schema = _enum_model(
         "BankingQuery",
         "Classify a customer's message to a digital bank's support chat by what they need.",
-        {"intent": (Literal[tuple(labels)], "The customer's intent: what they want help with")},
+        {
+            "intent": (
+                Literal[tuple(word[lab] for lab in labels)],
+                "The customer's intent: what they want help with",
+            )
+        },
     )
     with _need(root / "banking77" / "test.csv").open(newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
-    ex = [(r["text"], {"intent": r["category"]}) for r in rows]
+    ex = [(r["text"], {"intent": word[r["category"]]}) for r in rows]
     split = Split("test", ex, [f"test:{i}" for i in range(len(ex))], [r["category"] for r in rows])
     return Dataset("banking77", schema, split, split, [str(root / "banking77" / "test.csv")])
 
 
 def clinc150(root: Path) -> Dataset:
-    """CLINC-150: `domain` (10), `intent` (150) and `in_scope` on one query."""
+    """CLINC-150: `domain` (10), `intent` (150) and `in_scope` on one query (labels as words)."""
     domains: dict[str, list[str]] = json.loads(
         _need(root / "clinc150" / "domains.json").read_text()
     )
     data = json.loads(_need(root / "clinc150" / "data_full.json").read_text())
     domain_of = {i: d for d, intents in domains.items() for i in intents}
     intents = [i for d in domains.values() for i in d]
+    word = {
+        **_as_words(list(domains), "clinc150 domains"),
+        **_as_words(intents, "clinc150 intents"),
+    }
     schema = _enum_model(
         "AssistantRequest",
         "Route a user's request to a virtual assistant. The assistant supports ten areas; "
         "some requests fall outside all of them.",
         {
-            "domain": (Literal[tuple(domains)], "The area of life the request is about"),
+            "domain": (
+                Literal[tuple(word[d] for d in domains)],
+                "The area of life the request is about",
+            ),
             "intent": (
-                Literal[tuple(intents)],
+                Literal[tuple(word[i] for i in intents)],
                 "The specific thing the user asks the assistant to do",
             ),
             "in_scope": (
@@ -308,7 +334,7 @@ def clinc150(root: Path) -> Dataset:
             for i, (text, intent) in enumerate(data[part]):
                 lab: dict[str, Any] = {"in_scope": intent != "oos"}
                 if intent != "oos":
-                    lab.update(domain=domain_of[intent], intent=intent)
+                    lab.update(domain=word[domain_of[intent]], intent=word[intent])
                 ex.append((text, lab))
                 ids.append(f"{part}:{i}")
                 strata.append(intent)

@@ -55,7 +55,10 @@ def test_banking77(data):
     assert schema.field_names == ["intent"]
     assert schema.fields[0].cardinality == 77
     assert len(ds.eval_split) == 3080
-    assert ds.eval_split.examples[0] == ("How do I locate my card?", {"intent": "card_arrival"})
+    # labels are offered as words: `card_arrival` becomes "card arrival"
+    assert ds.eval_split.examples[0] == ("How do I locate my card?", {"intent": "card arrival"})
+    assert '"card arrival"' in [c.literal for c in schema.fields[0].choices]
+    assert not any("_" in c.literal for c in schema.fields[0].choices)
     assert schema.fields[0].description  # a description a user would write
     _all_labels_valid(ds)
 
@@ -68,10 +71,24 @@ def test_clinc150(data):
     assert len(ds.eval_split) == 4500 + 1000 and len(ds.calibration_split) == 3000 + 100
     oos = [lab for _, lab in ds.eval_split.examples if not lab["in_scope"]]
     assert len(oos) == 1000 and all(set(lab) == {"in_scope"} for lab in oos)
+    first = next(lab for _, lab in ds.eval_split.examples if lab["in_scope"])
+    assert not any("_" in first[k] for k in ("domain", "intent"))  # labels as words
+    assert '"kitchen and dining"' in [c.literal for c in schema.fields[0].choices]
     _all_labels_valid(ds)
     only = load_dataset("clinc150", data, fields=["domain"])
     assert compile_schema(only.schema).field_names == ["domain"]
     assert len(only.eval_split) == 4500  # out-of-scope queries have no domain: dropped
+
+
+def test_label_words_must_stay_distinct():
+    from pcd_tools.datasets import _as_words
+
+    assert _as_words(["card_arrival", "Refund_not_showing_up"], "x") == {
+        "card_arrival": "card arrival",
+        "Refund_not_showing_up": "refund not showing up",
+    }
+    with pytest.raises(DatasetError, match="collide"):
+        _as_words(["top_up", "top up"], "banking77 intents")
 
 
 def test_nlupp(data):
