@@ -4,6 +4,9 @@
   `softmax(z / T)` over the candidates' raw log scores `z` (`FieldResult.log_scores`), and
   returns a `Calibration` that `Decider.with_calibration` applies and `.save` writes as JSON
   (schema fingerprint, model id, temperatures and the data it was fitted on).
+  `method="temperature_bias"` also fits one bias per allowed value (`softmax(z / T + b)`,
+  Platt scaling for a boolean), which corrects a model's prior lean towards some answers
+  and so can change the answer; `method="auto"` picks per field by cross-validated NLL.
 - `choose_threshold` picks a confidence threshold for a target risk or coverage.
 - `reliability_diagram` draws reliability diagrams (matplotlib, imported lazily).
 - `order_bias` measures how often answers flip when the allowed values are listed in
@@ -43,15 +46,22 @@ __all__ = [
     "ThresholdChoice",
     "calibrate",
     "calibration_from_decisions",
+    "calibration_from_scores",
     "choose_threshold",
     "decide_orderings",
     "fit_temperature",
+    "fit_temperature_bias",
     "order_bias",
     "reliability_diagram",
 ]
 
 FORMAT = "pcd-tools.calibration/1"
 T_MIN, T_MAX = 0.02, 50.0
+METHODS = ("temperature", "temperature_bias", "auto")
+# Candidate standard deviations (in nats) of the Gaussian prior on the biases; the fit
+# picks one by cross-validated NLL on the calibration data.
+BIAS_PRIOR_SDS = (0.5, 1.0, 2.0, 4.0)
+CV_FOLDS = 5
 
 
 class CalibrationError(PcdToolsError, ValueError):
@@ -136,11 +146,150 @@ def fit_temperature(
     return float(math.exp(best if loss(z, g, math.exp(best)) <= vals[j] else grid[j]))
 
 
-def _softmax(z: np.ndarray, t: float) -> np.ndarray:
-    s = z / t
-    s = s - s.max(axis=1, keepdims=True)
+def _softmax(z: np.ndarray, t: float, bias: np.ndarray | None = None) -> np.ndarray:
+    s = z / t if bias is None else z / t + bias
+    s = s - s.max(axis=-1, keepdims=True)
     e = np.exp(s)
-    return e / e.sum(axis=1, keepdims=True)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _tb_loss_grad_hess(
+    z: np.ndarray, y: np.ndarray, a: float, b: np.ndarray, lam: float, fixed_a: bool
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """MAP loss of `softmax(a z + b)` with an L2 penalty `lam/2 |b|^2 / n`, its gradient
+    and Hessian in `(a, b)` (or in `b` alone when `a` is fixed). The loss is convex."""
+    n = len(z)
+    p = _softmax(z, 1.0 / a, b)
+    rows = np.arange(n)
+    loss = float(-np.log(np.maximum(p[rows, y], 1e-300)).mean() + 0.5 * lam * (b @ b) / n)
+    r = p.copy()
+    r[rows, y] -= 1.0
+    g_b = r.mean(axis=0) + lam * b / n
+    h_bb = (np.diag(p.sum(axis=0)) - p.T @ p) / n + lam * np.eye(len(b)) / n
+    if fixed_a:
+        return loss, g_b, h_bb
+    pz = (p * z).sum(axis=1)  # E_p[z] per item
+    g_a = float((r * z).mean(axis=0).sum())
+    h_aa = float(((p * z * z).sum(axis=1) - pz**2).mean())
+    h_ab = (p * z - p * pz[:, None]).mean(axis=0)
+    grad = np.concatenate([[g_a], g_b])
+    hess = np.block([[np.array([[h_aa]]), h_ab[None, :]], [h_ab[:, None], h_bb]])
+    return loss, grad, hess
+
+
+def _newton(
+    z: np.ndarray, y: np.ndarray, a: float, b: np.ndarray, lam: float, fixed_a: bool
+) -> tuple[float, np.ndarray]:
+    for _ in range(100):
+        loss, grad, hess = _tb_loss_grad_hess(z, y, a, b, lam, fixed_a)
+        if float(np.abs(grad).max()) < 1e-9:
+            break
+        step = np.linalg.solve(hess + 1e-10 * np.eye(len(grad)), grad)
+        t = 1.0
+        while t > 1e-6:
+            na = a if fixed_a else a - t * step[0]
+            nb = b - t * (step if fixed_a else step[1:])
+            if _tb_loss_grad_hess(z, y, na, nb, lam, True)[0] <= loss + 1e-12:
+                break
+            t /= 2
+        else:
+            break
+        a, b = na, nb
+    return a, b
+
+
+def fit_temperature_bias(
+    log_scores: Any,
+    gold: Any,
+    *,
+    prior_sd: float = 1.0,
+    bounds: tuple[float, float] = (T_MIN, T_MAX),
+) -> tuple[float, np.ndarray]:
+    """The temperature T and per-candidate biases b minimising the NLL of `softmax(z/T + b)`.
+
+    The biases have a Gaussian prior N(0, prior_sd^2) (a ridge penalty), so candidates
+    seen rarely in the fitting data are not pushed far. The problem is convex in
+    `(1/T, b)` and is solved by damped Newton steps; if `T` leaves `bounds` it is held at
+    the nearer bound and the biases are refitted. For a boolean field this is Platt
+    scaling of the log-odds. Biases are returned with mean zero.
+
+    Args:
+        log_scores: `(n, K)` raw candidate log scores.
+        gold: `(n,)` index of the correct candidate.
+        prior_sd: Standard deviation of the prior on each bias, in nats (> 0).
+        bounds: Smallest and largest temperature allowed.
+
+    Raises:
+        CalibrationError: on empty or mis-shaped input or a bad `prior_sd`.
+    """
+    z = np.asarray(log_scores, dtype=np.float64)
+    g = np.asarray(gold, dtype=np.int64)
+    if z.ndim != 2 or g.shape != (z.shape[0],) or not len(g):
+        raise CalibrationError(
+            f"need (n, K) log scores and (n,) gold indices with n > 0; got {z.shape} and {g.shape}."
+        )
+    if isinstance(prior_sd, bool) or not isinstance(prior_sd, (int, float)) or not prior_sd > 0:
+        raise CalibrationError(f"prior_sd must be a number > 0; got {prior_sd!r}.")
+    z = z - z.max(axis=1, keepdims=True)  # softmax is shift-invariant per row
+    lam = 1.0 / float(prior_sd) ** 2
+    a0 = 1.0 / fit_temperature(z, g, bounds=bounds)
+    a, b = _newton(z, g, a0, np.zeros(z.shape[1]), lam, fixed_a=False)
+    lo, hi = 1.0 / bounds[1], 1.0 / bounds[0]
+    if not lo <= a <= hi:
+        a = min(max(a, lo), hi)
+        a, b = _newton(z, g, a, np.zeros(z.shape[1]), lam, fixed_a=True)
+    return float(1.0 / a), b - b.mean()
+
+
+def _folds(n: int, k: int, seed: int = 0) -> list[np.ndarray]:
+    perm = np.random.default_rng(seed).permutation(n)
+    return [perm[i::k] for i in range(k)]
+
+
+def _cv_nll(z: np.ndarray, g: np.ndarray, prior_sd: float | None) -> float:
+    """Held-out NLL of a method over `CV_FOLDS` folds (`prior_sd=None`: temperature only)."""
+    total = 0.0
+    for test in _folds(len(g), CV_FOLDS):
+        train = np.setdiff1d(np.arange(len(g)), test)
+        if prior_sd is None:
+            p = _softmax(z[test], fit_temperature(z[train], g[train]))
+        else:
+            t, b = fit_temperature_bias(z[train], g[train], prior_sd=prior_sd)
+            p = _softmax(z[test], t, b)
+        total += float(-np.log(np.maximum(p[np.arange(len(test)), g[test]], 1e-300)).sum())
+    return total / len(g)
+
+
+def fit_field(
+    z: np.ndarray, g: np.ndarray, method: str, objective: str = "nll"
+) -> tuple[float, np.ndarray | None, dict[str, Any]]:
+    """Fits one field with `method`: `(T, biases or None, how it was chosen)`.
+
+    `temperature_bias` picks the prior of the biases from `BIAS_PRIOR_SDS`, and `auto`
+    also weighs temperature alone, by the NLL of `CV_FOLDS`-fold cross-validation.
+    """
+    if method not in METHODS:
+        raise CalibrationError(f"unknown method {method!r}; accepted: {list(METHODS)}.")
+    if method == "temperature":
+        return fit_temperature(z, g, objective=objective), None, {"method": "temperature"}
+    if objective != "nll":
+        raise CalibrationError(
+            f"objective {objective!r} applies to method 'temperature' only; "
+            f"{method!r} fits the NLL."
+        )
+    options: list[float | None] = list(BIAS_PRIOR_SDS)
+    if method == "auto":
+        options.insert(0, None)
+    if len(g) < 2 * CV_FOLDS:  # too few items to cross-validate: the middle option
+        choice = options[len(options) // 2]
+        cv: dict[str, float] = {}
+    else:
+        cv = {str(o if o is not None else "temperature"): _cv_nll(z, g, o) for o in options}
+        choice = min(options, key=lambda o: cv[str(o if o is not None else "temperature")])
+    if choice is None:
+        return fit_temperature(z, g), None, {"method": "temperature", "cv_nll": cv}
+    t, b = fit_temperature_bias(z, g, prior_sd=choice)
+    return t, b, {"method": "temperature_bias", "bias_prior_sd": choice, "cv_nll": cv}
 
 
 # --- the Calibration object -------------------------------------------------------------
@@ -148,13 +297,20 @@ def _softmax(z: np.ndarray, t: float) -> np.ndarray:
 
 @dataclass
 class Calibration:
-    """Per-field temperatures for one (model, schema) pair.
+    """Per-field temperatures (and optional biases) for one (model, schema) pair.
+
+    A field's calibrated distribution is `softmax((z / T + b) / t)` over its raw log
+    scores `z`, with `b = 0` unless biases were fitted and `t` the caller's temperature.
 
     Args:
         model_id: The model the scores came from.
         schema_name: Name of the schema.
         schema_fingerprint: `Schema.fingerprint()` of the schema it was fitted on.
         temperatures: Field name -> temperature (multiplies the caller's temperature).
+        biases: Field name -> one bias per allowed value, in declared order (fields
+            fitted with `temperature_bias`; a bias can change the answer).
+        method: The method asked for: `temperature`, `temperature_bias` or `auto`
+            (per field, `metrics[field]["method"]` says which one was used).
         fitted_on: What it was fitted on (dataset, split, n, seed, excluded sample, ids).
         metrics: Per field: n, NLL and ECE before and after, on the fitting data.
         thresholds: Optional per-field confidence thresholds (see `choose_threshold`).
@@ -169,16 +325,40 @@ class Calibration:
     schema_fingerprint: str
     temperatures: dict[str, float]
     fitted_on: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
     thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
     scoring: str = "full"
     objective: str = "nll"
     created: str = ""
+    biases: dict[str, list[float]] = field(default_factory=dict)
+    method: str = "temperature"
     path: str | None = None
 
     def temperature(self, field_name: str) -> float:
         """The fitted temperature of a field; 1.0 for fields not fitted."""
         return float(self.temperatures.get(field_name, 1.0))
+
+    def probabilities(self, field_name: str, log_scores: Any, temperature: float = 1.0) -> Any:
+        """The calibrated distribution `softmax((z / T + b) / temperature)`.
+
+        Args:
+            field_name: The field.
+            log_scores: Raw log scores, `(K,)` or `(n, K)` in declared choice order.
+            temperature: The caller's temperature, applied after calibration.
+
+        Raises:
+            CalibrationMismatchError: if the field's biases do not match `K`.
+        """
+        z = np.asarray(log_scores, dtype=np.float64) / self.temperature(field_name)
+        b = self.biases.get(field_name)
+        if b is not None:
+            if len(b) != z.shape[-1]:
+                raise CalibrationMismatchError(
+                    f"calibration {self.path or ''!s} has {len(b)} biases for field "
+                    f"{field_name!r}, which has {z.shape[-1]} allowed values; refit it."
+                )
+            z = z + np.asarray(b, dtype=np.float64)
+        return _softmax(z, float(temperature))
 
     def check_model(self, model_id: str) -> None:
         """Raises `CalibrationMismatchError` unless fitted for `model_id`."""
@@ -240,6 +420,21 @@ class Calibration:
         bad = {k: v for k, v in temps.items() if not isinstance(v, (int, float)) or not v > 0}
         if bad:
             raise CalibrationError(f"{str(path)!r}: temperatures must be numbers > 0; got {bad}.")
+        biases = raw.get("biases", {})
+        bad_b = [
+            k
+            for k, v in (biases.items() if isinstance(biases, dict) else [("biases", biases)])
+            if not isinstance(v, list)
+            or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in v)
+        ]
+        if bad_b:
+            raise CalibrationError(
+                f"{str(path)!r}: biases must map fields to lists of finite numbers; bad: {bad_b}."
+            )
+        if raw.get("method", "temperature") not in METHODS:
+            raise CalibrationError(
+                f"{str(path)!r}: unknown method {raw.get('method')!r}; accepted: {list(METHODS)}."
+            )
         known = {f for f in cls.__dataclass_fields__ if f != "path"}
         cal = cls(**{k: v for k, v in raw.items() if k in known})
         cal.path = str(path)
@@ -274,8 +469,9 @@ def calibration_from_decisions(
     *,
     fitted_on: Mapping[str, Any] | None = None,
     objective: str = "nll",
+    method: str = "temperature",
 ) -> Calibration:
-    """Fits per-field temperatures from decisions already made on labelled examples.
+    """Fits per-field calibration from decisions already made on labelled examples.
 
     Args:
         schema: The decision schema the decisions were made with.
@@ -283,35 +479,90 @@ def calibration_from_decisions(
         labels: `{field: label}` per example; a missing field is skipped.
         fitted_on: Provenance recorded in the file.
         objective: `"nll"` or `"top_label_nll"` (see `fit_temperature`).
+        method: `"temperature"`, `"temperature_bias"` or `"auto"` (see `calibrate`).
     """
     compiled = compile_schema(schema)
     if not decisions:
         raise CalibrationError("calibrate needs at least one labelled example.")
-    temps, metrics = {}, {}
-    for name, (z, g) in _field_arrays(compiled, decisions, labels).items():
-        t = fit_temperature(z, g, objective=objective)
-        before, after = _softmax(z, 1.0), _softmax(z, t)
-        correct = before.argmax(axis=1) == g
+    return calibration_from_scores(
+        compiled,
+        _field_arrays(compiled, decisions, labels),
+        model_id=decisions[0].model_id,
+        scoring=decisions[0].scoring,
+        fitted_on={"n": len(decisions), **dict(fitted_on or {})},
+        objective=objective,
+        method=method,
+    )
+
+
+def calibration_from_scores(
+    schema: Any,
+    arrays: Mapping[str, tuple[Any, Any]],
+    *,
+    model_id: str,
+    scoring: str = "full",
+    fitted_on: Mapping[str, Any] | None = None,
+    objective: str = "nll",
+    method: str = "temperature",
+) -> Calibration:
+    """Fits per-field calibration from raw log scores, without running the model.
+
+    Args:
+        schema: The decision schema the scores came from.
+        arrays: Field name -> `(log_scores (n, K), gold indices (n,))`.
+        model_id: The model that produced the scores.
+        scoring: The scoring mode of the scores.
+        fitted_on: Provenance recorded in the file.
+        objective: `"nll"` or `"top_label_nll"` (method `temperature` only).
+        method: `"temperature"`, `"temperature_bias"` or `"auto"` (see `calibrate`).
+
+    Raises:
+        CalibrationError: on an unknown method or field, or mis-shaped scores.
+    """
+    compiled = compile_schema(schema)
+    if method not in METHODS:
+        raise CalibrationError(f"unknown method {method!r}; accepted: {list(METHODS)}.")
+    temps: dict[str, float] = {}
+    biases: dict[str, list[float]] = {}
+    metrics: dict[str, dict[str, Any]] = {}
+    for name, (zz, gg) in arrays.items():
+        spec = compiled.field(name)
+        z, g = np.asarray(zz, dtype=np.float64), np.asarray(gg, dtype=np.int64)
+        if z.ndim != 2 or z.shape[1] != spec.cardinality or g.shape != (len(z),):
+            raise CalibrationError(
+                f"field {name!r}: need ({len(g)}, {spec.cardinality}) log scores and "
+                f"({len(g)},) gold indices; got {z.shape} and {g.shape}."
+            )
+        t, b, how = fit_field(z, g, method, objective)
+        before, after = _softmax(z, 1.0), _softmax(z, t, b)
         temps[name] = round(t, 6)
+        if b is not None:
+            biases[name] = [round(float(x), 6) for x in b]
+        ok_before = before.argmax(axis=1) == g
+        ok_after = after.argmax(axis=1) == g
         metrics[name] = {
             "n": len(g),
+            **how,
             "nll_before": nll(before, g),
             "nll_after": nll(after, g),
-            "ece_before": ece(before.max(axis=1), correct),
-            "ece_after": ece(after.max(axis=1), correct),
+            "ece_before": ece(before.max(axis=1), ok_before),
+            "ece_after": ece(after.max(axis=1), ok_after),
+            "accuracy_before": float(ok_before.mean()),
+            "accuracy_after": float(ok_after.mean()),
         }
     info = dict(fitted_on or {})
-    info.setdefault("n", len(decisions))
     return Calibration(
-        model_id=decisions[0].model_id,
+        model_id=model_id,
         schema_name=compiled.name,
         schema_fingerprint=compiled.fingerprint(),
         temperatures=temps,
         fitted_on=info,
         metrics=metrics,
-        scoring=decisions[0].scoring,
+        scoring=scoring,
         objective=objective,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        biases=biases,
+        method=method,
     )
 
 
@@ -323,6 +574,7 @@ def calibrate(
     batch_size: int = 8,
     fitted_on: Mapping[str, Any] | None = None,
     objective: str = "nll",
+    method: str = "temperature",
     progress: bool = False,
 ) -> Calibration:
     """Fits a temperature per field on labelled examples (keep them apart from the eval data).
@@ -334,6 +586,11 @@ def calibrate(
         batch_size: Contexts scored per pass.
         fitted_on: Provenance recorded in the file (dataset, split, n, seed, ids...).
         objective: `"nll"` (classic temperature scaling) or `"top_label_nll"`.
+        method: `"temperature"` (default: one temperature per field; never changes an
+            answer), `"temperature_bias"` (a temperature plus one bias per allowed value,
+            with a Gaussian prior whose width is chosen by cross-validation; it corrects a
+            model that leans towards some answers, and so can change answers) or
+            `"auto"` (per field, whichever of the two has the lower cross-validated NLL).
         progress: Show a progress bar on stderr.
 
     Returns:
@@ -356,7 +613,12 @@ def calibrate(
         label="calibrating",
     )
     return calibration_from_decisions(
-        compiled, decisions, [lab for _, lab in items], fitted_on=fitted_on, objective=objective
+        compiled,
+        decisions,
+        [lab for _, lab in items],
+        fitted_on=fitted_on,
+        objective=objective,
+        method=method,
     )
 
 
@@ -765,9 +1027,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="loss the temperature minimises (default nll)",
     )
     parser.add_argument(
+        "--method",
+        choices=METHODS,
+        default="temperature",
+        help="temperature per field (default), temperature_bias (plus a bias per allowed "
+        "value; can change answers) or auto (per field, by cross-validated NLL)",
+    )
+    parser.add_argument(
         "--scores", default=None, help="also write the raw log scores and gold labels (JSON)"
     )
+    parser.add_argument(
+        "--from-scores",
+        default=None,
+        metavar="SCORES",
+        help="refit from a --scores file of an earlier run instead of running the model",
+    )
     parser.add_argument("--batch-size", type=int, default=8)
+
+
+def _read_scores(path: str) -> dict[str, Any]:
+    """A `--scores` file of an earlier `pcd calibrate` run."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise CalibrationError(f"cannot read scores file {path!r}: {e}") from e
+    except json.JSONDecodeError as e:
+        raise CalibrationError(f"scores file {path!r} is not JSON: {e}") from e
+    need = ("model_id", "schema_fingerprint", "fields")
+    missing = [k for k in need if not isinstance(raw, dict) or k not in raw]
+    if missing:
+        raise CalibrationError(
+            f"scores file {path!r} lacks {missing}; write it with `pcd calibrate --scores`."
+        )
+    return raw
 
 
 def run(args: argparse.Namespace) -> int:
@@ -780,58 +1072,92 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     ds = dataset_from_args(args)
-    split = ds.calibration_sample(args.n, args.seed, eval_n=args.eval_n, eval_seed=args.eval_seed)
-    shared_pool = ds.calibration_split is ds.eval_split
-    with console.status("Loading model..."):
-        decider = Decider.load(args.model)
     compiled = compile_schema(ds.schema)
-    labels = [lab for _, lab in split.examples]
     t0 = time.perf_counter()
-    decisions, _ = run_pcd(
-        decider,
-        compiled,
-        [t for t, _ in split.examples],
-        batch_size=args.batch_size,
-        progress=True,
-        label="calibrating",
-    )
-    fitted_on = {
-        "dataset": ds.name,
-        "source": ds.source,
-        "split": split.name,
-        "n": len(split),
-        "seed": args.seed,
-        "excluded_eval_sample": {"n": args.eval_n, "seed": args.eval_seed} if shared_pool else None,
-        "ids": split.ids,
-    }
-    cal = calibration_from_decisions(
-        compiled, decisions, labels, fitted_on=fitted_on, objective=args.objective
-    )
-    arrays = _field_arrays(compiled, decisions, labels)
-    if args.scores:
-        Path(args.scores).write_text(
-            json.dumps(
-                {
-                    "ids": split.ids,
-                    "fields": {
-                        n: {"log_scores": z.round(5).tolist(), "gold": g.tolist()}
-                        for n, (z, g) in arrays.items()
-                    },
-                }
+    if args.from_scores:
+        saved = _read_scores(args.from_scores)
+        if saved["schema_fingerprint"] != compiled.fingerprint():
+            raise CalibrationMismatchError(
+                f"scores file {args.from_scores!r} was written for schema fingerprint "
+                f"{saved['schema_fingerprint']}, but {ds.name}'s schema is "
+                f"{compiled.fingerprint()}; rerun `pcd calibrate --scores`."
             )
+        arrays = {
+            n: (np.asarray(f["log_scores"], np.float64), np.asarray(f["gold"], np.int64))
+            for n, f in saved["fields"].items()
+        }
+        model_id, scoring = saved["model_id"], saved.get("scoring", "full")
+        fitted_on = dict(saved.get("fitted_on") or {"ids": saved.get("ids")})
+        fitted_on["from_scores"] = str(args.from_scores)
+    else:
+        split = ds.calibration_sample(
+            args.n, args.seed, eval_n=args.eval_n, eval_seed=args.eval_seed
         )
+        shared_pool = ds.calibration_split is ds.eval_split
+        with console.status("Loading model..."):
+            decider = Decider.load(args.model)
+        labels = [lab for _, lab in split.examples]
+        decisions, _ = run_pcd(
+            decider,
+            compiled,
+            [t for t, _ in split.examples],
+            batch_size=args.batch_size,
+            progress=True,
+            label="calibrating",
+        )
+        if not decisions:
+            raise CalibrationError("calibrate needs at least one labelled example.")
+        fitted_on = {
+            "dataset": ds.name,
+            "source": ds.source,
+            "split": split.name,
+            "n": len(split),
+            "seed": args.seed,
+            "excluded_eval_sample": {"n": args.eval_n, "seed": args.eval_seed}
+            if shared_pool
+            else None,
+            "ids": split.ids,
+        }
+        arrays = _field_arrays(compiled, decisions, labels)
+        model_id, scoring = decisions[0].model_id, decisions[0].scoring
+        if args.scores:
+            Path(args.scores).write_text(
+                json.dumps(
+                    {
+                        "model_id": model_id,
+                        "schema_fingerprint": compiled.fingerprint(),
+                        "scoring": scoring,
+                        "fitted_on": fitted_on,
+                        "ids": split.ids,
+                        "fields": {
+                            n: {"log_scores": z.round(5).tolist(), "gold": g.tolist()}
+                            for n, (z, g) in arrays.items()
+                        },
+                    }
+                )
+            )
+    cal = calibration_from_scores(
+        compiled,
+        arrays,
+        model_id=model_id,
+        scoring=scoring,
+        fitted_on=fitted_on,
+        objective=args.objective,
+        method=args.method,
+    )
     for name, (z, g) in arrays.items():
-        after = _softmax(z, cal.temperature(name))
+        before, after = _softmax(z, 1.0), cal.probabilities(name, z)
         conf, ok = after.max(axis=1), after.argmax(axis=1) == g
         if args.target_risk is not None or args.target_coverage is not None:
             cal.thresholds[name] = choose_threshold(
                 conf, ok, target_risk=args.target_risk, target_coverage=args.target_coverage
             ).to_dict()
         if args.diagrams:
+            how = f"T={cal.temperature(name):.2f}" + (" + bias" if name in cal.biases else "")
             reliability_diagram(
                 {
-                    "before (T=1)": (_softmax(z, 1.0).max(axis=1), ok),
-                    f"after (T={cal.temperature(name):.2f})": (conf, ok),
+                    "before (T=1)": (before.max(axis=1), before.argmax(axis=1) == g),
+                    f"after ({how})": (conf, ok),
                 },
                 Path(args.diagrams) / f"{ds.name}_{name}_calibration_split.png",
                 title=f"{ds.name}.{name}: calibration split (in-sample)",
@@ -848,15 +1174,18 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(
-        title=f"Calibration of {ds.name} on {len(split)} items ({split.name}, seed {args.seed})"
+        title=f"Calibration of {ds.name} on {cal.fitted_on.get('n', '?')} items "
+        f"({cal.fitted_on.get('split', '?')}, seed {cal.fitted_on.get('seed', '?')})"
     )
-    for col in ("field", "T", "NLL before", "NLL after", "ECE before", "ECE after", "threshold"):
+    cols = ("field", "method", "T", "NLL before", "NLL after", "ECE before", "ECE after")
+    for col in (*cols, "threshold"):
         table.add_column(col)
     for name, t in cal.temperatures.items():
         m = cal.metrics[name]
         th = cal.thresholds.get(name)
         table.add_row(
             name,
+            str(m.get("method", cal.method)),
             f"{t:.3f}",
             f"{m['nll_before']:.3f}",
             f"{m['nll_after']:.3f}",

@@ -297,8 +297,12 @@ class Decider:
             cal.check_schema(schema)
         for spec, trie, edge in zip(schema.fields, plan.tries, batch.edge_logp[i]):
             logz = trie.score(edge, constrained=scoring == "constrained")
-            temp = cal.temperature(spec.name) * temperature if cal is not None else temperature
-            res = FieldResult.from_probs(spec, softmax_scores(logz, temp), logz)
+            probs = (
+                cal.probabilities(spec.name, logz, temperature)
+                if cal is not None
+                else softmax_scores(logz, temperature)
+            )
+            res = FieldResult.from_probs(spec, probs, logz)
             fields[spec.name] = res
             native[spec.name] = res.value
         return Decision(

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .decider import Decider
     from .result import Decision
 
-__all__ = ["EvalError", "EvalReport", "MethodReport", "evaluate", "run_pcd"]
+__all__ = ["EvalError", "EvalReport", "MethodReport", "evaluate", "rescore", "run_pcd"]
 
 Baseline = Callable[[Any, Schema, str], Any]
 
@@ -251,22 +251,22 @@ class EvalReport:
 def _pcd_method(
     name: str,
     schema: Schema,
-    decisions: Sequence[Decision[Any]],
+    log_scores: Sequence[Mapping[str, Sequence[float]]],
     labels: Sequence[Mapping[str, Any]],
-    temps: Mapping[str, float],
+    probs_of: Callable[[str, np.ndarray], np.ndarray],
     ms: Sequence[float],
     batch_size: int,
+    passes: float,
 ) -> MethodReport:
+    """Metrics of PCD from raw log scores (per item, per field) under `probs_of`."""
     fields, arrays = {}, {}
     for spec in schema.fields:
-        rows = [(d, lab) for d, lab in zip(decisions, labels) if spec.name in lab]
+        rows = [(z, lab) for z, lab in zip(log_scores, labels) if spec.name in lab]
         if not rows:
             continue
-        z = np.array([d.fields[spec.name].log_scores for d, _ in rows], dtype=np.float64)
+        z = np.array([zz[spec.name] for zz, _ in rows], dtype=np.float64)
         gold = np.array([label_index(spec, lab[spec.name]) for _, lab in rows])
-        s = z / temps.get(spec.name, 1.0)
-        s -= s.max(axis=1, keepdims=True)
-        probs = np.exp(s) / np.exp(s).sum(axis=1, keepdims=True)
+        probs = probs_of(spec.name, z)
         fields[spec.name] = field_metrics(probs, gold)
         arrays[spec.name] = {
             "confidence": probs.max(axis=1),
@@ -274,8 +274,36 @@ def _pcd_method(
             "gold": gold,
         }
     kind = "per item" if batch_size == 1 else f"amortized over batches of {batch_size}"
-    passes = float(np.mean([d.sequential_forward_passes for d in decisions])) if decisions else 0.0
     return MethodReport(name, fields, _latency(ms), kind, passes, _arrays=arrays)
+
+
+def _pcd_methods(
+    schema: Schema,
+    log_scores: Sequence[Mapping[str, Sequence[float]]],
+    labels: Sequence[Mapping[str, Any]],
+    calibration: Any,
+    temperature: float,
+    ms: Sequence[float],
+    batch_size: int,
+    passes: float,
+) -> dict[str, MethodReport]:
+    """`pcd` (raw, at `temperature`) and, with a calibration, `pcd_calibrated`."""
+    from .result import softmax_scores
+
+    def raw(_: str, z: np.ndarray) -> np.ndarray:
+        return np.stack([softmax_scores(row, temperature) for row in z])
+
+    out = {"pcd": _pcd_method("pcd", schema, log_scores, labels, raw, ms, batch_size, passes)}
+    if calibration is not None:
+
+        def calibrated(name: str, z: np.ndarray) -> np.ndarray:
+            out: np.ndarray = calibration.probabilities(name, z, temperature)
+            return out
+
+        out["pcd_calibrated"] = _pcd_method(
+            "pcd_calibrated", schema, log_scores, labels, calibrated, ms, batch_size, passes
+        )
+    return out
 
 
 def _baseline_row(spec: Any, res: Any) -> tuple[np.ndarray, int, float]:
@@ -389,14 +417,17 @@ def evaluate(
     decisions, pcd_ms = run_pcd(
         d, compiled, texts, batch_size=batch_size, temperature=temperature, progress=progress
     )
-    raw = {f.name: temperature for f in compiled.fields}
-    methods = {"pcd": _pcd_method("pcd", compiled, decisions, labels, raw, pcd_ms, batch_size)}
     cal = getattr(d, "calibration", None)
-    if cal is not None:
-        temps = {f.name: temperature * cal.temperature(f.name) for f in compiled.fields}
-        methods["pcd_calibrated"] = _pcd_method(
-            "pcd_calibrated", compiled, decisions, labels, temps, pcd_ms, batch_size
-        )
+    methods = _pcd_methods(
+        compiled,
+        [{n: f.log_scores for n, f in x.fields.items()} for x in decisions],
+        labels,
+        cal,
+        temperature,
+        pcd_ms,
+        batch_size,
+        float(np.mean([x.sequential_forward_passes for x in decisions])),
+    )
     results: list[Any] = []
     if baseline:
         fn = _default_baseline() if baseline is True else baseline
@@ -431,6 +462,97 @@ def evaluate(
     report.items = _items(compiled, split, decisions, results)
     report.elapsed_s = time.perf_counter() - t_start
     return report
+
+
+def rescore(
+    report: Mapping[str, Any],
+    schema: Any,
+    calibration: Any = None,
+    *,
+    temperature: float = 1.0,
+) -> EvalReport:
+    """Recomputes a saved report's metrics under another calibration, without the model.
+
+    PCD's raw log scores are stored per item (`EvalReport.to_dict(items=True)`, `pcd eval
+    --out`), so any calibration fitted for the same model and schema can be applied to them
+    afterwards. The baseline's metrics are rebuilt from its stored answers; latencies and
+    the order-bias measurement are carried over from the report.
+
+    Args:
+        report: A report dict with items, as `pcd eval --out` writes it.
+        schema: The schema the report was made with (its fingerprint must match).
+        calibration: A `Calibration` (or its path) for `pcd_calibrated`; `None` drops it.
+        temperature: PCD softmax temperature.
+
+    Raises:
+        EvalError: if the report has no items or was made with another schema or model.
+    """
+    from types import SimpleNamespace
+
+    from .calibration import Calibration
+
+    compiled = compile_schema(schema)
+    items = report.get("items") or []
+    if not items or "pcd_log_scores" not in items[0]:
+        raise EvalError("rescore needs a report with items (write it with `pcd eval --out`).")
+    if report.get("fingerprint") != compiled.fingerprint():
+        raise EvalError(
+            f"the report was made with schema fingerprint {report.get('fingerprint')}, not "
+            f"{compiled.fingerprint()} ({compiled.name}); evaluate this schema again."
+        )
+    cal = Calibration.load(calibration) if isinstance(calibration, (str, Path)) else calibration
+    if cal is not None:
+        cal.check_model(report["model_id"])
+        cal.check_schema(compiled)
+    stored = report.get("methods", {})
+    labels = [it["gold"] for it in items]
+    pcd = stored.get("pcd", {})
+    methods = _pcd_methods(
+        compiled,
+        [it["pcd_log_scores"] for it in items],
+        labels,
+        cal,
+        temperature,
+        [],
+        int(report.get("batch_size", 8)),
+        float(pcd.get("passes", math.nan)),
+    )
+    for m in methods.values():
+        m.latency = dict(pcd.get("latency") or m.latency)
+        m.latency_kind = str(pcd.get("latency_kind", m.latency_kind))
+    if "baseline" in stored and all("baseline" in it for it in items):
+        results = [
+            SimpleNamespace(
+                is_valid_json="baseline_text" not in it,
+                schema_match="baseline_text" not in it,
+                values={n: v for n, (v, _) in it["baseline"].items() if v is not None},
+                value_probs={n: p for n, (v, p) in it["baseline"].items() if v is not None},
+            )
+            for it in items
+        ]
+        b = _baseline_method(compiled, results, labels, [])
+        sb = stored["baseline"]
+        b.latency, b.latency_kind = dict(sb.get("latency") or {}), sb.get("latency_kind", "")
+        b.passes, b.invalid = sb.get("passes", math.nan), sb.get("invalid", b.invalid)
+        b.tokens = sb.get("tokens", math.nan)
+        methods["baseline"] = b
+    out = EvalReport(
+        dataset=str(report.get("dataset", compiled.name)),
+        schema=compiled.name,
+        fingerprint=compiled.fingerprint(),
+        model_id=str(report["model_id"]),
+        n=len(items),
+        seed=report.get("seed"),
+        methods=methods,
+        batch_size=int(report.get("batch_size", 8)),
+        calibration_file=getattr(cal, "path", None) if cal is not None else None,
+        order_bias=report.get("order_bias"),
+        items=list(items),
+        elapsed_s=float(report.get("elapsed_s", 0.0)),
+    )
+    if cal is not None and cal.thresholds:
+        _check_thresholds(out, cal.thresholds)
+    return out
 
 
 def _check_thresholds(report: EvalReport, thresholds: Mapping[str, Mapping[str, Any]]) -> None:
@@ -496,6 +618,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--diagrams", default=None, help="folder for reliability-diagram PNGs")
     parser.add_argument("--out", default=None, help="write the full report (with items) as JSON")
+    parser.add_argument(
+        "--from-report",
+        default=None,
+        metavar="REPORT",
+        help="recompute a saved report (--out) under --calibration, without the model",
+    )
 
 
 def _check_disjoint(decider: Any, dataset: str, ids: Sequence[str]) -> None:
@@ -554,13 +682,27 @@ def run(args: argparse.Namespace) -> int:
     """Runs `pcd eval`."""
     from rich.console import Console
 
-    from .calibration import order_bias, reliability_diagram
+    from .calibration import order_bias
     from .datasets import dataset_from_args
     from .decider import Decider
 
     t0 = time.perf_counter()
     err = Console(stderr=True)
     ds = dataset_from_args(args)
+    if args.from_report:
+        try:
+            saved = json.loads(Path(args.from_report).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise EvalError(f"cannot read report {args.from_report!r}: {e}") from e
+        from types import SimpleNamespace
+
+        from .calibration import Calibration
+
+        cal = Calibration.load(args.calibration) if args.calibration else None
+        ids = [it.get("id") for it in saved.get("items") or []]
+        _check_disjoint(SimpleNamespace(calibration=cal), ds.name, ids)
+        report = rescore(saved, ds.schema, cal, temperature=args.temperature)
+        return _finish(args, ds, report, err, t0=None)
     split = ds.eval_sample(args.n, args.seed)
     with err.status("Loading model..."):
         decider = Decider.load(args.model, calibration=args.calibration)
@@ -588,6 +730,17 @@ def run(args: argparse.Namespace) -> int:
                 temperature=args.temperature,
                 batch_size=args.batch_size,
             ).to_dict()
+    return _finish(args, ds, report, err, t0)
+
+
+def _finish(
+    args: argparse.Namespace, ds: Any, report: EvalReport, err: Any, t0: float | None
+) -> int:
+    """Diagrams, the `--out` file and the printed report of `pcd eval`."""
+    from rich.console import Console
+
+    from .calibration import reliability_diagram
+
     if args.diagrams:
         for name in compile_schema(ds.schema).field_names:
             panels: dict[str, tuple[Any, Any]] = {
@@ -599,9 +752,10 @@ def run(args: argparse.Namespace) -> int:
                 reliability_diagram(
                     panels,
                     Path(args.diagrams) / f"{ds.name}_{name}.png",
-                    title=f"{ds.name}.{name}: evaluation sample n={report.n}, seed {args.seed}",
+                    title=f"{ds.name}.{name}: evaluation sample n={report.n}, seed {report.seed}",
                 )
-    report.elapsed_s = time.perf_counter() - t0
+    if t0 is not None:
+        report.elapsed_s = time.perf_counter() - t0
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(

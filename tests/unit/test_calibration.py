@@ -15,9 +15,12 @@ from pcd_tools.calibration import (
     CalibrationError,
     CalibrationMismatchError,
     calibrate,
+    calibration_from_scores,
     choose_threshold,
     decide_orderings,
+    fit_field,
     fit_temperature,
+    fit_temperature_bias,
     order_bias,
     reliability_diagram,
 )
@@ -106,6 +109,112 @@ def _cal(**kw: Any) -> Calibration:
     )
     base.update(kw)
     return Calibration(**base)
+
+
+def _draw(rng, z, t, b):
+    s = z / t + b
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    return (p.cumsum(axis=1) > rng.uniform(size=(len(z), 1))).argmax(axis=1)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("t_true", "b_true"),
+    [(2.0, [1.0, -0.5, 0.0, -0.5]), (0.7, [0.0, 0.0, 0.0, 0.0]), (1.5, [1.2, -1.2])],
+)
+def test_fit_temperature_bias_recovers_known_parameters(t_true, b_true):
+    rng = np.random.default_rng(3)
+    b_true = np.array(b_true)
+    z = rng.normal(0.0, 3.0, size=(20000, len(b_true)))
+    t, b = fit_temperature_bias(z, _draw(rng, z, t_true, b_true), prior_sd=10.0)
+    assert abs(t - t_true) / t_true < 0.05
+    assert np.abs(b - (b_true - b_true.mean())).max() < 0.08
+    assert abs(b.sum()) < 1e-9  # reported with mean zero
+
+
+@pytest.mark.unit
+def test_fit_temperature_bias_is_platt_scaling_for_a_boolean():
+    # the scores carry no information and the labels are 80% the second value: T runs to
+    # its bound and the bias difference becomes the log prior odds, log(0.8 / 0.2)
+    rng = np.random.default_rng(4)
+    z = rng.normal(0.0, 1.0, size=(5000, 2))
+    gold = (rng.uniform(size=5000) < 0.8).astype(int)
+    t, b = fit_temperature_bias(z, gold, prior_sd=10.0)
+    assert t == pytest.approx(50.0)
+    assert b[1] - b[0] == pytest.approx(math.log(4.0), abs=0.1)
+
+
+@pytest.mark.unit
+def test_the_prior_shrinks_biases_fitted_on_few_items():
+    rng = np.random.default_rng(5)
+    z = rng.normal(0.0, 2.0, size=(40, 3))
+    gold = _draw(rng, z, 1.0, np.array([2.0, 0.0, -2.0]))
+    wide = fit_temperature_bias(z, gold, prior_sd=10.0)[1]
+    narrow = fit_temperature_bias(z, gold, prior_sd=0.1)[1]
+    assert np.abs(narrow).max() < 0.2 * np.abs(wide).max()
+    with pytest.raises(CalibrationError, match="prior_sd"):
+        fit_temperature_bias(z, gold, prior_sd=0)
+    with pytest.raises(CalibrationError, match="need"):
+        fit_temperature_bias(z[:, :, None], gold)
+
+
+@pytest.mark.unit
+def test_auto_picks_temperature_alone_or_with_biases_by_cross_validation():
+    rng = np.random.default_rng(6)
+    z = rng.normal(0.0, 3.0, size=(600, 3))
+    plain = _draw(rng, z, 2.0, np.zeros(3))
+    leaning = _draw(rng, z, 2.0, np.array([2.5, 0.0, -2.5]))
+    _t, b, how = fit_field(z, plain, "auto")
+    assert b is None and how["method"] == "temperature"
+    assert how["cv_nll"]["temperature"] <= min(how["cv_nll"].values())
+    _t, b, how = fit_field(z, leaning, "auto")
+    assert b is not None and how["method"] == "temperature_bias"
+    assert b[0] > 1.0 > -1.0 > b[2]
+    with pytest.raises(CalibrationError, match="unknown method"):
+        fit_field(z, plain, "isotonic")
+    with pytest.raises(CalibrationError, match="objective"):
+        fit_field(z, plain, "auto", objective="top_label_nll")
+
+
+@pytest.mark.unit
+def test_biases_apply_save_load_and_are_validated(tmp_path):
+    rng = np.random.default_rng(7)
+    schema = compile_schema(SCHEMA)
+    z = rng.normal(0.0, 3.0, size=(400, 3))
+    gold = _draw(rng, z, 1.0, np.array([0.0, 2.0, 0.0]))
+    zu = rng.normal(0.0, 3.0, size=(400, 2))
+    cal = calibration_from_scores(
+        schema,
+        {"mood": (z, gold), "urgent": (zu, _draw(rng, zu, 1.0, np.zeros(2)))},
+        model_id="m",
+        method="temperature_bias",
+    )
+    assert cal.method == "temperature_bias" and set(cal.biases) == {"mood", "urgent"}
+    m = cal.metrics["mood"]
+    assert m["method"] == "temperature_bias" and m["bias_prior_sd"] in (0.5, 1.0, 2.0, 4.0)
+    assert m["nll_after"] < m["nll_before"] and m["accuracy_after"] > m["accuracy_before"]
+    row = np.array([1.0, 0.5, -1.0])
+    s = row / cal.temperature("mood") + np.array(cal.biases["mood"])
+    want = np.exp(s / 0.5 - (s / 0.5).max())
+    assert cal.probabilities("mood", row, 0.5) == pytest.approx(want / want.sum(), abs=1e-12)
+    back = Calibration.load(cal.save(tmp_path / "c.json"))
+    assert back.biases == cal.biases and back.method == "temperature_bias"
+    assert back.probabilities("mood", z[:5]) == pytest.approx(cal.probabilities("mood", z[:5]))
+    with pytest.raises(CalibrationMismatchError, match="3 biases"):
+        cal.probabilities("mood", np.zeros(4))
+    raw = json.loads((tmp_path / "c.json").read_text())
+    raw["biases"]["mood"] = [0.0, "x", 1.0]
+    (tmp_path / "bad.json").write_text(json.dumps(raw))
+    with pytest.raises(CalibrationError, match="biases"):
+        Calibration.load(tmp_path / "bad.json")
+    raw["biases"] = {}
+    raw["method"] = "isotonic"
+    (tmp_path / "bad.json").write_text(json.dumps(raw))
+    with pytest.raises(CalibrationError, match="unknown method"):
+        Calibration.load(tmp_path / "bad.json")
+    with pytest.raises(CalibrationError, match=r"\(400, 3\)"):
+        calibration_from_scores(schema, {"mood": (zu, gold)}, model_id="m")
 
 
 @pytest.mark.unit
@@ -285,6 +394,63 @@ def test_evaluate_reports_both_methods(tiny):
 
 
 @pytest.mark.engine
+def test_a_fitted_bias_can_change_the_answer(tiny):
+    raw = tiny.decide(SCHEMA, TEXTS[0])
+    z = np.array(raw.fields["mood"].log_scores)
+    loser = int(np.argmin(z))
+    bias = [0.0, 0.0, 0.0]
+    bias[loser] = float(z.max() - z.min() + 5.0)  # enough to overturn the raw ranking
+    cal = Calibration(
+        model_id=tiny.model_id,
+        schema_name="x",
+        schema_fingerprint=compile_schema(SCHEMA).fingerprint(),
+        temperatures={"mood": 1.0},
+        biases={"mood": bias},
+        method="temperature_bias",
+    )
+    d = tiny.with_calibration(cal).decide(SCHEMA, TEXTS[0])
+    assert d.calibrated
+    assert d.fields["mood"].label == compile_schema(SCHEMA).fields[0].choices[loser].label
+    assert d.fields["mood"].log_scores == raw.fields["mood"].log_scores  # raw scores kept
+    assert d.fields["urgent"].distribution == pytest.approx(raw.fields["urgent"].distribution)
+
+
+@pytest.mark.engine
+def test_rescore_reproduces_a_report_and_applies_another_calibration(tiny):
+    from pcd_tools.evaluate import EvalError, evaluate, rescore
+
+    items = list(zip(TEXTS * 2, LABELS * 2))
+    cal = calibrate(SCHEMA, items, decider=tiny, batch_size=6)
+    report = evaluate(
+        SCHEMA, items, decider=tiny.with_calibration(cal), baseline=_stub_baseline, name="toy"
+    )
+    saved = json.loads(json.dumps(report.to_dict(items=True)))
+    again = rescore(saved, SCHEMA, cal)
+    for m in ("pcd", "pcd_calibrated", "baseline"):
+        for f in ("mood", "urgent"):
+            a, b = report.methods[m].fields[f], again.methods[m].fields[f]
+            assert b.accuracy == a.accuracy
+            assert b.nll == pytest.approx(a.nll, abs=1e-3)  # stored log scores: 4 decimals
+        assert again.methods[m].latency == report.methods[m].latency
+    assert again.methods["baseline"].invalid == report.methods["baseline"].invalid
+    biased = Calibration(
+        model_id=tiny.model_id,
+        schema_name="x",
+        schema_fingerprint=compile_schema(SCHEMA).fingerprint(),
+        temperatures={"mood": 1.0},
+        biases={"mood": [0.0, 0.0, 1e3]},  # always "sad"
+    )
+    other = rescore(saved, SCHEMA, biased).methods["pcd_calibrated"]
+    assert other._arrays["mood"]["pred"].tolist() == [2] * 12
+    assert other.fields["mood"].mean_confidence == pytest.approx(1.0)
+    assert "pcd_calibrated" not in rescore(saved, SCHEMA, None).methods
+    with pytest.raises(EvalError, match="fingerprint"):
+        rescore(saved, {"x": {"type": "boolean"}}, None)
+    with pytest.raises(EvalError, match="items"):
+        rescore({**saved, "items": []}, SCHEMA, None)
+
+
+@pytest.mark.engine
 def test_evaluate_samples_with_a_fixed_seed(tiny):
     from pcd_tools.evaluate import evaluate
 
@@ -324,20 +490,21 @@ def test_order_bias_and_averaging(tiny):
             assert both[i].fields["mood"].distribution[c] == pytest.approx(mean, abs=1e-12)
 
 
+def _fake_load(tiny):
+    """`Decider.load` returning the tiny model, calibrated when asked."""
+    return classmethod(
+        lambda cls, *a, calibration=None, **k: (
+            tiny.with_calibration(calibration) if calibration else tiny
+        )
+    )
+
+
 @pytest.mark.engine
 def test_cli_calibrate_then_eval(tiny, tmp_path, monkeypatch, capsys):
     from pcd_tools.cli import main
     from pcd_tools.decider import Decider
 
-    monkeypatch.setattr(
-        Decider,
-        "load",
-        classmethod(
-            lambda cls, *a, calibration=None, **k: (
-                tiny.with_calibration(calibration) if calibration else tiny
-            )
-        ),
-    )
+    monkeypatch.setattr(Decider, "load", _fake_load(tiny))
     data = tmp_path / "d.jsonl"
     rows = [{"text": t, **lab} for t, lab in zip(TEXTS * 3, LABELS * 3)]
     data.write_text("\n".join(json.dumps(r) for r in rows))
@@ -359,6 +526,8 @@ def test_cli_calibrate_then_eval(tiny, tmp_path, monkeypatch, capsys):
             "0.5",
             "--diagrams",
             str(tmp_path / "png"),
+            "--scores",
+            str(tmp_path / "scores.json"),
             "--json",
         ]
     )
@@ -383,6 +552,8 @@ def test_cli_calibrate_then_eval(tiny, tmp_path, monkeypatch, capsys):
             "--json",
             "--diagrams",
             str(tmp_path / "png"),
+            "--out",
+            str(tmp_path / "report.json"),
         ]
     )
     assert rc == 0
@@ -391,6 +562,49 @@ def test_cli_calibrate_then_eval(tiny, tmp_path, monkeypatch, capsys):
     assert set(rep["methods"]) == {"pcd", "pcd_calibrated"}
     assert rep["order_bias"]["k"] == 2
     assert (tmp_path / "png" / "d_urgent.png").exists()
+    # refit from the saved scores with another method, without the model...
+    monkeypatch.setattr(Decider, "load", None)  # any model load would now fail
+    cal2 = tmp_path / "cal2.json"
+    rc = main(
+        [
+            "calibrate",
+            *common,
+            "--from-scores",
+            str(tmp_path / "scores.json"),
+            "--method",
+            "temperature_bias",
+            "--out",
+            str(cal2),
+            "--json",
+        ]
+    )
+    assert rc == 0
+    out2 = json.loads(capsys.readouterr().out)
+    assert out2["method"] == "temperature_bias" and set(out2["biases"]) == {"mood", "urgent"}
+    assert out2["fitted_on"]["ids"] == out["fitted_on"]["ids"]
+    # ...and recompute the saved report under it
+    rc = main(
+        [
+            "eval",
+            *common,
+            "--from-report",
+            str(tmp_path / "report.json"),
+            "--calibration",
+            str(cal2),
+            "--json",
+        ]
+    )
+    assert rc == 0
+    rep2 = json.loads(capsys.readouterr().out)
+    for f in ("mood", "urgent"):  # the same metrics, from log scores stored to 4 decimals
+        a, b = rep["methods"]["pcd"]["fields"][f], rep2["methods"]["pcd"]["fields"][f]
+        assert b["accuracy"] == a["accuracy"] and b["nll"] == pytest.approx(a["nll"], abs=1e-3)
+    assert rep2["calibration_file"] == str(cal2) and rep2["order_bias"] == rep["order_bias"]
+    rc = main(["calibrate", *common, "--from-scores", str(tmp_path / "report.json")])
+    assert rc == 1
+    assert "lacks" in capsys.readouterr().err
+    monkeypatch.undo()
+    monkeypatch.setattr(Decider, "load", _fake_load(tiny))
     # evaluating on the very items the calibration was fitted on is refused
     rc = main(["eval", *common, "--n", "18", "--no-baseline", "--calibration", str(cal_path)])
     assert rc == 1
