@@ -60,7 +60,7 @@ T_MIN, T_MAX = 0.02, 50.0
 METHODS = ("temperature", "temperature_bias", "auto")
 # Candidate standard deviations (in nats) of the Gaussian prior on the biases; the fit
 # picks one by cross-validated NLL on the calibration data.
-BIAS_PRIOR_SDS = (0.5, 1.0, 2.0, 4.0)
+BIAS_PRIOR_SDS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 CV_FOLDS = 5
 
 
