@@ -775,14 +775,35 @@ def reliability_diagram(
 # --- order bias -----------------------------------------------------------------------------
 
 
-def _orderings(schema: Schema, k: int, seed: int, first: str) -> list[dict[str, list[int]]]:
-    """`first` ("identity" or "reverse") followed by k - 1 seeded random listing orders."""
-    rng = np.random.default_rng(seed)
-    out = []
+DESIGNS = ("rotations", "random")
+
+
+def _orderings(
+    schema: Schema, k: int, seed: int, first: str, design: str = "rotations"
+) -> list[dict[str, list[int]]]:
+    """k listing orders per field, starting from `first` ("identity" or "reverse").
+
+    - `rotations`: the first order rotated by `round(j * K / k)` places for j < k, so
+      every allowed value sits at k evenly spread positions and its mean position is
+      close to the middle of the list, whatever the first order was.
+    - `random`: the first order, then k - 1 seeded random permutations.
+    """
+    if design not in DESIGNS:
+        raise CalibrationError(f"unknown order design {design!r}; accepted: {list(DESIGNS)}.")
     head = {f.name: list(range(f.cardinality)) for f in schema.fields}
     if first == "reverse":
         head = {n: o[::-1] for n, o in head.items()}
-    out.append(head)
+    if design == "rotations":
+        out = []
+        for j in range(k):
+            order = {}
+            for name, base in head.items():
+                r = round(j * len(base) / k) % len(base)
+                order[name] = base[r:] + base[:r]
+            out.append(order)
+        return out
+    rng = np.random.default_rng(seed)
+    out = [head]
     for _ in range(k - 1):
         out.append(
             {f.name: [int(i) for i in rng.permutation(f.cardinality)] for f in schema.fields}
@@ -863,12 +884,14 @@ def decide_orderings(
     orderings: Sequence[Mapping[str, Sequence[int]]] | None = None,
     temperature: float = 1.0,
     batch_size: int = 8,
+    design: str = "rotations",
 ) -> list[Decision[Any]]:
     """Decides each context under k listing orders of the allowed values and averages.
 
-    Each field's distribution is the mean of its distributions under the orders (the
-    declared order first, then k - 1 seeded random permutations, unless `orderings` is
-    given). Every order has its own system prompt, so this costs k prefills and k field
+    Each field's distribution is the mean of its distributions under the orders: by
+    default the declared order rotated by evenly spaced offsets, so every allowed value
+    is listed at k spread-out positions (`design="random"`: the declared order and k - 1
+    seeded random permutations; `orderings` gives them explicitly). Every order has its own system prompt, so this costs k prefills and k field
     passes per batch: the returned decisions' `sequential_forward_passes`, `prefill_ms`,
     `suffix_eval_ms` and `elapsed_ms` are sums over the orders. `log_scores` hold the log
     of the averaged probabilities.
@@ -882,12 +905,13 @@ def decide_orderings(
         orderings: Explicit per-field listing orders (indices into each field's choices).
         temperature: Softmax temperature.
         batch_size: Contexts per pass.
+        design: `"rotations"` (default) or `"random"`.
     """
     compiled = compile_schema(schema)
     if orderings is None:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise CalibrationError(f"k must be an int >= 1; got {k!r}.")
-        orderings = _orderings(compiled, k, seed, "identity")
+        orderings = _orderings(compiled, k, seed, "identity", design)
     runs, _ = _runs(decider, compiled, list(contexts), orderings, temperature, batch_size)
     return _average(compiled, runs)
 
@@ -902,10 +926,11 @@ class OrderBiasReport:
         flip_rate: Per field: the fraction whose answer differs between the declared and
             the reversed listing.
         flip_rate_averaged: Per field: the fraction whose averaged answer differs between
-            {declared + k-1 random orders} and {reversed + k-1 other random orders}.
+            the k orders built from the declared listing and the k built from its reverse.
         ms_per_item: Wall time per context: `"single"` (one order) and `"averaged"` (k).
         passes_per_call: Sequential forward passes of one call over a batch of contexts,
             for `"single"` and `"averaged"`.
+        design: How the k orders were built: `"rotations"` or `"random"`.
     """
 
     n: int
@@ -914,6 +939,7 @@ class OrderBiasReport:
     flip_rate_averaged: dict[str, float] = field(default_factory=dict)
     ms_per_item: dict[str, float] = field(default_factory=dict)
     passes_per_call: dict[str, float] = field(default_factory=dict)
+    design: str = "rotations"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""
@@ -938,12 +964,19 @@ def order_bias(
     seed: int = 0,
     temperature: float = 1.0,
     batch_size: int = 8,
+    design: str = "rotations",
 ) -> OrderBiasReport:
     """Measures the order-flip rate, and with `k >= 2` that of the k-order average.
 
     The raw flip rate compares the declared listing with its reverse. The averaged one
-    compares {declared + k-1 random orders} with {reversed + k-1 independently drawn
-    random orders}, so it is not zero by construction.
+    compares the average over k orders built from the declared listing with the average
+    over k orders built from the reversed listing:
+
+    - `rotations` (default, what `decide_orderings` uses): each listing rotated by k
+      evenly spaced offsets. The two sets share no order when a field has more than two
+      values; for a boolean with k = 2 they are the same two orders, so its averaged
+      answer cannot depend on the order at all.
+    - `random`: each listing plus k - 1 independently drawn random permutations.
 
     Args:
         schema: The decision schema.
@@ -953,6 +986,7 @@ def order_bias(
         seed: Seed of the random orders.
         temperature: Softmax temperature.
         batch_size: Contexts per pass.
+        design: `"rotations"` or `"random"`.
     """
     from .decider import default_decider
 
@@ -963,10 +997,20 @@ def order_bias(
     n = max(1, len(ctx))
     kk = k if k >= 2 else 1
     ra, sa = _runs(
-        d, compiled, ctx, _orderings(compiled, kk, seed, "identity"), temperature, batch_size
+        d,
+        compiled,
+        ctx,
+        _orderings(compiled, kk, seed, "identity", design),
+        temperature,
+        batch_size,
     )
     rb, sb = _runs(
-        d, compiled, ctx, _orderings(compiled, kk, seed + 1, "reverse"), temperature, batch_size
+        d,
+        compiled,
+        ctx,
+        _orderings(compiled, kk, seed + 1, "reverse", design),
+        temperature,
+        batch_size,
     )
     single_passes = [x.sequential_forward_passes for x in ra[0] + rb[0]]
     report = OrderBiasReport(
@@ -975,6 +1019,7 @@ def order_bias(
         flip_rate=_flips(ra[0], rb[0], names),
         ms_per_item={"single": (sa[0] + sb[0]) * 1e3 / (2 * n)},
         passes_per_call={"single": float(np.mean(single_passes))},
+        design=design,
     )
     if k >= 2:
         a_k, b_k = _average(compiled, ra), _average(compiled, rb)
@@ -1195,7 +1240,7 @@ def run(args: argparse.Namespace) -> int:
             if th
             else "-",
         )
-    out_console = Console()
+    out_console = Console(width=150)
     out_console.print(table)
     out_console.print(f"saved {out}  ({elapsed:.1f} s)")
     return 0

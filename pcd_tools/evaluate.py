@@ -616,6 +616,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--order-bias-n", type=int, default=100, help="items for the order-bias measurement"
     )
+    parser.add_argument(
+        "--order-design",
+        choices=("rotations", "random"),
+        default="rotations",
+        help="how the K orders are built: evenly spaced rotations (default) or random",
+    )
     parser.add_argument("--diagrams", default=None, help="folder for reliability-diagram PNGs")
     parser.add_argument("--out", default=None, help="write the full report (with items) as JSON")
     parser.add_argument(
@@ -729,6 +735,7 @@ def run(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 temperature=args.temperature,
                 batch_size=args.batch_size,
+                design=args.order_design,
             ).to_dict()
     return _finish(args, ds, report, err, t0)
 

@@ -316,6 +316,38 @@ def test_reliability_diagram_writes_a_png(tmp_path):
     assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.unit
+def test_rotation_orders_spread_every_value_over_the_list():
+    from pcd_tools.calibration import _orderings
+
+    schema = compile_schema(
+        {
+            "intent": {"type": "enum", "choices": [f"c{i}" for i in range(77)]},
+            "ok": {"type": "boolean"},
+        }
+    )
+    for first in ("identity", "reverse"):
+        orders = _orderings(schema, 4, 0, first, "rotations")
+        assert len(orders) == 4
+        lists = [o["intent"] for o in orders]
+        assert all(sorted(x) == list(range(77)) for x in lists)  # each is a permutation
+        assert len({tuple(x) for x in lists}) == 4
+        mean_pos = np.mean([[x.index(c) for c in range(77)] for x in lists], axis=0)
+        assert np.abs(mean_pos - 38).max() <= 10  # no value stays at the top or bottom
+    fwd = {tuple(o["intent"]) for o in _orderings(schema, 4, 0, "identity", "rotations")}
+    rev = {tuple(o["intent"]) for o in _orderings(schema, 4, 0, "reverse", "rotations")}
+    assert not fwd & rev  # the averaged flip rate compares disjoint sets of orders
+    # a boolean's two rotations are its two orders, whichever listing they start from
+    assert [o["ok"] for o in _orderings(schema, 2, 0, "identity", "rotations")] == [[0, 1], [1, 0]]
+    assert [o["ok"] for o in _orderings(schema, 2, 0, "reverse", "rotations")] == [[1, 0], [0, 1]]
+    rnd = _orderings(schema, 3, 5, "identity", "random")
+    assert rnd[0]["intent"] == list(range(77)) and rnd == _orderings(
+        schema, 3, 5, "identity", "random"
+    )
+    with pytest.raises(CalibrationError, match="unknown order design"):
+        _orderings(schema, 2, 0, "identity", "latin")
+
+
 # --- on the tiny model ----------------------------------------------------------------------
 
 

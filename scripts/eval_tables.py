@@ -1,0 +1,73 @@
+"""Prints EVAL.md's tables from the JSON files `pcd eval` and `pcd calibrate` wrote.
+
+For each dataset it reads, from one folder:
+
+- `eval_<dataset>.json`: `pcd eval --out` with the default (temperature) calibration;
+- `eval_<dataset>_auto.json`: the same report recomputed under `--method auto`
+  (`pcd eval --from-report eval_<dataset>.json --calibration cal_<dataset>_auto.json`);
+- `cal_<dataset>.json` and `cal_<dataset>_auto.json`: the two calibrations.
+
+Usage: python scripts/eval_tables.py RUNS_DIR banking77 clinc150 nlupp mams sst2 sms_spam
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _load(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _ms(m: dict[str, Any]) -> str:
+    return f"{m['latency']['median_ms']:,.0f}"
+
+
+def main(argv: list[str]) -> int:
+    runs, names = Path(argv[0]), argv[1:]
+    head = (
+        "| dataset | field | n | accuracy PCD / baseline / PCD auto-cal | ECE PCD raw → T → auto "
+        "| ECE baseline | Brier PCD / auto / baseline | AURC PCD / auto / baseline "
+        "| latency ms PCD / baseline |"
+    )
+    print(head)
+    print("|" + "---|" * 9)
+    for name in names:
+        rep = _load(runs / f"eval_{name}.json")
+        auto = _load(runs / f"eval_{name}_auto.json")
+        cal_auto = _load(runs / f"cal_{name}_auto.json")
+        m, a = rep["methods"], auto["methods"]
+        first = True
+        for field, f in m["pcd"]["fields"].items():
+            t = m["pcd_calibrated"]["fields"][field]
+            c = a["pcd_calibrated"]["fields"][field]
+            b = m.get("baseline", {}).get("fields", {}).get(field)
+            how = cal_auto["metrics"][field]["method"]
+            tag = "T+b" if how == "temperature_bias" else "T"
+            cells = [
+                name if first else "",
+                field,
+                str(f["n"]),
+                f"{f['accuracy']:.3f} / {b['accuracy']:.3f} / {c['accuracy']:.3f}"
+                if b
+                else f"{f['accuracy']:.3f} / - / {c['accuracy']:.3f}",
+                f"{f['ece']:.3f} → {t['ece']:.3f} → {c['ece']:.3f} ({tag})",
+                f"{b['ece']:.3f}" if b else "-",
+                f"{f['brier']:.3f} / {c['brier']:.3f} / {b['brier']:.3f}"
+                if b
+                else f"{f['brier']:.3f} / {c['brier']:.3f} / -",
+                f"{f['aurc']:.3f} / {c['aurc']:.3f} / {b['aurc']:.3f}"
+                if b
+                else f"{f['aurc']:.3f} / {c['aurc']:.3f} / -",
+                f"{_ms(m['pcd'])} / {_ms(m['baseline'])}" if first and b else "",
+            ]
+            print("| " + " | ".join(cells) + " |")
+            first = False
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
