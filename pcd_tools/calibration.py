@@ -783,7 +783,7 @@ def _orderings(
 ) -> list[dict[str, list[int]]]:
     """k listing orders per field, starting from `first` ("identity" or "reverse").
 
-    - `rotations`: the first order rotated by `round(j * K / k)` places for j < k, so
+    - `rotations`: the first order rotated by `j * K // k` places for j < k, so
       every allowed value sits at k evenly spread positions and its mean position is
       close to the middle of the list, whatever the first order was.
     - `random`: the first order, then k - 1 seeded random permutations.
@@ -798,7 +798,7 @@ def _orderings(
         for j in range(k):
             order = {}
             for name, base in head.items():
-                r = round(j * len(base) / k) % len(base)
+                r = j * len(base) // k
                 order[name] = base[r:] + base[:r]
             out.append(order)
         return out

@@ -29,12 +29,13 @@ def _ms(m: dict[str, Any]) -> str:
 def main(argv: list[str]) -> int:
     runs, names = Path(argv[0]), argv[1:]
     head = (
-        "| dataset | field | n | accuracy PCD / baseline / PCD auto-cal | ECE PCD raw → T → auto "
+        "| dataset | field | n | accuracy PCD / baseline / PCD auto-cal "
+        "| macro-F1 PCD / baseline / auto | ECE PCD raw → T → auto "
         "| ECE baseline | Brier PCD / auto / baseline | AURC PCD / auto / baseline "
         "| latency ms PCD / baseline |"
     )
     print(head)
-    print("|" + "---|" * 9)
+    print("|" + "---|" * 10)
     for name in names:
         rep = _load(runs / f"eval_{name}.json")
         auto = _load(runs / f"eval_{name}_auto.json")
@@ -54,6 +55,9 @@ def main(argv: list[str]) -> int:
                 f"{f['accuracy']:.3f} / {b['accuracy']:.3f} / {c['accuracy']:.3f}"
                 if b
                 else f"{f['accuracy']:.3f} / - / {c['accuracy']:.3f}",
+                f"{f['macro_f1']:.3f} / {b['macro_f1']:.3f} / {c['macro_f1']:.3f}"
+                if b
+                else f"{f['macro_f1']:.3f} / - / {c['macro_f1']:.3f}",
                 f"{f['ece']:.3f} → {t['ece']:.3f} → {c['ece']:.3f} ({tag})",
                 f"{b['ece']:.3f}" if b else "-",
                 f"{f['brier']:.3f} / {c['brier']:.3f} / {b['brier']:.3f}"

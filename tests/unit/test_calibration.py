@@ -340,6 +340,8 @@ def test_rotation_orders_spread_every_value_over_the_list():
     # a boolean's two rotations are its two orders, whichever listing they start from
     assert [o["ok"] for o in _orderings(schema, 2, 0, "identity", "rotations")] == [[0, 1], [1, 0]]
     assert [o["ok"] for o in _orderings(schema, 2, 0, "reverse", "rotations")] == [[1, 0], [0, 1]]
+    four = [o["ok"] for o in _orderings(schema, 4, 0, "identity", "rotations")]
+    assert sorted(four) == [[0, 1], [0, 1], [1, 0], [1, 0]]  # balanced for any k
     rnd = _orderings(schema, 3, 5, "identity", "random")
     assert rnd[0]["intent"] == list(range(77)) and rnd == _orderings(
         schema, 3, 5, "identity", "random"
