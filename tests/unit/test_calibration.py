@@ -390,6 +390,10 @@ def test_calibrate_and_apply(tiny, tmp_path):
     assert d.fields["mood"].label == raw.fields["mood"].label  # temperature never flips
     with pytest.raises(CalibrationMismatchError, match="fingerprint"):
         calibrated.decide({"x": {"type": "boolean"}}, "hi")
+    auto = calibrate(SCHEMA, zip(TEXTS, LABELS), decider=tiny, batch_size=4, method="auto")
+    assert auto.method == "auto"
+    assert {m["method"] for m in auto.metrics.values()} <= {"temperature", "temperature_bias"}
+    assert set(auto.biases) <= {"mood", "urgent"}
 
 
 @pytest.mark.engine
