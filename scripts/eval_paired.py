@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 
 
 def _sign_test(a: int, b: int) -> float:
@@ -28,7 +29,7 @@ def _raw_confidence(log_scores: list[float]) -> float:
 
 
 def main(argv: list[str]) -> int:
-    rep = json.loads(open(argv[0], encoding="utf-8").read())
+    rep = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     field, n_ex = argv[1], int(argv[2]) if len(argv) > 2 else 3
     only_pcd, only_base, both, neither = [], [], 0, 0
     for it in rep["items"]:
