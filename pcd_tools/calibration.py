@@ -72,6 +72,18 @@ class CalibrationMismatchError(CalibrationError):
     """A calibration was fitted for another model or another schema."""
 
 
+def read_json(
+    path: str | os.PathLike[str], what: str, error: type[PcdToolsError] = CalibrationError
+) -> Any:
+    """The parsed JSON file at `path`; `error` names `what` it is when it cannot be read."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise error(f"cannot read {what} {str(path)!r}: {e}") from e
+    except json.JSONDecodeError as e:
+        raise error(f"{what} {str(path)!r} is not JSON: {e}") from e
+
+
 # --- temperature fitting ----------------------------------------------------------------
 
 
@@ -401,12 +413,7 @@ class Calibration:
         Raises:
             CalibrationError: if the file is missing, not JSON or not a calibration.
         """
-        try:
-            raw = json.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as e:
-            raise CalibrationError(f"cannot read calibration file {str(path)!r}: {e}") from e
-        except json.JSONDecodeError as e:
-            raise CalibrationError(f"calibration file {str(path)!r} is not JSON: {e}") from e
+        raw = read_json(path, "calibration file")
         if not isinstance(raw, dict) or raw.get("format") != FORMAT:
             raise CalibrationError(
                 f"{str(path)!r} is not a pcd-tools calibration file; expected format {FORMAT!r}, "
@@ -1092,12 +1099,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _read_scores(path: str) -> dict[str, Any]:
     """A `--scores` file of an earlier `pcd calibrate` run."""
-    try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise CalibrationError(f"cannot read scores file {path!r}: {e}") from e
-    except json.JSONDecodeError as e:
-        raise CalibrationError(f"scores file {path!r} is not JSON: {e}") from e
+    raw = read_json(path, "scores file")
     need = ("model_id", "schema_fingerprint", "fields")
     missing = [k for k in need if not isinstance(raw, dict) or k not in raw]
     if missing:

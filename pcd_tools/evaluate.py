@@ -696,19 +696,17 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     ds = dataset_from_args(args)
     if args.from_report:
-        try:
-            saved = json.loads(Path(args.from_report).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as e:
-            raise EvalError(f"cannot read report {args.from_report!r}: {e}") from e
         from types import SimpleNamespace
 
-        from .calibration import Calibration
+        from .calibration import Calibration, read_json
+
+        saved = read_json(args.from_report, "report", EvalError)
 
         cal = Calibration.load(args.calibration) if args.calibration else None
         ids = [it.get("id") for it in saved.get("items") or []]
         _check_disjoint(SimpleNamespace(calibration=cal), ds.name, ids)
         report = rescore(saved, ds.schema, cal, temperature=args.temperature)
-        return _finish(args, ds, report, err, t0=None)
+        return _finish(args, ds, report, t0=None)
     split = ds.eval_sample(args.n, args.seed)
     with err.status("Loading model..."):
         decider = Decider.load(args.model, calibration=args.calibration)
@@ -737,12 +735,10 @@ def run(args: argparse.Namespace) -> int:
                 batch_size=args.batch_size,
                 design=args.order_design,
             ).to_dict()
-    return _finish(args, ds, report, err, t0)
+    return _finish(args, ds, report, t0)
 
 
-def _finish(
-    args: argparse.Namespace, ds: Any, report: EvalReport, err: Any, t0: float | None
-) -> int:
+def _finish(args: argparse.Namespace, ds: Any, report: EvalReport, t0: float | None) -> int:
     """Diagrams, the `--out` file and the printed report of `pcd eval`."""
     from rich.console import Console
 
