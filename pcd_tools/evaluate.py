@@ -3,8 +3,9 @@
 `evaluate(schema, examples)` scores every example with PCD and, on the same model and the
 same items, with the grammar-constrained autoregressive baseline
 (`pcd_tools.engine.baseline.constrained_json`), and reports per field and per method:
-accuracy, macro-F1, ECE (15 bins), Brier, NLL, the risk-coverage curve and its AURC, plus
-latency (median and p95 per item).
+accuracy, macro-F1, ECE (15 bins) with its noise floor (`metrics.ece_floor`: the ECE a
+perfectly calibrated predictor with the same confidences would show on as many items),
+Brier, NLL, the risk-coverage curve and its AURC, plus latency (median and p95 per item).
 
 How the baseline is scored: it emits one answer per field and the probability its
 sampler gave that answer (`value_probs`). That probability is its confidence; for Brier
@@ -652,7 +653,19 @@ def _print_report(console: Any, report: EvalReport) -> None:
     table = Table(
         title=f"{report.dataset}: n={report.n}, seed={report.seed}, model={report.model_id}"
     )
-    for col in ("field", "method", "acc", "macro-F1", "ECE", "Brier", "NLL", "AURC", "conf"):
+    cols = (
+        "field",
+        "method",
+        "acc",
+        "macro-F1",
+        "ECE",
+        "ECE floor",
+        "Brier",
+        "NLL",
+        "AURC",
+        "conf",
+    )
+    for col in cols:
         table.add_column(col, justify="right" if col not in ("field", "method") else "left")
     for name in next(iter(report.methods.values())).fields:
         for mname, m in report.methods.items():
@@ -665,6 +678,7 @@ def _print_report(console: Any, report: EvalReport) -> None:
                 f"{f.accuracy:.3f}",
                 f"{f.macro_f1:.3f}",
                 f"{f.ece:.3f}",
+                f"{f.ece_floor:.3f}",
                 f"{f.brier:.3f}",
                 f"{f.nll:.3f}",
                 f"{f.aurc:.3f}",

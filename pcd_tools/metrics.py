@@ -29,6 +29,7 @@ __all__ = [
     "aurc",
     "brier",
     "ece",
+    "ece_floor",
     "field_metrics",
     "macro_f1",
     "nll",
@@ -132,6 +133,47 @@ def ece(confidence: Any, correct: Any, n_bins: int = ECE_BINS) -> float:
     return float((bins["count"][filled] / n * gap).sum())
 
 
+def ece_floor(
+    confidence: Any, n_bins: int = ECE_BINS, *, draws: int = 2000, seed: int = 0
+) -> float:
+    """The ECE a perfectly calibrated predictor with these confidences would show.
+
+    ECE on a finite sample is biased upwards: even when every answer given with
+    confidence `c` is right with probability exactly `c`, the per-bin accuracies scatter
+    around their confidences. This draws `correct ~ Bernoulli(confidence)` `draws` times
+    (fixed `seed`) and returns the mean ECE, so a measured ECE can be read against it: a
+    value near the floor is as small as this sample can show.
+
+    Args:
+        confidence: `(n,)` confidences in [0, 1].
+        n_bins: Equal-width bins, as in `ece`.
+        draws: Monte-Carlo draws (the standard error is about `floor / sqrt(draws)`).
+        seed: Seed of the draws.
+
+    Returns:
+        The mean ECE over the draws (NaN for an empty sample).
+    """
+    c = _vec(confidence)
+    if draws < 1:
+        raise ValueError(f"draws must be >= 1; got {draws}.")
+    if c.size == 0:
+        return float("nan")
+    if np.any((c < 0) | (c > 1)):
+        raise ValueError("confidence must lie in [0, 1].")
+    idx = _bin_index(c, n_bins)
+    conf_sum = np.bincount(idx, weights=c, minlength=n_bins)
+    rng = np.random.default_rng(seed)
+    out = np.empty(draws)
+    onehot = np.zeros((c.size, n_bins))
+    onehot[np.arange(c.size), idx] = 1.0
+    step = max(1, 2_000_000 // c.size)
+    for lo in range(0, draws, step):
+        hi = min(draws, lo + step)
+        hits = (rng.random((hi - lo, c.size)) < c).astype(np.float64) @ onehot
+        out[lo:hi] = np.abs(hits - conf_sum).sum(axis=1) / c.size
+    return float(out.mean())
+
+
 def brier(probs: Any, gold: Any) -> float:
     """Multi-class Brier score: `mean_i sum_k (p_ik - [k == gold_i])^2`."""
     p, g = _probs_gold(probs, gold)
@@ -195,6 +237,9 @@ class FieldMetrics:
         nll: Mean negative log-likelihood of the gold answer (nats).
         aurc: Area under the risk-coverage curve.
         mean_confidence: Mean probability of the chosen answer.
+        ece_floor: The ECE a perfectly calibrated predictor with these confidences would
+            show on this many items (`ece_floor`); an `ece` near it is as low as the
+            sample can resolve.
         coverage: Risk-coverage curve, coverage axis (not serialised by default).
         risk: Risk-coverage curve, risk axis.
     """
@@ -207,6 +252,7 @@ class FieldMetrics:
     nll: float
     aurc: float
     mean_confidence: float
+    ece_floor: float = float("nan")
     coverage: list[float] = field(default_factory=list, repr=False)
     risk: list[float] = field(default_factory=list, repr=False)
 
@@ -245,6 +291,7 @@ def field_metrics(
         nll=nll(p, g),
         aurc=aurc(conf, correct),
         mean_confidence=float(conf.mean()) if len(g) else float("nan"),
+        ece_floor=ece_floor(np.clip(conf, 0.0, 1.0)),
         coverage=cov.tolist(),
         risk=risk.tolist(),
     )

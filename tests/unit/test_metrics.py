@@ -12,6 +12,7 @@ from pcd_tools.metrics import (
     aurc,
     brier,
     ece,
+    ece_floor,
     field_metrics,
     macro_f1,
     nll,
@@ -112,9 +113,29 @@ def test_field_metrics_combines_everything():
     assert m.ece == pytest.approx(ece([0.7, 0.5, 0.6], [1, 0, 0]))
     assert m.aurc == pytest.approx(aurc([0.7, 0.5, 0.6], [1, 0, 0]))
     assert m.mean_confidence == pytest.approx(0.6)
+    assert m.ece_floor == pytest.approx(ece_floor([0.7, 0.5, 0.6]))
     d = m.to_dict()
     assert "coverage" not in d and d["accuracy"] == pytest.approx(1 / 3)
     assert m.to_dict(curve=True)["coverage"] == pytest.approx([1 / 3, 2 / 3, 1.0])
+
+
+def test_ece_floor_matches_the_binomial_expectation():
+    # four answers at 0.5, one bin: E|k/4 - 1/2| with k ~ Bin(4, 1/2) = 3/16
+    assert ece_floor([0.5] * 4, draws=40_000) == pytest.approx(3 / 16, abs=0.004)
+    # two bins: hits ~ Bin(2, 0.9) against 1.8 (E = 0.324) and Bern(0.2) against 0.2
+    # (E = 0.32), over 3 items
+    assert ece_floor([0.9, 0.9, 0.2], draws=40_000) == pytest.approx(0.644 / 3, abs=0.004)
+    # certain answers cannot miss their confidence
+    assert ece_floor([0.0, 1.0, 1.0]) == 0.0
+    # the floor shrinks like 1/sqrt(n): four times the items, half the floor
+    small, large = ece_floor([0.3] * 100), ece_floor([0.3] * 400)
+    assert large == pytest.approx(small / 2, rel=0.1)
+    assert ece_floor([0.3] * 100, seed=1) == pytest.approx(small, rel=0.05)
+    assert math.isnan(ece_floor([]))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        ece_floor([1.5])
+    with pytest.raises(ValueError, match="draws"):
+        ece_floor([0.5], draws=0)
 
 
 def test_field_metrics_with_invalid_answers():
