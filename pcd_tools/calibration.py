@@ -279,16 +279,20 @@ def fit_field(
 
     `temperature_bias` picks the prior of the biases from `BIAS_PRIOR_SDS`, and `auto`
     also weighs temperature alone, by the NLL of `CV_FOLDS`-fold cross-validation.
+
+    The biases are always fitted by NLL. With `objective="top_label_nll"` the final
+    temperature is then refitted on that objective with the biases held: the fitted
+    `softmax(z/T + b)` is rescaled to `softmax((z/T + b)/s)`, and `(T*s, b/s)` is returned.
+    NLL over many candidates is dominated by gold answers the model scores near zero,
+    which leaves the chosen answer underconfident; the refit corrects the confidence
+    users threshold on without moving any answer (a positive rescale keeps the argmax).
     """
     if method not in METHODS:
         raise CalibrationError(f"unknown method {method!r}; accepted: {list(METHODS)}.")
+    if objective not in OBJECTIVES:
+        raise CalibrationError(f"unknown objective {objective!r}; accepted: {sorted(OBJECTIVES)}.")
     if method == "temperature":
         return fit_temperature(z, g, objective=objective), None, {"method": "temperature"}
-    if objective != "nll":
-        raise CalibrationError(
-            f"objective {objective!r} applies to method 'temperature' only; "
-            f"{method!r} fits the NLL."
-        )
     options: list[float | None] = list(BIAS_PRIOR_SDS)
     if method == "auto":
         options.insert(0, None)
@@ -299,9 +303,16 @@ def fit_field(
         cv = {str(o if o is not None else "temperature"): _cv_nll(z, g, o) for o in options}
         choice = min(options, key=lambda o: cv[str(o if o is not None else "temperature")])
     if choice is None:
-        return fit_temperature(z, g), None, {"method": "temperature", "cv_nll": cv}
+        t = fit_temperature(z, g, objective=objective)
+        return t, None, {"method": "temperature", "cv_nll": cv}
     t, b = fit_temperature_bias(z, g, prior_sd=choice)
-    return t, b, {"method": "temperature_bias", "bias_prior_sd": choice, "cv_nll": cv}
+    how: dict[str, Any] = {"method": "temperature_bias", "bias_prior_sd": choice, "cv_nll": cv}
+    if objective != "nll":
+        scale = fit_temperature(z / t + b, g, objective=objective)
+        how["nll_temperature"] = t
+        how["rescale"] = scale
+        t, b = t * scale, b / scale
+    return t, b, how
 
 
 # --- the Calibration object -------------------------------------------------------------
@@ -520,7 +531,8 @@ def calibration_from_scores(
         model_id: The model that produced the scores.
         scoring: The scoring mode of the scores.
         fitted_on: Provenance recorded in the file.
-        objective: `"nll"` or `"top_label_nll"` (method `temperature` only).
+        objective: `"nll"` or `"top_label_nll"` (for the biased methods it sets the
+            final temperature; see `fit_field`).
         method: `"temperature"`, `"temperature_bias"` or `"auto"` (see `calibrate`).
 
     Raises:
@@ -1076,7 +1088,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--objective",
         choices=sorted(OBJECTIVES),
         default="nll",
-        help="loss the temperature minimises (default nll)",
+        help="loss the temperature minimises (default nll); with biases, top_label_nll "
+        "refits the temperature on the answer's correctness after the biases",
     )
     parser.add_argument(
         "--method",
