@@ -7,6 +7,9 @@ For each dataset it reads, from one folder:
   (`pcd eval --from-report eval_<dataset>.json --calibration cal_<dataset>_auto.json`);
 - `cal_<dataset>.json` and `cal_<dataset>_auto.json`: the two calibrations.
 
+The ECE floor (`pcd_tools.metrics.ece_floor`) is the ECE a perfectly calibrated predictor
+with the same confidences would show on as many items.
+
 Usage: python scripts/eval_tables.py RUNS_DIR banking77 clinc150 nlupp mams sst2 sms_spam
 """
 
@@ -26,16 +29,21 @@ def _ms(m: dict[str, Any]) -> str:
     return f"{m['latency']['median_ms']:,.0f}"
 
 
+def _floor(m: dict[str, Any]) -> str:
+    # reports written before metrics.ece_floor existed lack it; rescore them to add it
+    return f"{m['ece_floor']:.3f}" if "ece_floor" in m else "-"
+
+
 def main(argv: list[str]) -> int:
     runs, names = Path(argv[0]), argv[1:]
     head = (
         "| dataset | field | n | accuracy PCD / baseline / PCD auto-cal "
         "| macro-F1 PCD / baseline / auto | ECE PCD raw → T → auto "
-        "| ECE baseline | Brier PCD / auto / baseline | AURC PCD / auto / baseline "
+        "| ECE floor raw / auto | ECE baseline | Brier PCD / auto / baseline | AURC PCD / auto / baseline "
         "| latency ms PCD / baseline |"
     )
     print(head)
-    print("|" + "---|" * 10)
+    print("|" + "---|" * 11)
     for name in names:
         rep = _load(runs / f"eval_{name}.json")
         auto = _load(runs / f"eval_{name}_auto.json")
@@ -59,6 +67,7 @@ def main(argv: list[str]) -> int:
                 if b
                 else f"{f['macro_f1']:.3f} / - / {c['macro_f1']:.3f}",
                 f"{f['ece']:.3f} → {t['ece']:.3f} → {c['ece']:.3f} ({tag})",
+                f"{_floor(f)} / {_floor(c)}",
                 f"{b['ece']:.3f}" if b else "-",
                 f"{f['brier']:.3f} / {c['brier']:.3f} / {b['brier']:.3f}"
                 if b
