@@ -599,6 +599,7 @@ def _items(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `pcd eval` (`--model`, `--json` and `--calibration` come from the CLI)."""
+    from .calibration import DESIGNS
     from .datasets import add_data_arguments
 
     add_data_arguments(parser)
@@ -619,8 +620,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--order-design",
-        choices=("rotations", "random"),
-        default="rotations",
+        choices=DESIGNS,
+        default=DESIGNS[0],
         help="how the K orders are built: evenly spaced rotations (default) or random",
     )
     parser.add_argument("--diagrams", default=None, help="folder for reliability-diagram PNGs")

@@ -29,6 +29,11 @@ def _ms(m: dict[str, Any]) -> str:
     return f"{m['latency']['median_ms']:,.0f}"
 
 
+def _trio(key: str, *ms: dict[str, Any] | None) -> str:
+    """`key` of each method's field metrics, joined by " / " ("-" where a method is absent)."""
+    return " / ".join(f"{m[key]:.3f}" if m else "-" for m in ms)
+
+
 def _floor(m: dict[str, Any]) -> str:
     # reports written before metrics.ece_floor existed lack it; rescore them to add it
     return f"{m['ece_floor']:.3f}" if "ece_floor" in m else "-"
@@ -60,21 +65,13 @@ def main(argv: list[str]) -> int:
                 name if first else "",
                 field,
                 str(f["n"]),
-                f"{f['accuracy']:.3f} / {b['accuracy']:.3f} / {c['accuracy']:.3f}"
-                if b
-                else f"{f['accuracy']:.3f} / - / {c['accuracy']:.3f}",
-                f"{f['macro_f1']:.3f} / {b['macro_f1']:.3f} / {c['macro_f1']:.3f}"
-                if b
-                else f"{f['macro_f1']:.3f} / - / {c['macro_f1']:.3f}",
+                _trio("accuracy", f, b, c),
+                _trio("macro_f1", f, b, c),
                 f"{f['ece']:.3f} → {t['ece']:.3f} → {c['ece']:.3f} ({tag})",
                 f"{_floor(f)} / {_floor(c)}",
                 f"{b['ece']:.3f}" if b else "-",
-                f"{f['brier']:.3f} / {c['brier']:.3f} / {b['brier']:.3f}"
-                if b
-                else f"{f['brier']:.3f} / {c['brier']:.3f} / -",
-                f"{f['aurc']:.3f} / {c['aurc']:.3f} / {b['aurc']:.3f}"
-                if b
-                else f"{f['aurc']:.3f} / {c['aurc']:.3f} / -",
+                _trio("brier", f, c, b),
+                _trio("aurc", f, c, b),
                 f"{_ms(m['pcd'])} / {_ms(m['baseline'])}" if first and b else "",
             ]
             print("| " + " | ".join(cells) + " |")
