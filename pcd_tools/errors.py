@@ -16,6 +16,7 @@ __all__ = [
     "InvalidContextError",
     "InvalidFieldNameError",
     "ModelLoadError",
+    "NativeBuildError",
     "PcdToolsError",
     "SchemaError",
     "TooFewChoicesError",
@@ -120,3 +121,7 @@ class ModelLoadError(PcdToolsError, RuntimeError):
 
 class BlasSetupError(PcdToolsError, RuntimeError):
     """A requested BLAS library could not be bound into MLX."""
+
+
+class NativeBuildError(PcdToolsError, RuntimeError):
+    """A bundled C helper could not be compiled (no compiler, or the compile failed)."""

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pcd_tools.errors import BlasSetupError
+from pcd_tools.errors import BlasSetupError, NativeBuildError
 
 __all__ = [
     "BlasInfo",
@@ -36,6 +36,7 @@ __all__ = [
     "PcdPerformanceWarning",
     "blas_status",
     "cache_dir",
+    "compile_c",
     "device_info",
     "doctor",
     "ensure_fast_path",
@@ -43,9 +44,11 @@ __all__ = [
     "measure_gflops",
     "set_blas_threads",
     "setup_blas",
+    "sgemm_address",
 ]
 
 FAST_GFLOPS = 50.0
+OPENBLAS_THREAD_TIMEOUT = 4  # log2 of the cycles an idle OpenBLAS thread spins
 _SHIM_SOURCE = Path(__file__).with_name("_blas_shim.c")
 _FIX = (
     "Fix: `pip install scipy-openblas32` with a C compiler (cc/gcc) on PATH, or "
@@ -157,39 +160,81 @@ def _candidates() -> list[tuple[str, str]]:
     return found
 
 
-def _build_shim() -> tuple[Path, str]:
-    """Compile `_blas_shim.c` into the cache once (atomically); return its path and a note."""
-    code = _SHIM_SOURCE.read_bytes()
-    digest = hashlib.sha256(code + platform.machine().encode()).hexdigest()[:16]
-    out = cache_dir() / "blas" / f"shim-{digest}.so"
+def compile_c(
+    source: Path, name: str, flags: tuple[str, ...] = (), libs: tuple[str, ...] = ()
+) -> tuple[Path, str]:
+    """Compile a C file into a shared library in the cache once (atomically).
+
+    The cached file is keyed by the source, the flags and the machine, so an edited
+    source or another architecture gets its own build.
+
+    Args:
+        source: The C file.
+        name: Stem of the cached library (`<cache>/native/<name>-<digest>.so`).
+        flags: Extra compiler flags.
+        libs: Libraries to link, as `-l` arguments.
+
+    Returns:
+        The library's path and a note saying whether it was compiled or reused.
+
+    Raises:
+        NativeBuildError: No C compiler, an unwritable cache, or a failed compile.
+    """
+    key = source.read_bytes() + "\0".join([*flags, *libs, platform.machine()]).encode()
+    digest = hashlib.sha256(key).hexdigest()[:16]
+    subdir = "blas" if name == "shim" else "native"  # the shim's historical place
+    out = cache_dir() / subdir / f"{name}-{digest}.so"
     if out.exists():
-        return out, f"reused cached shim {out}"
+        return out, f"reused cached {name} {out}"
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
-        msg = "no C compiler (cc/gcc) on PATH, so the scipy-openblas32 shim cannot be built"
-        raise BlasSetupError(msg + "; install gcc or set PCD_BLAS")
+        raise NativeBuildError(f"no C compiler (cc/gcc) on PATH, so {source.name} cannot be built")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".so.tmp", dir=out.parent)
         os.close(fd)
     except OSError as exc:
-        raise BlasSetupError(f"cannot write the BLAS shim under {out.parent}: {exc}") from exc
+        raise NativeBuildError(
+            f"cannot write {source.name}'s build under {out.parent}: {exc}"
+        ) from exc
     try:
-        proc = subprocess.run(
-            [cc, "-O2", "-shared", "-fPIC", str(_SHIM_SOURCE), "-o", tmp, "-ldl"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        cmd = [cc, "-O2", *flags, "-shared", "-fPIC", str(source), "-o", tmp, *libs]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             err = proc.stderr.strip()[-300:]
-            raise BlasSetupError(f"compiling the BLAS shim with {cc} failed: {err}")
+            raise NativeBuildError(f"compiling {source.name} with {cc} failed: {err}")
         os.chmod(tmp, 0o755)
-        os.replace(tmp, out)  # atomic: a concurrent process sees no or a whole shim
+        os.replace(tmp, out)  # atomic: a concurrent process sees no or a whole library
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise NativeBuildError(f"compiling {source.name} with {cc} failed: {exc}") from exc
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return out, f"compiled shim {out}"
+    return out, f"compiled {name} {out}"
+
+
+def _build_shim() -> tuple[Path, str]:
+    """Compile `_blas_shim.c` into the cache once; return its path and a note."""
+    try:
+        return compile_c(_SHIM_SOURCE, "shim", libs=("-ldl",))
+    except NativeBuildError as exc:
+        raise BlasSetupError(f"{exc}; install gcc or set PCD_BLAS") from exc
+
+
+def sgemm_address() -> int | None:
+    """Address of the bound fast `cblas_sgemm` (what MLX's matmuls call), else None.
+
+    None unless `setup_blas()` bound a library before mlx was imported: MLX's own
+    reference BLAS is not worth calling directly.
+    """
+    info = setup_blas()
+    if not info.bound_before_import or info.name in ("reference", "accelerate"):
+        return None
+    try:
+        fn = ctypes.CDLL(None).cblas_sgemm
+    except AttributeError:
+        return None
+    return ctypes.cast(fn, ctypes.c_void_p).value
 
 
 def _bind(path: str) -> tuple[str, Any, bool]:
@@ -202,6 +247,12 @@ def _bind(path: str) -> tuple[str, Any, bool]:
         BlasSetupError: The library cannot be loaded or has no usable GEMM.
     """
     local = os.RTLD_NOW | os.RTLD_LOCAL  # inspect first; promote to global only if usable
+    # OpenBLAS reads this when it loads. By default an idle BLAS thread spins for 2^28
+    # cycles (~0.1 s) after each call, holding a core that the engine's own threads (two
+    # CPU streams, the native attention) need; 2^4 lets it sleep at once. Measured on
+    # 2 cores: the triage prefill's attention 381 -> 278 ms, and the baselines' decode
+    # steps are no slower. A value the user set is kept.
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", str(OPENBLAS_THREAD_TIMEOUT))
     try:
         lib = ctypes.CDLL(path, mode=local)
     except OSError as exc:
@@ -369,8 +420,14 @@ def device_info() -> DeviceInfo:
 
 
 def doctor() -> dict[str, Any]:
-    """Collect what `pcd models --doctor` prints: device, mlx, BLAS, cache, Python."""
+    """Collect what `pcd models --doctor` prints: device, mlx, BLAS, the native CPU
+    kernels (`on (...)` or `off: why`), cache, Python."""
     info, dev = blas_status(), device_info()
+    kernels = "off: not a CPU device"
+    if dev.device == "cpu":
+        from .cpu_kernels import native_attention  # imports mlx, already loaded above
+
+        kernels = native_attention()[1]
     return {
         "device": dev.device,
         "default_dtype": dev.default_dtype,
@@ -382,6 +439,7 @@ def doctor() -> dict[str, Any]:
         "blas_fast": info.fast,
         "blas_bound_before_import": info.bound_before_import,
         "blas_note": info.note,
+        "native_kernels": kernels,
         "cache_dir": str(cache_dir()),
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -242,7 +242,7 @@ class Engine:
         model_type: str = "",
         bos_token_id: int | None = None,
         add_bos: bool = False,
-        pack_budget: int = 192,
+        pack_budget: int = 256,
         streams: int = 2,
         prefix_cache_size: int = 16,
         prefix_cache_bytes: int = 1 << 30,
@@ -279,7 +279,7 @@ class Engine:
 
     def kernels(self) -> Any:
         """Context manager: this engine's kernel choice for model calls on this thread."""
-        return _kernels.active(self.cpu_kernels)
+        return _kernels.active(self.cpu_kernels, threads=_ALL_THREADS)
 
     def _parallel(self, jobs: list[Callable[[], Any]]) -> list[Any]:
         """Runs jobs at once, each on a stream worker thread with its own CPU stream (MLX
@@ -290,7 +290,7 @@ class Engine:
         kernels = self.cpu_kernels
 
         def run(job: Callable[[], Any]) -> Any:
-            with _kernels.active(kernels):
+            with _kernels.active(kernels, threads=self.stream_blas_threads):
                 return job()
 
         set_blas_threads(self.stream_blas_threads)

@@ -1,6 +1,13 @@
-"""The numpy attention and SwiGLU kernels against float64 math and MLX's own ops."""
+"""The native (C) and numpy attention and SwiGLU kernels against float64 math and MLX."""
 
 from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -16,6 +23,35 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module", autouse=True)
 def installed():
     assert K.install(make_tiny_model(0))  # fills the table of original functions
+
+
+def _native_expected() -> bool:
+    """Where the native kernels must build: a C compiler and a bound fast BLAS."""
+    from pcd_tools.engine.platform import sgemm_address
+
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    return (
+        bool(cc) and sgemm_address() is not None and os.environ.get("PCD_NATIVE_ATTENTION") != "0"
+    )
+
+
+@pytest.fixture
+def lib():
+    got, note = K.native_attention()
+    if got is None:
+        assert not _native_expected(), f"the native kernels should have built here: {note}"
+        pytest.skip(f"native kernels unavailable on this machine: {note}")
+    return got
+
+
+@pytest.fixture(params=["native", "numpy"])
+def path(request, monkeypatch):
+    """Runs a test through the native kernels, then through the numpy ones."""
+    if request.param == "native":
+        request.getfixturevalue("lib")
+    else:
+        monkeypatch.setattr(K, "_native", False)
+    return request.param
 
 
 def reference(q, k, v, scale, mask):
@@ -60,8 +96,12 @@ def _masks(rng, b, lq, s):
 
 
 @pytest.mark.parametrize("kind", ["none", "causal", "bool", "bool-2d", "additive"])
-@pytest.mark.parametrize("b,h,kh,lq,s", [(1, 9, 3, 40, 300), (2, 4, 4, 33, 257)])
-def test_sdpa_matches_float64_and_mlx(kind, b, h, kh, lq, s):
+@pytest.mark.parametrize(
+    "b,h,kh,lq,s",
+    # one block; several query blocks (300 rows -> 3 x 100); batch rows, no GQA
+    [(1, 9, 3, 40, 300), (1, 6, 2, 300, 420), (2, 4, 4, 33, 257)],
+)
+def test_sdpa_matches_float64_and_mlx(path, kind, b, h, kh, lq, s):
     rng = np.random.default_rng(lq + s)
     q, k, v = _qkv(rng, b, h, kh, lq, s)
     mask = _masks(rng, b, lq, s)[kind]
@@ -75,7 +115,7 @@ def test_sdpa_matches_float64_and_mlx(kind, b, h, kh, lq, s):
     assert np.abs(got - want).max() <= max(2 * np.abs(mlx - want).max(), 1e-6)
 
 
-def test_mask_objects_are_converted_per_object_not_per_address():
+def test_mask_objects_are_converted_per_object_not_per_address(path):
     rng = np.random.default_rng(1)
     q, k, v = _qkv(rng, 1, 9, 3, 40, 300)
     with K.active(True):
@@ -137,7 +177,7 @@ def test_decisions_agree_with_and_without_kernels(tiny):
     ctx = "My card was charged twice for the same order and I need a refund. " * 6
     K._masks().clear()
     on = tiny.decide(schema, ctx)
-    assert K._masks(), "the prefill did not go through the numpy attention"
+    assert K._masks(), "the fields pass did not go through the kernels"
     tiny.engine.cpu_kernels = False
     try:
         off = tiny.decide(schema, ctx)
@@ -146,3 +186,173 @@ def test_decisions_agree_with_and_without_kernels(tiny):
     for name in on.fields:
         a, b = on.fields[name].distribution, off.fields[name].distribution
         assert max(abs(a[c] - b[c]) for c in a) < 1e-4
+
+
+# --- the native library ---------------------------------------------------------------
+
+
+def test_native_kernels_build_where_they_can():
+    lib, note = K.native_attention()
+    if _native_expected():
+        assert lib is not None, note
+        assert note.startswith("on (") and "softmax" in note
+        assert lib.pcd_attention_simd_width() in (512, 256, 1)
+    else:
+        assert lib is None and note.startswith("off: ")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_native_threads_give_identical_results_and_restore_the_blas(lib, monkeypatch, threads):
+    rng = np.random.default_rng(7)
+    q, k, v = _qkv(rng, 1, 9, 3, 300, 700)
+    with K.active(True, threads=1):
+        one = np.asarray(K.sdpa(q, k, v, None, 0.2, "causal"))
+    calls = []
+    monkeypatch.setattr(K, "set_blas_threads", calls.append)
+    with K.active(True, threads=threads):
+        many = np.asarray(K.sdpa(q, k, v, None, 0.2, "causal"))
+    # each block is computed the same way whichever thread takes it: bit-identical
+    assert np.array_equal(one, many)
+    # with several threads the BLAS runs single-threaded inside, then gets its count back
+    assert calls == ([1, threads] if threads > 1 else [])
+    np.testing.assert_allclose(many, reference(q, k, v, 0.2, "causal"), atol=2e-5)
+
+
+def test_native_reads_strided_views_without_copies_going_wrong(lib):
+    """Queries transposed from (B, L, H, D) and keys sliced from a longer cache buffer,
+    as mlx-lm's attention and KV cache hand them over."""
+    rng = np.random.default_rng(8)
+    f = np.float32
+    q = mx.array((rng.normal(size=(1, 150, 9, 32)) * 3).astype(f)).transpose(0, 2, 1, 3)
+    kbuf = mx.array(rng.normal(size=(1, 3, 512, 32)).astype(f))
+    vbuf = mx.array(rng.normal(size=(1, 3, 512, 32)).astype(f))
+    k, v = kbuf[:, :, :400, :], vbuf[:, :, :400, :]
+    assert not np.asarray(k).flags.c_contiguous and not np.asarray(q).flags.c_contiguous
+    with K.active(True, threads=2):
+        got = np.asarray(K.sdpa(q, k, v, None, 0.2, "causal"))
+    np.testing.assert_allclose(got, reference(q, k, v, 0.2, "causal"), atol=2e-5)
+
+
+def test_native_is_used_and_numpy_is_the_fallback(lib, monkeypatch):
+    rng = np.random.default_rng(9)
+    q, k, v = _qkv(rng, 1, 9, 3, 40, 300)
+    seen = []
+    real = K._native_sdpa
+    monkeypatch.setattr(K, "_native_sdpa", lambda *a: seen.append(1) or real(*a))
+    with K.active(True):
+        K.sdpa(q, k, v, None, 0.2, "causal")
+    assert seen == [1]
+    monkeypatch.setattr(K, "_native", False)  # e.g. no compiler: the numpy path runs
+    with K.active(True):
+        got = np.asarray(K.sdpa(q, k, v, None, 0.2, "causal"))
+    assert seen == [1]
+    np.testing.assert_allclose(got, reference(q, k, v, 0.2, "causal"), atol=2e-5)
+
+
+def _paths(lib):
+    """The SIMD code paths this CPU can run, widest first (the scalar one always)."""
+    best = lib.pcd_attention_simd_width()
+    return [p for p in (512, 256, 1) if p <= best]
+
+
+def _row(arr):
+    return arr.ctypes.data_as(ctypes.c_void_p).value
+
+
+@pytest.mark.parametrize(
+    "n,width", [(1, 1), (15, 16), (16, 16), (17, 40), (1552, 1552), (333, 700)]
+)
+def test_softmax_row_on_every_code_path(lib, n, width):
+    rng = np.random.default_rng(n)
+    x = (rng.normal(size=width) * 30).astype(np.float32)
+    x[: n // 3] -= 200.0  # far below the max: exp underflows to exactly 0
+    madd = np.where(rng.random(width) > 0.3, 0.0, np.finfo(np.float32).min).astype(np.float32)
+    madd[int(np.argmax(x[:n]))] = 0.0  # the row keeps its maximum
+    for with_mask in (False, True):
+        m = madd if with_mask else np.zeros(width, np.float32)
+        xm = x[:n] + m[:n]  # float32, as the kernel adds and subtracts
+        z = (xm - xm.max()).astype(np.float64)
+        want = np.exp(z)
+        for p in _paths(lib):
+            row = x.copy()
+            total = lib.pcd_softmax_row(p, _row(row), _row(madd) if with_mask else None, n, width)
+            # below e^-87 (1.6e-38, under the normal floats) the kernel gives exactly 0
+            np.testing.assert_allclose(row[:n], want, rtol=3e-7, atol=2e-38, err_msg=f"path {p}")
+            assert np.all(row[n:] == 0.0), f"path {p} left masked keys"
+            assert abs(total - want.sum()) <= 1e-6 * want.sum(), f"path {p}"
+            assert np.all(row[:n][z < -87.0] == 0.0)
+    assert lib.pcd_softmax_row(7, _row(x.copy()), None, n, width) == -1.0  # no such path
+
+
+@pytest.mark.parametrize("n", [0, 5, 16, 1000, 16384 * 3 + 7])
+def test_swiglu_on_every_code_path_and_thread_count(lib, n):
+    rng = np.random.default_rng(n)
+    g = (rng.normal(size=n) * 12).astype(np.float32)
+    if n > 4:
+        g[:4] = [0.0, -0.0, 88.0, -120.0]  # zero, both signs, saturated on both sides
+    x = rng.normal(size=n).astype(np.float32)
+    gd = g.astype(np.float64)
+    want = gd / (1.0 + np.exp(-gd)) * x
+    results = []
+    for p in _paths(lib):
+        for threads in (1, 2):
+            out = np.full(n, np.nan, np.float32)
+            assert lib.pcd_swiglu(_row(g), _row(x), _row(out), n, threads, p) == 0
+            np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-30, err_msg=f"path {p}")
+            results.append(out)
+    for other in results[1:2]:  # threads never change the numbers
+        assert np.array_equal(results[0], other)
+
+
+def test_swiglu_dispatch_uses_the_native_kernel(lib, monkeypatch):
+    rng = np.random.default_rng(4)
+    g = mx.array((rng.normal(size=(1, 64, 1024)) * 4).astype(np.float32))
+    x = mx.array(rng.normal(size=(1, 64, 1024)).astype(np.float32))
+    with K.active(True, threads=2):
+        native = np.asarray(K.swiglu(g, x))
+    monkeypatch.setattr(K, "_native", False)
+    with K.active(True):
+        numpy_path = np.asarray(K.swiglu(g, x))
+    np.testing.assert_allclose(native, numpy_path, rtol=2e-6, atol=1e-7)
+    assert not np.array_equal(native, numpy_path)  # really two different code paths
+
+
+def test_native_can_be_turned_off_by_environment(monkeypatch):
+    monkeypatch.setenv("PCD_NATIVE_ATTENTION", "0")
+    lib, note = K._load_native()
+    assert lib is False and note == "off: PCD_NATIVE_ATTENTION=0"
+
+
+def test_compile_c_reports_a_failed_build(tmp_path, monkeypatch):
+    from pcd_tools.engine import platform as P
+    from pcd_tools.errors import NativeBuildError
+
+    monkeypatch.setenv("PCD_CACHE_DIR", str(tmp_path))
+    bad = tmp_path / "bad.c"
+    bad.write_text("int f(void) { return 1 }\n")  # a syntax error
+    if shutil.which("cc") or shutil.which("gcc"):
+        with pytest.raises(NativeBuildError, match=r"compiling bad\.c with .* failed"):
+            P.compile_c(bad, "bad")
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    with pytest.raises(NativeBuildError, match=r"compiling bad\.c with .*no-such-compiler failed"):
+        P.compile_c(bad, "bad2")
+    assert not list((tmp_path / "native").glob("*.so"))  # nothing half-written is left
+
+
+def test_openblas_idle_threads_are_told_to_sleep_unless_the_user_chose():
+    code = textwrap.dedent(
+        """
+        import os, sys
+        from pcd_tools.engine.platform import setup_blas
+        info = setup_blas()
+        print(os.environ.get("OPENBLAS_THREAD_TIMEOUT"), info.bound_before_import)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    value, bound = out.stdout.split()
+    if bound == "True":
+        assert value == "4"
+    env["OPENBLAS_THREAD_TIMEOUT"] = "12"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split()[0] == "12"

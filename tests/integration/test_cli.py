@@ -92,6 +92,7 @@ def test_models_and_doctor(capsys):
     assert doc["blas"] != "reference" and doc["blas_path"]
     assert doc["blas_bound_before_import"] is True
     assert doc["blas_gflops"] > 0 and isinstance(doc["blas_fast"], bool)
+    assert doc["native_kernels"].startswith(("on (", "off: "))
     assert doc["cache_dir"]
     assert data["embedded"]["path"].endswith(".gguf")
 

@@ -225,6 +225,7 @@ def test_doctor_keys(shared_cache: Path) -> None:
             "blas_fast",
             "blas_bound_before_import",
             "blas_note",
+            "native_kernels",
             "cache_dir",
             "python",
             "platform",

@@ -1,0 +1,408 @@
+/* Exact float32 attention and SwiGLU for the CPU engine.
+ *
+ * Attention runs one block of query rows at a time. For each (batch row, head, block)
+ * the kernel computes the block's scores
+ * with the bound BLAS (`cblas_sgemm`, passed in as a pointer), normalises them in place
+ * while they are still in the core's L2 cache (mask, max, exp, sum in one sweep per row),
+ * multiplies by V with the same BLAS and divides by the row sums. The full score matrix
+ * (1,398 x 1,552 floats per head group for a 466-token pass) never goes to memory, and
+ * for a causal pass the masked keys past each block are never computed.
+ *
+ * SwiGLU is silu(gate) * x in one SIMD sweep.
+ *
+ * Work is spread over `threads` POSIX threads (the caller's thread is one of them); the
+ * BLAS must run single-threaded meanwhile (the Python side sets it). Built and loaded by
+ * pcd_tools.engine.cpu_kernels; the same math as mlx-lm's scaled_dot_product_attention
+ * and swiglu, in float32.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*sgemm_t)(int, int, int, int, int, int, float, const float *, int,
+                        const float *, int, float, float *, int);
+
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+
+typedef struct {
+    sgemm_t gemm;
+    const float *q, *k, *v, *mask;
+    float *out;
+    int64_t q_sb, q_sh, q_sr; /* strides in floats: batch, head, row (last dim contiguous) */
+    int64_t k_sb, k_sh, k_sr;
+    int64_t v_sb, v_sh, v_sr;
+    int64_t m_sb; /* additive mask (Lq x S rows of S floats): batch stride, 0 = shared */
+    int b, h, kh, lq, s, d, causal, block, nqb, ntasks;
+    float scale;
+    float (*softmax_row)(float *restrict, const float *restrict, int, int);
+} job_t;
+
+/* Runs fn(ctx, task, scratch) for every task in [0, ntasks) on `threads` threads, each
+ * with its own `scratch_bytes` buffer. Returns 0, or 1 if a buffer could not be had (the
+ * tasks of that thread are then left to the others; all of them if every thread failed). */
+typedef struct {
+    void (*fn)(void *, int, void *);
+    void *ctx;
+    int ntasks;
+    size_t scratch_bytes;
+    int next;   /* next task, taken atomically */
+    int failed;
+} pool_t;
+
+static void *pool_worker(void *arg) {
+    pool_t *p = (pool_t *)arg;
+    void *scratch = p->scratch_bytes ? malloc(p->scratch_bytes) : 0;
+    if (p->scratch_bytes && !scratch) {
+        __atomic_store_n(&p->failed, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    for (;;) {
+        int t = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED);
+        if (t >= p->ntasks) break;
+        p->fn(p->ctx, t, scratch);
+    }
+    free(scratch);
+    return 0;
+}
+
+static int run_parallel(void (*fn)(void *, int, void *), void *ctx, int ntasks,
+                        size_t scratch_bytes, int threads) {
+    pool_t p = {fn, ctx, ntasks, scratch_bytes, 0, 0};
+    if (threads > ntasks) threads = ntasks;
+    if (threads > 64) threads = 64;
+    pthread_t tids[64];
+    int started = 0;
+    for (int i = 1; i < threads; i++) {
+        if (pthread_create(&tids[started], 0, pool_worker, &p) != 0) break;
+        started++;
+    }
+    pool_worker(&p);
+    for (int i = 0; i < started; i++) pthread_join(tids[i], 0);
+    return __atomic_load_n(&p.next, __ATOMIC_RELAXED) < ntasks ? 1 : p.failed;
+}
+
+/* Cephes expf: exp(x) = 2^n * e^r, n = floor(x log2(e) + 1/2), |r| <= ln(2)/2, with a
+ * degree-7 polynomial for e^r; about 1-2 ulp. Inputs here are x - max(x) <= 0, and
+ * anything below -87 (e^-87 = 1.6e-38, under the normal float range) becomes 0. */
+#define EXP_LO -87.0f
+#define LOG2E 1.44269504088896341f
+#define LN2_HI 0.693359375f
+#define LN2_LO -2.12194440e-4f
+#define P0 1.9875691500e-4f
+#define P1 1.3981999507e-3f
+#define P2 8.3334519073e-3f
+#define P3 4.1665795894e-2f
+#define P4 1.6666665459e-1f
+#define P5 5.0000001201e-1f
+
+static float exp_neg(float x) {
+    if (x < EXP_LO) return 0.0f;
+    float n = __builtin_floorf(x * LOG2E + 0.5f);
+    float r = x - n * LN2_HI;
+    r = r - n * LN2_LO;
+    float p = ((((P0 * r + P1) * r + P2) * r + P3) * r + P4) * r + P5;
+    p = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } two_n;
+    two_n.i = ((int32_t)n + 127) << 23;
+    return p * two_n.f;
+}
+
+/* Each softmax_row_* turns row[0, n) into exp(row + mask - max) in place, zeroes
+ * row[n, width) and returns the sum. `madd` is the row's additive mask or NULL. */
+static float softmax_row_scalar(float *restrict row, const float *restrict madd, int n,
+                                int width) {
+    if (madd)
+        for (int j = 0; j < n; j++) row[j] += madd[j];
+    float m = row[0];
+    for (int j = 1; j < n; j++) m = row[j] > m ? row[j] : m;
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) {
+        row[j] = exp_neg(row[j] - m);
+        sum += row[j];
+    }
+    for (int j = n; j < width; j++) row[j] = 0.0f;
+    return sum;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+__attribute__((target("avx512f"))) static inline __m512 exp_neg16(__m512 x) {
+    __m512 lo = _mm512_set1_ps(EXP_LO);
+    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_max_ps(x, lo);
+    __m512 n = _mm512_roundscale_ps(
+        _mm512_fmadd_ps(x, _mm512_set1_ps(LOG2E), _mm512_set1_ps(0.5f)),
+        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    __m512 p = _mm512_set1_ps(P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P5));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_scalef_ps(p, n));
+}
+
+__attribute__((target("avx512f"))) static float softmax_row_avx512(
+    float *restrict row, const float *restrict madd, int n, int width) {
+    int full = n & ~15;
+    __mmask16 tail = (__mmask16)((1u << (n - full)) - 1u);
+    if (madd) {
+        for (int j = 0; j < full; j += 16)
+            _mm512_storeu_ps(row + j, _mm512_add_ps(_mm512_loadu_ps(row + j),
+                                                    _mm512_loadu_ps(madd + j)));
+        if (tail)
+            _mm512_mask_storeu_ps(row + full, tail,
+                                  _mm512_add_ps(_mm512_maskz_loadu_ps(tail, row + full),
+                                                _mm512_maskz_loadu_ps(tail, madd + full)));
+    }
+    __m512 vm = _mm512_set1_ps(-3.402823466e38f);
+    for (int j = 0; j < full; j += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(row + j));
+    if (tail) vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(vm, tail, row + full));
+    __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vm));
+    __m512 acc = _mm512_setzero_ps();
+    for (int j = 0; j < full; j += 16) {
+        __m512 e = exp_neg16(_mm512_sub_ps(_mm512_loadu_ps(row + j), m));
+        _mm512_storeu_ps(row + j, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (tail) {
+        __m512 e = exp_neg16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row + full), m));
+        e = _mm512_maskz_mov_ps(tail, e);
+        _mm512_mask_storeu_ps(row + full, tail, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    for (int j = n; j < width; j++) row[j] = 0.0f;
+    return _mm512_reduce_add_ps(acc);
+}
+
+__attribute__((target("avx2,fma"))) static inline __m256 exp_neg8(__m256 x) {
+    __m256 lo = _mm256_set1_ps(EXP_LO);
+    __m256 keep = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
+    x = _mm256_max_ps(x, lo);
+    __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(LOG2E), _mm256_set1_ps(0.5f)));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), r);
+    __m256 p = _mm256_set1_ps(P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P5));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep);
+}
+
+__attribute__((target("avx2,fma"))) static float softmax_row_avx2(
+    float *restrict row, const float *restrict madd, int n, int width) {
+    int full = n & ~7;
+    if (madd)
+        for (int j = 0; j < n; j++) row[j] += madd[j];
+    __m256 vm = _mm256_set1_ps(-3.402823466e38f);
+    for (int j = 0; j < full; j += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(row + j));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, vm);
+    float mx = lanes[0];
+    for (int i = 1; i < 8; i++) mx = lanes[i] > mx ? lanes[i] : mx;
+    for (int j = full; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+    __m256 m = _mm256_set1_ps(mx);
+    __m256 acc = _mm256_setzero_ps();
+    for (int j = 0; j < full; j += 8) {
+        __m256 e = exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(row + j), m));
+        _mm256_storeu_ps(row + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    _mm256_storeu_ps(lanes, acc);
+    float sum = 0.0f;
+    for (int i = 0; i < 8; i++) sum += lanes[i];
+    for (int j = full; j < n; j++) {
+        row[j] = exp_neg(row[j] - mx);
+        sum += row[j];
+    }
+    for (int j = n; j < width; j++) row[j] = 0.0f;
+    return sum;
+}
+#endif
+
+typedef float (*softmax_row_t)(float *restrict, const float *restrict, int, int);
+
+static softmax_row_t pick_softmax_row(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return softmax_row_avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return softmax_row_avx2;
+#endif
+    return softmax_row_scalar;
+}
+
+static void scale_rows(float *restrict out, const float *restrict inv, int m, int d) {
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j < d; j++) out[(int64_t)r * d + j] *= inv[r];
+}
+
+static void attention_task(void *ctx, int t, void *scratch) {
+    job_t *jb = (job_t *)ctx;
+    float *buf = (float *)scratch;
+    float *inv = buf + (size_t)jb->block * jb->s;
+    int qb = t % jb->nqb;
+    int hh = (t / jb->nqb) % jb->h;
+    int bb = t / (jb->nqb * jb->h);
+    int g = jb->h / jb->kh;
+    int i0 = qb * jb->block;
+    int m = jb->lq - i0 < jb->block ? jb->lq - i0 : jb->block;
+    int past = jb->s - jb->lq; /* keys before the first query */
+    int width = jb->causal ? past + i0 + m : jb->s;
+    const float *q = jb->q + bb * jb->q_sb + hh * jb->q_sh + (int64_t)i0 * jb->q_sr;
+    const float *k = jb->k + bb * jb->k_sb + (hh / g) * jb->k_sh;
+    const float *v = jb->v + bb * jb->v_sb + (hh / g) * jb->v_sh;
+    float *out = jb->out + (((int64_t)bb * jb->h + hh) * jb->lq + i0) * jb->d;
+    jb->gemm(ROW_MAJOR, NO_TRANS, TRANS, m, width, jb->d, jb->scale, q, (int)jb->q_sr, k,
+             (int)jb->k_sr, 0.0f, buf, width);
+    for (int r = 0; r < m; r++) {
+        int n = jb->causal ? past + i0 + r + 1 : width;
+        const float *madd = jb->mask ? jb->mask + bb * jb->m_sb + (int64_t)(i0 + r) * jb->s : 0;
+        float sum = jb->softmax_row(buf + (int64_t)r * width, madd, n, width);
+        inv[r] = 1.0f / sum;
+    }
+    jb->gemm(ROW_MAJOR, NO_TRANS, NO_TRANS, m, jb->d, width, 1.0f, buf, width, v,
+             (int)jb->v_sr, 0.0f, out, jb->d);
+    scale_rows(out, inv, m, jb->d);
+}
+
+/* Attention of q (B, H, Lq, D) over k, v (B, KH, S, D) into out (B, H, Lq, D), contiguous.
+ * `strides` holds the q, k and v strides in floats: batch, head, row for each (9 values).
+ * `mask` is NULL, or additive (B or 1, Lq, S) with batch stride `m_sb`. `causal` masks
+ * key j > S - Lq + i for query i. Returns 0 on success, nonzero on failure. */
+int pcd_attention(void *gemm, const float *q, const float *k, const float *v, float *out,
+                  const int64_t *strides, const float *mask, int64_t m_sb, int b, int h, int kh,
+                  int lq, int s, int d, float scale, int causal, int block, int threads) {
+    if (!gemm || b < 1 || h < 1 || kh < 1 || h % kh || lq < 1 || s < lq || d < 1 || block < 1)
+        return 1;
+    job_t jb;
+    memset(&jb, 0, sizeof jb);
+    jb.gemm = (sgemm_t)gemm;
+    jb.softmax_row = pick_softmax_row();
+    jb.q = q, jb.k = k, jb.v = v, jb.out = out, jb.mask = mask;
+    jb.q_sb = strides[0], jb.q_sh = strides[1], jb.q_sr = strides[2];
+    jb.k_sb = strides[3], jb.k_sh = strides[4], jb.k_sr = strides[5];
+    jb.v_sb = strides[6], jb.v_sh = strides[7], jb.v_sr = strides[8];
+    jb.m_sb = m_sb;
+    jb.b = b, jb.h = h, jb.kh = kh, jb.lq = lq, jb.s = s, jb.d = d;
+    jb.nqb = (lq + block - 1) / block;
+    jb.block = (lq + jb.nqb - 1) / jb.nqb; /* even blocks: 152 rows -> 2 x 76, not 128 + 24 */
+    jb.causal = causal, jb.scale = scale;
+    jb.ntasks = b * h * jb.nqb;
+    size_t scratch = sizeof(float) * ((size_t)jb.block * s + jb.block);
+    return run_parallel(attention_task, &jb, jb.ntasks, scratch, threads);
+}
+
+/* silu(g) * x = g * sigmoid(g) * x, with sigmoid(g) = 1 / (1 + e) for g >= 0 and
+ * e / (1 + e) for g < 0, where e = exp(-|g|) never overflows. */
+static void swiglu_scalar(const float *restrict g, const float *restrict x, float *restrict out,
+                          int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float e = exp_neg(-__builtin_fabsf(g[i]));
+        float s = (g[i] >= 0.0f ? 1.0f : e) / (1.0f + e);
+        out[i] = g[i] * s * x[i];
+    }
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx512f"))) static void swiglu_avx512(const float *restrict g,
+                                                             const float *restrict x,
+                                                             float *restrict out, int64_t n) {
+    __m512 one = _mm512_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 gv = _mm512_loadu_ps(g + i);
+        __m512 e = exp_neg16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(gv)));
+        __mmask16 pos = _mm512_cmp_ps_mask(gv, _mm512_setzero_ps(), _CMP_GE_OQ);
+        __m512 s = _mm512_div_ps(_mm512_mask_blend_ps(pos, e, one), _mm512_add_ps(one, e));
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(gv, s), _mm512_loadu_ps(x + i)));
+    }
+    swiglu_scalar(g + i, x + i, out + i, n - i);
+}
+
+__attribute__((target("avx2,fma"))) static void swiglu_avx2(const float *restrict g,
+                                                            const float *restrict x,
+                                                            float *restrict out, int64_t n) {
+    __m256 one = _mm256_set1_ps(1.0f);
+    __m256 sign = _mm256_set1_ps(-0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 gv = _mm256_loadu_ps(g + i);
+        __m256 e = exp_neg8(_mm256_or_ps(gv, sign)); /* -|g| */
+        __m256 pos = _mm256_cmp_ps(gv, _mm256_setzero_ps(), _CMP_GE_OQ);
+        __m256 s = _mm256_div_ps(_mm256_blendv_ps(e, one, pos), _mm256_add_ps(one, e));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(gv, s), _mm256_loadu_ps(x + i)));
+    }
+    swiglu_scalar(g + i, x + i, out + i, n - i);
+}
+#endif
+
+typedef void (*swiglu_t)(const float *restrict, const float *restrict, float *restrict, int64_t);
+
+static swiglu_t pick_swiglu(int path) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if ((path == 0 || path == 512) && __builtin_cpu_supports("avx512f")) return swiglu_avx512;
+    if ((path == 0 || path == 256) && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma"))
+        return swiglu_avx2;
+#endif
+    return (path == 0 || path == 1) ? swiglu_scalar : 0;
+}
+
+#define SWIGLU_CHUNK 16384
+
+typedef struct {
+    swiglu_t fn;
+    const float *g, *x;
+    float *out;
+    int64_t n;
+} swiglu_job_t;
+
+static void swiglu_task(void *ctx, int t, void *scratch) {
+    (void)scratch;
+    swiglu_job_t *jb = (swiglu_job_t *)ctx;
+    int64_t i = (int64_t)t * SWIGLU_CHUNK;
+    int64_t m = jb->n - i < SWIGLU_CHUNK ? jb->n - i : SWIGLU_CHUNK;
+    jb->fn(jb->g + i, jb->x + i, jb->out + i, m);
+}
+
+/* out = silu(g) * x over n contiguous floats, on `threads` threads. `path` picks the code
+ * path (0: the best this CPU has; 512, 256 or 1 to force one, for tests). Returns 0 on
+ * success, 1 if the path is not available here. */
+int pcd_swiglu(const float *g, const float *x, float *out, int64_t n, int threads, int path) {
+    swiglu_t fn = pick_swiglu(path);
+    if (!fn || n < 0) return 1;
+    swiglu_job_t jb = {fn, g, x, out, n};
+    int ntasks = (int)((n + SWIGLU_CHUNK - 1) / SWIGLU_CHUNK);
+    return ntasks ? run_parallel(swiglu_task, &jb, ntasks, 0, threads) : 0;
+}
+
+/* Which softmax code path this CPU gets: 512, 256 (AVX2) or 1 (scalar). For tests. */
+int pcd_attention_simd_width(void) {
+    softmax_row_t f = pick_softmax_row();
+#if defined(__x86_64__) || defined(__i386__)
+    if (f == softmax_row_avx512) return 512;
+    if (f == softmax_row_avx2) return 256;
+#endif
+    return f == softmax_row_scalar ? 1 : 0;
+}
+
+/* One row through a chosen code path (512, 256 or 1), for tests; -1 if unavailable. */
+float pcd_softmax_row(int path, float *row, const float *madd, int n, int width) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (path == 512 && __builtin_cpu_supports("avx512f")) return softmax_row_avx512(row, madd, n, width);
+    if (path == 256 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return softmax_row_avx2(row, madd, n, width);
+#endif
+    if (path == 1) return softmax_row_scalar(row, madd, n, width);
+    return -1.0f;
+}
