@@ -109,6 +109,10 @@ class _Chunk:
         self.node_rows = [np.searchsorted(self.slots, idx) for idx in self.node_index]
 
 
+# What a chunk scored: per field part, (field, edge indices, (B, edges) log p).
+_Edges = list[tuple[int, np.ndarray, np.ndarray]]
+
+
 @dataclass
 class Plan:
     """Everything a (schema, tokenizer) pair needs, computed once and cached."""
@@ -591,7 +595,7 @@ class Engine:
             jobs = [plan.chunks[j::n_jobs] for j in range(n_jobs)]
             done = self._parallel(
                 [
-                    lambda chunks=chunks: self._packed_eval(kvs[0], valid, chunks)  # type: ignore[misc]
+                    lambda chunks=chunks: self._packed_eval(plan, kvs[0], valid, chunks)  # type: ignore[misc]
                     for chunks in jobs
                 ]
             )
@@ -651,19 +655,21 @@ class Engine:
         t0 = time.perf_counter()
         kv = self._prefill(rows, prefix)
         t1 = time.perf_counter()
-        outs = self._packed_eval(kv, valid, plan.chunks)
+        outs = self._packed_eval(plan, kv, valid, plan.chunks)
         fields = self._packed_result(plan, outs, len(rows))
         return fields, t1 - t0, time.perf_counter() - t1
 
     def _packed_eval(
-        self, kv: list[tuple[Any, Any]], valid: list[int], chunks: list[_Chunk]
-    ) -> list[tuple[_Chunk, Any]]:
+        self, plan: Plan, kv: list[tuple[Any, Any]], valid: list[int], chunks: list[_Chunk]
+    ) -> list[_Edges]:
         """Runs the packed passes of `chunks` one after another on the current stream;
-        returns each chunk with its evaluated slot logits (B, slots, V)."""
+        returns the edge log-probabilities each chunk scored. A chunk's full-vocabulary
+        logits (B, slots, V) are reduced as soon as it is evaluated, so at most one
+        chunk's logits per stream are alive (tariff: 6 x 48 MB otherwise)."""
         b = len(valid)
         width = kv[0][0].shape[2]
         prefix_ok = np.arange(width)[None, :] < np.array(valid)[:, None]  # (B, K)
-        outs: list[tuple[_Chunk, Any]] = []
+        outs: list[_Edges] = []
         for ch in chunks:
             t = len(ch.tokens)
             mask = np.concatenate(
@@ -680,24 +686,31 @@ class Engine:
             out = self._run(toks, caches)
             logits = self._logits_at(out, slice(None), mx.array(ch.slots))
             mx.eval(logits)
-            outs.append((ch, logits))
+            outs.append(self._chunk_edges(plan, ch, np.asarray(logits)))  # zero-copy view
+            del out, logits, caches
         return outs
 
-    def _packed_result(
-        self, plan: Plan, outs: list[tuple[_Chunk, Any]], b: int
-    ) -> list[list[np.ndarray]]:
-        """Per row, per field edge log-probabilities from evaluated chunk logits."""
+    @staticmethod
+    def _chunk_edges(plan: Plan, ch: _Chunk, logits: np.ndarray) -> _Edges:
+        """(field, edge indices, (B, edges) log p) for every trie edge scored by `ch`,
+        from its slot logits (B, slots, V)."""
+        lse = _logsumexp(logits)  # (B, slots)
+        found = []
+        for fi, nodes, rows in zip(ch.fields, ch.part_nodes, ch.node_rows):
+            trie = plan.tries[fi]
+            row_of = np.full(trie.n_nodes, -1)
+            row_of[nodes] = rows
+            sel = np.nonzero(row_of[trie.edge_node] >= 0)[0]
+            r = row_of[trie.edge_node[sel]]
+            found.append((fi, sel, logits[:, r, trie.edge_token[sel]] - lse[:, r]))
+        return found
+
+    def _packed_result(self, plan: Plan, outs: list[_Edges], b: int) -> list[list[np.ndarray]]:
+        """Per row, per field edge log-probabilities from the chunks' scored edges."""
         acc = [np.full((b, len(t.edge_node)), np.nan) for t in plan.tries]
-        for ch, o in outs:
-            logits = np.asarray(o)  # (B, slots, V), zero-copy
-            lse = _logsumexp(logits)  # (B, slots)
-            for fi, nodes, rows in zip(ch.fields, ch.part_nodes, ch.node_rows):
-                trie = plan.tries[fi]
-                row_of = np.full(trie.n_nodes, -1)
-                row_of[nodes] = rows
-                sel = np.nonzero(row_of[trie.edge_node] >= 0)[0]
-                r = row_of[trie.edge_node[sel]]
-                acc[fi][:, sel] = logits[:, r, trie.edge_token[sel]] - lse[:, r]
+        for found in outs:
+            for fi, sel, logp in found:
+                acc[fi][:, sel] = logp
         if any(np.isnan(a).any() for a in acc):  # pragma: no cover - a packing bug
             raise RuntimeError("internal error: a trie edge was not evaluated")
         return [[acc[fi][r] for fi in range(len(plan.tries))] for r in range(b)]
@@ -860,12 +873,21 @@ def _pack(tries: list[FieldTrie], parts: list[tuple[int, list[int]]]) -> _Chunk:
     )
 
 
-def _logsumexp(logits: np.ndarray) -> np.ndarray:
-    """Log-sum-exp over the last axis in float64 (numpy's exp is vectorised, MLX's CPU
-    exp is not)."""
+def _logsumexp(logits: np.ndarray, block_bytes: int = 4 << 20) -> np.ndarray:
+    """Log-sum-exp over the last axis, returned in float64 (numpy's exp is vectorised,
+    MLX's CPU exp is not). Works through about `block_bytes` of rows at a time, so the
+    temporaries stay small next to the (B, slots, V) logits (33 MB per triage chunk)."""
     lg = logits.astype(np.float32, copy=False)
-    m = lg.max(axis=-1, keepdims=True)
-    return (np.log(np.exp(lg - m).sum(axis=-1)) + m[..., 0]).astype(np.float64)
+    flat = lg.reshape(-1, lg.shape[-1])
+    out = np.empty(flat.shape[0], dtype=np.float64)
+    step = max(1, block_bytes // max(1, flat.shape[1] * 4))
+    for i in range(0, flat.shape[0], step):
+        rows = flat[i : i + step]
+        m = rows.max(axis=-1, keepdims=True)
+        tmp = rows - m
+        np.exp(tmp, out=tmp)
+        out[i : i + step] = np.log(tmp.sum(axis=-1)) + m[:, 0]
+    return out.reshape(lg.shape[:-1])
 
 
 def _fields_from_nodes(plan: Plan, node_logits: dict[tuple[int, int], Any]) -> list[np.ndarray]:
