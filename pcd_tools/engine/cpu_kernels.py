@@ -9,7 +9,7 @@ over 1,552 keys, of which the two matmuls take 12 ms.
 Attention takes the first of these that applies, all in float32 (the same math, to
 about 1e-6):
 
-- `_attention.c`, compiled once into the cache: per block of query rows, the scores
+- `_cpu_kernels.c`, compiled once into the cache: per block of query rows, the scores
   from the bound BLAS, a one-sweep SIMD softmax while they sit in L2, and the product
   with V, on `threads` threads; a causal pass skips the masked keys. About 10 ms for
   that layer. Needs a C compiler and a bound fast BLAS (`platform.sgemm_address`).
