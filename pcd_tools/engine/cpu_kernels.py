@@ -179,7 +179,7 @@ def _strides(a: np.ndarray) -> list[int] | None:
 def _native_sdpa(
     lib: Any, queries: Any, keys: Any, values: Any, scale: float, mask: Any
 ) -> Any | None:
-    """Attention through `_attention.c`; None if this call's layout is not handled."""
+    """Attention through `_cpu_kernels.c`; None if this call's layout is not handled."""
     b, h, lq, d = queries.shape
     kh, s = keys.shape[1], keys.shape[2]
     causal, madd = 0, None
