@@ -25,6 +25,8 @@ typedef void (*sgemm_t)(int, int, int, int, int, int, float, const float *, int,
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
+typedef float (*softmax_row_t)(float *restrict, const float *restrict, int, int);
+
 typedef struct {
     sgemm_t gemm;
     const float *q, *k, *v, *mask;
@@ -35,7 +37,7 @@ typedef struct {
     int64_t m_sb; /* additive mask (Lq x S rows of S floats): batch stride, 0 = shared */
     int b, h, kh, lq, s, d, causal, block, nqb, ntasks;
     float scale;
-    float (*softmax_row)(float *restrict, const float *restrict, int, int);
+    softmax_row_t softmax_row;
 } job_t;
 
 /* Runs fn(ctx, task, scratch) for every task in [0, ntasks) on `threads` threads, each
@@ -229,15 +231,17 @@ __attribute__((target("avx2,fma"))) static float softmax_row_avx2(
 }
 #endif
 
-typedef float (*softmax_row_t)(float *restrict, const float *restrict, int, int);
-
-static softmax_row_t pick_softmax_row(void) {
+/* The softmax code path: `path` 0 for the best this CPU has, or 512, 256 or 1 to ask for
+ * one (tests); NULL if the one asked for is not available here. */
+static softmax_row_t pick_softmax_row(int path) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return softmax_row_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return softmax_row_avx2;
+    if ((path == 0 || path == 512) && __builtin_cpu_supports("avx512f")) return softmax_row_avx512;
+    if ((path == 0 || path == 256) && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma"))
+        return softmax_row_avx2;
 #endif
-    return softmax_row_scalar;
+    return (path == 0 || path == 1) ? softmax_row_scalar : 0;
 }
 
 static void scale_rows(float *restrict out, const float *restrict inv, int m, int d) {
@@ -286,7 +290,7 @@ int pcd_attention(void *gemm, const float *q, const float *k, const float *v, fl
     job_t jb;
     memset(&jb, 0, sizeof jb);
     jb.gemm = (sgemm_t)gemm;
-    jb.softmax_row = pick_softmax_row();
+    jb.softmax_row = pick_softmax_row(0);
     jb.q = q, jb.k = k, jb.v = v, jb.out = out, jb.mask = mask;
     jb.q_sb = strides[0], jb.q_sh = strides[1], jb.q_sr = strides[2];
     jb.k_sb = strides[3], jb.k_sh = strides[4], jb.k_sr = strides[5];
@@ -388,7 +392,7 @@ int pcd_swiglu(const float *g, const float *x, float *out, int64_t n, int thread
 
 /* Which softmax code path this CPU gets: 512, 256 (AVX2) or 1 (scalar). For tests. */
 int pcd_attention_simd_width(void) {
-    softmax_row_t f = pick_softmax_row();
+    softmax_row_t f = pick_softmax_row(0);
 #if defined(__x86_64__) || defined(__i386__)
     if (f == softmax_row_avx512) return 512;
     if (f == softmax_row_avx2) return 256;
@@ -396,13 +400,8 @@ int pcd_attention_simd_width(void) {
     return f == softmax_row_scalar ? 1 : 0;
 }
 
-/* One row through a chosen code path (512, 256 or 1), for tests; -1 if unavailable. */
+/* One row through a code path (as `pick_softmax_row`), for tests; -1 if unavailable. */
 float pcd_softmax_row(int path, float *row, const float *madd, int n, int width) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (path == 512 && __builtin_cpu_supports("avx512f")) return softmax_row_avx512(row, madd, n, width);
-    if (path == 256 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return softmax_row_avx2(row, madd, n, width);
-#endif
-    if (path == 1) return softmax_row_scalar(row, madd, n, width);
-    return -1.0f;
+    softmax_row_t f = pick_softmax_row(path);
+    return f ? f(row, madd, n, width) : -1.0f;
 }

@@ -161,7 +161,11 @@ def _candidates() -> list[tuple[str, str]]:
 
 
 def compile_c(
-    source: Path, name: str, flags: tuple[str, ...] = (), libs: tuple[str, ...] = ()
+    source: Path,
+    name: str,
+    flags: tuple[str, ...] = (),
+    libs: tuple[str, ...] = (),
+    subdir: str = "native",
 ) -> tuple[Path, str]:
     """Compile a C file into a shared library in the cache once (atomically).
 
@@ -170,9 +174,10 @@ def compile_c(
 
     Args:
         source: The C file.
-        name: Stem of the cached library (`<cache>/native/<name>-<digest>.so`).
+        name: Stem of the cached library (`<cache>/<subdir>/<name>-<digest>.so`).
         flags: Extra compiler flags.
         libs: Libraries to link, as `-l` arguments.
+        subdir: Folder under the cache directory.
 
     Returns:
         The library's path and a note saying whether it was compiled or reused.
@@ -182,7 +187,6 @@ def compile_c(
     """
     key = source.read_bytes() + "\0".join([*flags, *libs, platform.machine()]).encode()
     digest = hashlib.sha256(key).hexdigest()[:16]
-    subdir = "blas" if name == "shim" else "native"  # the shim's historical place
     out = cache_dir() / subdir / f"{name}-{digest}.so"
     if out.exists():
         return out, f"reused cached {name} {out}"
@@ -216,7 +220,7 @@ def compile_c(
 def _build_shim() -> tuple[Path, str]:
     """Compile `_blas_shim.c` into the cache once; return its path and a note."""
     try:
-        return compile_c(_SHIM_SOURCE, "shim", libs=("-ldl",))
+        return compile_c(_SHIM_SOURCE, "shim", libs=("-ldl",), subdir="blas")
     except NativeBuildError as exc:
         raise BlasSetupError(f"{exc}; install gcc or set PCD_BLAS") from exc
 
