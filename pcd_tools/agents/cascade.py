@@ -13,23 +13,33 @@ which sees only those fields, each narrowed to the top-k candidates so far. A st
 Answers from stages that report no probability (chat models, humans) are accepted as
 final. `LowConfidenceError` carries a `Decision` so that LangChain's stock
 `.with_fallbacks(..., exceptions_to_handle=(LowConfidenceError,))` is a one-line cascade.
+
+The stages and the narrowed sub-schemas live in `pcd_tools.agents.stages`, the errors in
+`pcd_tools.agents.errors`; their names are importable from here too.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from langchain_core.runnables import Runnable, RunnableConfig
-from pydantic import BaseModel, ConfigDict, create_model
-from pydantic import Field as PydField
+from pydantic import BaseModel
 
-from ..errors import InvalidArgumentError, PcdToolsError
-from ..prompt import render_system
-from ..schema import FieldSpec, Schema, compile_schema
-from ._worker import call_model
+from ..errors import InvalidArgumentError
+from ..schema import FieldSpec, compile_schema
+from .errors import CascadeError, LowConfidenceError
+from .stages import (
+    ChatModelStage,
+    DeciderStage,
+    EscalationRequest,
+    HumanStage,
+    as_stage,
+    narrowed_model,
+)
+from .stages import StageAnswer as StageAnswer
 from .structured import to_context
 
 __all__ = [
@@ -48,285 +58,6 @@ __all__ = [
 
 ScoreName = Literal["probability", "margin", "entropy"]
 _SCORES = ("probability", "margin", "entropy")
-
-
-class LowConfidenceError(PcdToolsError, RuntimeError):
-    """A decision's confidence is below the caller's threshold (raised only on opt-in).
-
-    Args:
-        decision: The `Decision`, kept whole so a fallback can use it.
-        threshold: The threshold it missed, if known.
-
-    Attributes:
-        decision: The `Decision`.
-        fields: Names of the fields below the threshold.
-    """
-
-    def __init__(self, decision: Any, *, threshold: float | None = None):
-        self.decision = decision
-        self.threshold = threshold
-        self.fields = decision.low_confidence(threshold) if threshold is not None else []
-        where = f" below {threshold}" if threshold is not None else ""
-        super().__init__(
-            f"decision confidence {decision.confidence:.4f}{where}; low-confidence fields: "
-            f"{self.fields or 'n/a'}"
-        )
-
-
-class CascadeError(PcdToolsError, RuntimeError):
-    """No stage produced an answer for some field (every stage failed on it)."""
-
-
-# --- narrowed sub-schemas ---------------------------------------------------------------------
-
-
-def narrowed_model(
-    schema: Schema, names: Sequence[str], keep: Mapping[str, Sequence[Any]] | None = None
-) -> type[BaseModel]:
-    """A Pydantic model with only `names`, each `Literal` narrowed to the labels in `keep`.
-
-    It keeps the instructions (as the docstring), the field and choice descriptions, so
-    a chat model's `with_structured_output` sees the same task, only smaller.
-
-    Args:
-        schema: The full compiled schema.
-        names: Fields to include, in order.
-        keep: Per-field JSON labels to keep (declaration order is preserved); default all.
-    """
-    fields: dict[str, Any] = {}
-    for name in names:
-        spec = schema.field(name)
-        wanted = list(keep[name]) if keep and name in keep else spec.labels
-        kept = [c for c in spec.choices if c.label in wanted]
-        labels = [c.label for c in kept if c.label is not None]
-        tp: Any
-        if spec.kind == "boolean" and set(labels) == {True, False}:
-            tp = bool
-        else:
-            tp = Literal[tuple(labels)]
-        if any(c.label is None for c in kept):
-            tp = tp | None
-        descs: dict[str, Any] = {
-            (c.literal if isinstance(c.label, bool) else str(c.label)): c.description
-            for c in kept
-            if c.description and c.label is not None
-        }
-        extra: dict[str, Any] | None = {"choice_descriptions": descs} if descs else None
-        fields[name] = (tp, PydField(description=spec.description or None, json_schema_extra=extra))
-    model_name = schema.name if schema.name.isidentifier() else "Decision"
-    return create_model(
-        model_name,
-        __config__=ConfigDict(extra="forbid"),
-        __doc__=schema.instructions or None,
-        **fields,
-    )
-
-
-# --- stages -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EscalationRequest:
-    """What a stage is asked to decide.
-
-    Args:
-        text: The context being decided.
-        schema: The full compiled schema.
-        fields: The fields this stage must answer.
-        candidates: Per field, the labels it may choose from (top-k so far, or all).
-        model: A Pydantic model of just those fields, `Literal`s narrowed to `candidates`.
-        previous: Per field, the distribution of the latest stage that had one, if any.
-    """
-
-    text: str
-    schema: Schema
-    fields: list[str]
-    candidates: dict[str, list[Any]]
-    model: type[BaseModel]
-    previous: dict[str, dict[Any, float]]
-
-
-@dataclass
-class StageAnswer:
-    """A stage's labels, and probabilities where the stage has them (None otherwise)."""
-
-    labels: dict[str, Any]
-    probabilities: dict[str, float | None]
-    results: dict[str, Any] = field(default_factory=dict)
-    decision: Any = None
-
-
-def _labels_of(parsed: Any) -> dict[str, Any]:
-    if isinstance(parsed, BaseModel):
-        return parsed.model_dump(mode="json")
-    if isinstance(parsed, Mapping):
-        inner = parsed.get("parsed") if "parsed" in parsed and "raw" in parsed else parsed
-        if isinstance(inner, BaseModel):
-            return inner.model_dump(mode="json")
-        return dict(inner or {})
-    raise InvalidArgumentError(
-        f"a stage answered with {type(parsed).__name__}; accepted: a Pydantic model "
-        "instance or a mapping of field name -> value."
-    )
-
-
-class DeciderStage:
-    """Decides the escalated fields with another `Decider` (e.g. a bigger local model).
-
-    Args:
-        decider: The `Decider`.
-        name: Stage name in results; default the decider's `model_id`.
-        top_k: Narrow each field to its top-k candidates so far; default keep all.
-        temperature: Softmax temperature.
-    """
-
-    kind = "decider"
-
-    def __init__(
-        self,
-        decider: Any,
-        *,
-        name: str | None = None,
-        top_k: int | None = None,
-        temperature: float = 1.0,
-    ):
-        self.decider = decider
-        self.name = name or str(getattr(decider, "model_id", "decider"))
-        self.top_k = _check_top_k(top_k)
-        self.temperature = temperature
-
-    def answer(self, request: EscalationRequest) -> StageAnswer:
-        """Scores the requested fields; probabilities are over the candidates it saw."""
-        full = request.fields == request.schema.field_names and all(
-            request.candidates[n] == request.schema.field(n).labels for n in request.fields
-        )
-        target = request.schema if full else compile_schema(request.model)
-        d = call_model(
-            self.decider, self.decider.decide, target, request.text, temperature=self.temperature
-        )
-        return StageAnswer(
-            labels={n: d.fields[n].label for n in request.fields},
-            probabilities={n: d.fields[n].probability for n in request.fields},
-            results={n: d.fields[n] for n in request.fields},
-            decision=d,
-        )
-
-
-class ChatModelStage:
-    """Asks a LangChain chat model, through `with_structured_output(narrowed model)`.
-
-    Args:
-        model: Any chat model with `with_structured_output` (a `BaseChatModel`).
-        name: Stage name; default the model's `model_name` / `model` or class name.
-        top_k: Candidates kept per field (default 3; at least 2).
-        method: Passed to `with_structured_output` when given.
-    """
-
-    kind = "chat_model"
-
-    def __init__(
-        self,
-        model: Any,
-        *,
-        name: str | None = None,
-        top_k: int | None = 3,
-        method: str | None = None,
-    ):
-        self.model = model
-        self.name = name or str(
-            getattr(model, "model_name", None)
-            or getattr(model, "model", None)
-            or type(model).__name__
-        )
-        self.top_k = _check_top_k(top_k)
-        self.method = method
-
-    def answer(self, request: EscalationRequest) -> StageAnswer:
-        """Sends the system prompt of the narrowed schema and the text; parses the reply."""
-        from langchain_core.messages import HumanMessage, SystemMessage
-
-        kw = {"method": self.method} if self.method else {}
-        runnable = self.model.with_structured_output(request.model, **kw)
-        system = render_system(compile_schema(request.model))
-        out = runnable.invoke([SystemMessage(system), HumanMessage(request.text)])
-        labels = _labels_of(out)
-        return StageAnswer(labels=labels, probabilities=dict.fromkeys(labels))
-
-
-class HumanStage:
-    """Asks a person: a callable, or LangGraph's `interrupt` inside a graph node.
-
-    Args:
-        ask: `ask(request: EscalationRequest) -> model instance | mapping`. Default: call
-            `langgraph.types.interrupt(payload, response_schema=request.model)`; resume the
-            graph with `Command(resume={field: value, ...})`.
-        name: Stage name (default `"human"`).
-        top_k: Candidates offered per field (default all).
-    """
-
-    kind = "human"
-
-    def __init__(
-        self,
-        ask: Callable[[EscalationRequest], Any] | None = None,
-        *,
-        name: str = "human",
-        top_k: int | None = None,
-    ):
-        self.ask = ask
-        self.name = name
-        self.top_k = _check_top_k(top_k)
-
-    @staticmethod
-    def payload(request: EscalationRequest) -> dict[str, Any]:
-        """The JSON-serialisable question shown to the person (the interrupt value)."""
-        return {
-            "question": f"Please decide {', '.join(request.fields)} for this text.",
-            "text": request.text,
-            "fields": {
-                n: {
-                    "description": request.schema.field(n).description,
-                    "choices": request.candidates[n],
-                    "model_probabilities": request.previous.get(n, {}),
-                }
-                for n in request.fields
-            },
-        }
-
-    def answer(self, request: EscalationRequest) -> StageAnswer:
-        """Returns the person's labels (no probabilities)."""
-        if self.ask is not None:
-            out = self.ask(request)
-        else:
-            from langgraph.types import interrupt
-
-            out = interrupt(self.payload(request), response_schema=request.model)
-        labels = _labels_of(out)
-        return StageAnswer(labels=labels, probabilities=dict.fromkeys(labels))
-
-
-def _check_top_k(k: int | None) -> int | None:
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 2):
-        raise InvalidArgumentError(f"top_k must be an int >= 2 or None; got {k!r}.")
-    return k
-
-
-def as_stage(obj: Any) -> Any:
-    """Wraps a `Decider`, a chat model, a callable or `"human"` into a stage."""
-    if hasattr(obj, "answer") and hasattr(obj, "name"):
-        return obj
-    if hasattr(obj, "decide") and hasattr(obj, "engine"):
-        return DeciderStage(obj)
-    if hasattr(obj, "with_structured_output"):
-        return ChatModelStage(obj)
-    if obj in ("human", "interrupt"):
-        return HumanStage()
-    if callable(obj):
-        return HumanStage(obj)
-    raise InvalidArgumentError(
-        f"cannot use {type(obj).__name__} as a cascade stage; accepted: a Decider, a LangChain "
-        "chat model, a callable (a human), 'human' (LangGraph interrupt) or a stage object."
-    )
 
 
 # --- results ----------------------------------------------------------------------------------

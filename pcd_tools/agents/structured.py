@@ -157,7 +157,7 @@ def structured_runnable(decider: Any, schema: Any, include_raw: bool = False, **
     use_system = kwargs.get("use_system_messages", True)
 
     def run(value: Any) -> Any:
-        from .cascade import LowConfidenceError
+        from .errors import LowConfidenceError
 
         context, system = to_context(value)
         target = with_instructions(compiled, system) if use_system else compiled

@@ -3,22 +3,17 @@
 `create_app(decider, ...)` builds it; `pcd serve` runs it under uvicorn. Every decision
 request is validated and length-checked on arrival, then queued for the one model worker
 (`MicroBatcher`), which scores compatible requests together.
+
+The shared server state lives in `server.py` and the body reader in `body.py`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as _dt
-import hmac
-import importlib
-import json
 import os
-import threading
 import time
 import uuid
-import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -26,16 +21,15 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import ContextTooLongError, PcdToolsError, SchemaError
-from .batcher import Job, MicroBatcher
+from .batcher import Job
 from .errors import ApiError, error_body
 from .metrics import Metrics
 from .native import parse_decide
+from .server import ClientGone, _Server
 from .systemone import build_response, parse_request
 
 if TYPE_CHECKING:
     from ..decider import Decider
-    from ..schema import Schema
 
 __all__ = ["create_app"]
 
@@ -46,263 +40,6 @@ ASGIApp = Callable[
 ]
 
 ENDPOINTS = ("/v1/systemone", "/v1/decide", "/v1/models", "/health", "/ready", "/metrics")
-_WARMUP_SCHEMA: dict[str, dict[str, Any]] = {
-    "ok": {"type": "boolean", "description": "Whether the message is a greeting"},
-    "tone": {"type": "enum", "choices": ["calm", "angry"], "description": "Tone"},
-}
-
-
-class ClientGone(Exception):
-    """The client disconnected before its decision was ready."""
-
-
-class _Server:
-    """Shared state of one app: decider, batcher, metrics, limits."""
-
-    def __init__(
-        self,
-        decider: Decider,
-        *,
-        api_key: str | None,
-        max_queue: int,
-        max_batch: int,
-        max_batch_tokens: int,
-        batch_wait_ms: float,
-        max_body_bytes: int,
-        max_questions: int,
-        warmup: bool,
-    ):
-        self.decider = decider
-        self.api_key = api_key or None
-        self.max_body_bytes = max_body_bytes
-        self.max_questions = max_questions
-        self.warmup = warmup
-        self.batcher = MicroBatcher(
-            decider,
-            max_queue=max_queue,
-            max_batch=max_batch,
-            max_batch_tokens=max_batch_tokens,
-            batch_wait_ms=batch_wait_ms,
-        )
-        self.metrics = Metrics(queue_depth=lambda: self.batcher.depth)
-        self.batcher.metrics = self.metrics
-        self.ready = False
-        self.ready_error: str | None = None
-        self._lengths: dict[str, tuple[int, int, int]] = {}
-        self._lengths_lock = threading.Lock()
-        self.started = time.time()
-
-    # --- lifecycle ----------------------------------------------------------------------
-
-    def start(self) -> None:
-        self.batcher.start()
-        if not self.warmup:
-            self.ready = True
-            return
-        from ..schema import StructuredSchema
-
-        schema = StructuredSchema(_WARMUP_SCHEMA, name="Warmup").schema
-        fut = self.batcher.submit(Job(schema, "Hello there, how are you today?"))
-
-        def done(f: Future[Any]) -> None:
-            err = f.exception()
-            if err is None:
-                self.ready = True
-            else:
-                self.ready_error = f"warm-up failed: {type(err).__name__}: {err}"
-
-        fut.add_done_callback(done)
-
-    def stop(self) -> None:
-        self.batcher.stop(drain=True, timeout=60)
-
-    # --- request pieces -----------------------------------------------------------------
-
-    def authorize(self, request: Request) -> None:
-        if self.api_key is None:
-            return
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            token.strip().encode("utf-8", "replace"), self.api_key.encode()
-        ):
-            raise ApiError(
-                401,
-                "unauthorized",
-                "Missing or wrong API key: send the header `Authorization: Bearer <key>` with "
-                "the key the server was started with (--api-key or PCD_API_KEY).",
-                field="Authorization",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-
-    async def read_json(self, request: Request) -> Any:
-        limit = self.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise _too_large(int(declared), limit)
-        ctype = request.headers.get("content-type", "")
-        if ctype.lower().startswith("multipart/"):
-            raise ApiError(
-                422,
-                "unsupported_assets",
-                "multipart bodies carry image assets, which need a vision-language model; "
-                "this server scores text only. Send a JSON body.",
-                field="assets",
-            )
-        chunks = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(size, limit)
-            chunks.append(chunk)
-        raw = _decode_body(b"".join(chunks), request.headers.get("content-encoding", ""), limit)
-        if not raw.strip():
-            raise ApiError(400, "malformed_json", "The request body is empty; send a JSON object.")
-        try:
-            return json.loads(raw, parse_constant=_reject_constant)
-        except json.JSONDecodeError as e:
-            raise ApiError(
-                400,
-                "malformed_json",
-                f"The body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}.",
-            ) from e
-        except UnicodeDecodeError as e:
-            raise ApiError(
-                400, "malformed_json", f"The body is not valid UTF-8 JSON: {e.reason}."
-            ) from e
-        except ValueError as e:  # NaN / Infinity
-            raise ApiError(400, "malformed_json", f"The body is not valid JSON: {e}.") from e
-        except RecursionError as e:
-            raise ApiError(400, "malformed_json", "The body's JSON is nested too deeply.") from e
-
-    def check_length(self, schema: Schema, context: str, where: str) -> int:
-        """Prompt tokens of `context` under `schema`; 413 if it cannot fit the window."""
-        _check_unicode(context, where)
-        engine = self.batcher.worker_decider.engine
-        fp = schema.fingerprint()
-        lens = self._lengths.get(fp)
-        if lens is None:
-            plan = engine.plan(schema)
-            lens = (len(plan.head_ids), len(plan.tail_ids), plan.extra_tokens)
-            with self._lengths_lock:
-                if len(self._lengths) > 1024:
-                    self._lengths.clear()
-                self._lengths[fp] = lens
-        head, tail, extra = lens
-        n_ctx = len(engine.encode_ids(context))
-        n = head + n_ctx + tail
-        if n + extra > engine.context_window:
-            err = ContextTooLongError(
-                n + extra,
-                engine.context_window,
-                detail=f"The {where} is {n_ctx} tokens; the questions and prompt take "
-                f"{head + tail + extra} more.",
-            )
-            raise ApiError(413, "context_too_long", str(err), field=where)
-        return n
-
-    async def decide(self, request: Request, job: Job) -> Any:
-        """Queues `job` and waits for its decision; cancels it if the client leaves."""
-        fut = self.batcher.submit(job)
-        afut = asyncio.wrap_future(fut)
-        watcher: asyncio.Future[Any] = asyncio.ensure_future(_wait_disconnect(request))
-        try:
-            done, _ = await asyncio.wait({afut, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watcher.cancel()
-        if afut not in done:
-            fut.cancel()
-            afut.cancel()
-            raise ClientGone()
-        try:
-            return afut.result()
-        except ApiError:
-            raise
-        except ContextTooLongError as e:
-            raise ApiError(413, "context_too_long", str(e)) from e
-        except SchemaError as e:
-            raise ApiError(422, "invalid_schema", str(e)) from e
-        except PcdToolsError as e:
-            raise ApiError(422, "invalid_request", str(e)) from e
-
-
-async def _wait_disconnect(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-def _too_large(size: int, limit: int) -> ApiError:
-    return ApiError(
-        413,
-        "body_too_large",
-        f"The request body is {size}+ bytes; the limit is max_body_bytes={limit}.",
-    )
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
-
-
-def _check_unicode(text: str, where: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ApiError(
-            422,
-            "invalid_request",
-            f"{where} holds a lone surrogate ({text[e.start]!r} at character {e.start}), which "
-            "is not valid Unicode text.",
-            field=where,
-        ) from e
-
-
-def _decode_body(raw: bytes, encoding: str, limit: int) -> bytes:
-    enc = encoding.strip().lower()
-    if enc in ("", "identity"):
-        return raw
-    if enc in ("gzip", "x-gzip", "deflate"):
-        d = zlib.decompressobj(zlib.MAX_WBITS | 32 if enc != "deflate" else zlib.MAX_WBITS)
-        try:
-            out = d.decompress(raw, limit + 1)
-        except zlib.error as e:
-            raise ApiError(400, "malformed_body", f"The {enc} body cannot be decoded: {e}.") from e
-        if len(out) > limit:
-            raise _too_large(len(out), limit)
-        return out
-    if enc == "zstd":
-        return _zstd(raw, limit)
-    raise ApiError(
-        415,
-        "unsupported_encoding",
-        f"Content-Encoding {encoding!r} is not supported; accepted: identity, gzip, deflate, zstd.",
-    )
-
-
-def _zstd(raw: bytes, limit: int) -> bytes:
-    zstd: Any = None
-    for name in ("compression.zstd", "backports.zstd"):  # Python 3.14+, then the backport
-        try:
-            zstd = importlib.import_module(name)
-            break
-        except ImportError:
-            continue
-    if zstd is None:
-        raise ApiError(
-            415,
-            "unsupported_encoding",
-            "Content-Encoding 'zstd' needs the `backports.zstd` package on this server "
-            "(or Python 3.14); or send the body uncompressed.",
-        )
-    try:
-        d = zstd.ZstdDecompressor()
-        out: bytes = d.decompress(raw, max_length=limit + 1)
-    except Exception as e:
-        raise ApiError(400, "malformed_body", f"The zstd body cannot be decoded: {e}.") from e
-    if len(out) > limit:
-        raise _too_large(len(out), limit)
-    return out
 
 
 class _Instrument:

@@ -1,0 +1,49 @@
+"""Schemas: Pydantic models or the seed's dict spec, compiled into a `Schema` of `FieldSpec`s.
+
+Every field PCD scores is a closed set of candidates:
+
+| annotation                 | kind    | candidates                         |
+|----------------------------|---------|------------------------------------|
+| `bool`                     | boolean | `true`, `false`                    |
+| `Literal[...]` (str, int)  | enum    | the values                         |
+| `Enum` subclass            | enum    | the member values                  |
+| `Optional[X]` / `X | None` | as X    | plus `null` ("not stated")         |
+
+Field descriptions are prompts: they come from `Field(description=...)` or from the
+attribute's docstring, and per-choice descriptions from
+`json_schema_extra={"choice_descriptions": {...}}`.
+
+The package holds one idea per module:
+
+- `spec`: the compiled `Schema`, `FieldSpec` and `Choice`, and the choice limits;
+- `choices`: validating a field's candidate values and their descriptions;
+- `models`: a Pydantic model (annotations, docstrings) -> `Schema`;
+- `dict_form`: the seed-compatible `StructuredSchema` and `FieldDefinition`;
+- `compile`: `compile_schema`, the one entry point for every accepted form;
+- `decorator`: the `@decision` class decorator.
+
+The errors live in `pcd_tools.errors`.
+"""
+
+from __future__ import annotations
+
+from .compile import compile_schema
+from .decorator import decision
+from .dict_form import FieldDefinition, StructuredSchema
+from .spec import MAX_CHOICES, Choice, FieldSpec, Schema
+
+# Also importable from here, as before the split (not in `__all__`).
+from .spec import MIN_CHOICES as MIN_CHOICES
+from .spec import NOT_STATED as NOT_STATED
+from .spec import iter_labels as iter_labels
+
+__all__ = [
+    "MAX_CHOICES",
+    "Choice",
+    "FieldDefinition",
+    "FieldSpec",
+    "Schema",
+    "StructuredSchema",
+    "compile_schema",
+    "decision",
+]

@@ -1,0 +1,230 @@
+"""The seed's dict form: `StructuredSchema` over a dict of field specs or `FieldDefinition`s.
+
+The dict form is turned into an equivalent Pydantic model and compiled like one, so both
+forms give the same `Schema` (and the same fingerprint).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import Field as PydField
+
+from ..errors import EmptySchemaError, SchemaError, UnsupportedFieldError
+from .choices import _enum_choices
+from .models import _check_name, _from_model
+from .spec import Schema, _where
+
+__all__ = ["FieldDefinition", "StructuredSchema"]
+
+_DICT_TYPES = ("enum", "boolean")
+
+
+@dataclass
+class FieldDefinition:
+    """One field of the seed's list form.
+
+    Args:
+        name: Field name (an identifier).
+        field_type: `"enum"` or `"boolean"`.
+        description: What the field means (a prompt).
+        choices: Allowed values for an enum (2 to 255 str or int values).
+        choice_descriptions: Optional description per choice.
+        optional: Add a `null` ("not stated") candidate.
+    """
+
+    name: str
+    field_type: str
+    description: str = ""
+    choices: list[Any] | None = None
+    choice_descriptions: dict[Any, str] | None = None
+    optional: bool = False
+
+
+class StructuredSchema:
+    """The seed-compatible schema: a dict of field specs or a list of `FieldDefinition`.
+
+    Example:
+        `StructuredSchema({"priority": {"type": "enum", "choices": ["HIGH", "LOW"],
+        "description": "Urgency"}, "escalate": {"type": "boolean"}})`
+
+    Args:
+        fields: Mapping of name -> `{"type", "description", "choices", "choice_descriptions",
+            "optional"}`, or a list of `FieldDefinition`.
+        name: A name for the schema, used in messages.
+        instructions: Task instructions for the model.
+    """
+
+    def __init__(
+        self,
+        fields: Mapping[str, Mapping[str, Any]] | Sequence[FieldDefinition],
+        *,
+        name: str | None = None,
+        instructions: str | None = None,
+    ):
+        if _is_wrapper(fields):  # {"name": ..., "instructions": ..., "fields": {...}}
+            wrapper: Mapping[str, Any] = fields  # type: ignore[assignment]
+            name = name if name is not None else wrapper.get("name")
+            instructions = instructions if instructions is not None else wrapper.get("instructions")
+            fields = wrapper["fields"]
+        name = name if isinstance(name, str) and name else "StructuredSchema"
+        instructions = instructions or ""
+        if not isinstance(instructions, str):
+            raise SchemaError(
+                f"{name}: instructions must be a str; got {type(instructions).__name__}.",
+                model=name,
+            )
+        self.name = name
+        self.instructions = instructions
+        self.definitions = _normalise_definitions(name, fields)
+        self._compiled = _from_definitions(name, instructions, self.definitions)
+
+    @property
+    def schema(self) -> Schema:
+        """The compiled `Schema`."""
+        return self._compiled
+
+    @property
+    def model(self) -> type[BaseModel]:
+        """The Pydantic model results are validated into."""
+        return self._compiled.model
+
+    def __repr__(self) -> str:
+        return f"StructuredSchema({[d.name for d in self.definitions]})"
+
+
+_DICT_KEYS = {"type", "description", "choices", "choice_descriptions", "optional"}
+
+
+def _is_wrapper(obj: Any) -> bool:
+    """Whether `obj` is `{"fields": {...} | [...], "name"?: str, "instructions"?: str}`.
+
+    A field that happens to be called `fields` has a spec dict with a `type` key, so it is
+    never mistaken for the wrapper.
+    """
+    if not isinstance(obj, Mapping) or "fields" not in obj:
+        return False
+    if not set(obj) <= {"fields", "name", "instructions"}:
+        return False
+    inner = obj["fields"]
+    if isinstance(inner, (list, tuple)):
+        return True
+    return isinstance(inner, Mapping) and all(isinstance(v, Mapping) for v in inner.values())
+
+
+def _normalise_definitions(name: str, fields: Any) -> list[FieldDefinition]:
+    if isinstance(fields, Mapping):
+        out = []
+        for fname, spec in fields.items():
+            _check_name(name, fname)
+            if not isinstance(spec, Mapping):
+                raise UnsupportedFieldError(
+                    f"{_where(name, fname)}: spec must be a dict like {{'type': 'enum', 'choices': "
+                    f"[...]}}; got {type(spec).__name__}.",
+                    model=name,
+                    field=fname,
+                )
+            unknown = set(spec) - _DICT_KEYS
+            if unknown:
+                raise SchemaError(
+                    f"{_where(name, fname)}: unknown key(s) {sorted(unknown)}; accepted: "
+                    f"{sorted(_DICT_KEYS)}.",
+                    model=name,
+                    field=fname,
+                )
+            out.append(
+                FieldDefinition(
+                    name=fname,
+                    field_type=spec.get("type"),  # type: ignore[arg-type]
+                    description=spec.get("description", "") or "",
+                    choices=spec.get("choices"),
+                    choice_descriptions=spec.get("choice_descriptions"),
+                    optional=bool(spec.get("optional", False)),
+                )
+            )
+        return out
+    if isinstance(fields, (list, tuple)):
+        for f in fields:
+            if not isinstance(f, FieldDefinition):
+                raise SchemaError(
+                    f"{name}: list items must be FieldDefinition; got {type(f).__name__}.",
+                    model=name,
+                )
+        return list(fields)
+    raise SchemaError(
+        f"{name}: a StructuredSchema takes a dict of field specs or a list of FieldDefinition; "
+        f"got {type(fields).__name__}.",
+        model=name,
+    )
+
+
+def _from_definitions(name: str, instructions: str, defs: list[FieldDefinition]) -> Schema:
+    if not defs:
+        raise EmptySchemaError(
+            f"{name} declares no fields; accepted: at least one field.", model=name
+        )
+    py_fields: dict[str, Any] = {}
+    seen: set[str] = set()
+    for d in defs:
+        _check_name(name, d.name)
+        if d.name in seen:
+            raise SchemaError(
+                f"{name}: field {d.name!r} is declared twice.", model=name, field=d.name
+            )
+        seen.add(d.name)
+        if not isinstance(d.description, str):
+            raise SchemaError(
+                f"{_where(name, d.name)}: description must be a str, got {type(d.description).__name__}.",
+                model=name,
+                field=d.name,
+            )
+        tp: Any
+        if d.field_type == "boolean":
+            if d.choices is not None:
+                raise SchemaError(
+                    f"{_where(name, d.name)}: a boolean field takes no choices (they are true/false); "
+                    f"got {d.choices!r}.",
+                    model=name,
+                    field=d.name,
+                )
+            tp = bool
+        elif d.field_type == "enum":
+            if not isinstance(d.choices, (list, tuple)):
+                raise SchemaError(
+                    f"{_where(name, d.name)}: an enum field needs a list of 'choices'; got "
+                    f"{d.choices!r}.",
+                    model=name,
+                    field=d.name,
+                )
+            _enum_choices(name, d.name, list(d.choices), f"choices {_short(d.choices)}")
+            tp = Literal[tuple(d.choices)]
+        else:
+            raise UnsupportedFieldError(
+                f"{_where(name, d.name)}: unknown field type {d.field_type!r}; accepted: "
+                f"{list(_DICT_TYPES)}.",
+                model=name,
+                field=d.name,
+            )
+        if d.optional:
+            tp = tp | None
+        extra: dict[str, Any] | None = (
+            {"choice_descriptions": dict(d.choice_descriptions)} if d.choice_descriptions else None
+        )
+        py_fields[d.name] = (
+            tp,
+            PydField(description=d.description or None, json_schema_extra=extra),
+        )
+    model_name = name if name.isidentifier() else "StructuredSchema"
+    model = create_model(
+        model_name, __config__=ConfigDict(extra="forbid"), __doc__=instructions or None, **py_fields
+    )
+    compiled = _from_model(model)
+    return Schema(name, instructions, compiled.fields, model)
+
+
+def _short(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) < 80 else s[:77] + "..."

@@ -1,0 +1,185 @@
+"""The compiled form of a schema: `Schema`, its `FieldSpec`s and their `Choice`s.
+
+Everything downstream (prompt, engine, decider, results) reads only these frozen
+dataclasses, whatever form the schema was declared in. The choice limits live here too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, create_model
+from pydantic import Field as PydField
+
+from ..errors import SchemaError
+
+__all__ = [
+    "MAX_CHOICES",
+    "MIN_CHOICES",
+    "NOT_STATED",
+    "Choice",
+    "FieldSpec",
+    "Schema",
+    "iter_labels",
+]
+
+MAX_CHOICES = 255
+MIN_CHOICES = 2
+NOT_STATED = "not stated in the text"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One allowed answer of a field.
+
+    Args:
+        value: The native Python value the field takes (str, int, bool, Enum member or None).
+        literal: Its JSON text as it appears in the answer, e.g. `"P0_CRITICAL"` or `true`.
+        label: The JSON value used in responses (`str`/`int`/`bool`/`None`).
+        description: Optional description shown to the model next to the value.
+    """
+
+    value: Any
+    literal: str
+    label: Any
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """A compiled field.
+
+    Args:
+        name: The field name (a Python identifier), also the JSON key.
+        kind: `"enum"` or `"boolean"`.
+        description: The field's description (a prompt), possibly empty.
+        choices: Candidates in declaration order; ties go to the first.
+        optional: Whether a `null` ("not stated") candidate was added.
+    """
+
+    name: str
+    kind: Literal["enum", "boolean"]
+    description: str
+    choices: tuple[Choice, ...]
+    optional: bool = False
+
+    @property
+    def labels(self) -> list[Any]:
+        """The JSON values of the candidates, in order."""
+        return [c.label for c in self.choices]
+
+    @property
+    def cardinality(self) -> int:
+        """Number of candidates."""
+        return len(self.choices)
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A compiled PCD schema: instructions plus fields, with the Pydantic model to build.
+
+    Args:
+        name: Model or schema name, used in messages.
+        instructions: Task instructions (the model docstring), possibly empty.
+        fields: Compiled fields in declaration order.
+        model: The Pydantic model whose instances results are validated into.
+    """
+
+    name: str
+    instructions: str
+    fields: tuple[FieldSpec, ...]
+    model: type[BaseModel] = field(compare=False)
+
+    def field(self, name: str) -> FieldSpec:
+        """Returns the field called `name`.
+
+        Raises:
+            KeyError: naming the fields that exist.
+        """
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(
+            f"{self.name} has no field {name!r}; fields: {[f.name for f in self.fields]}"
+        )
+
+    @property
+    def field_names(self) -> list[str]:
+        """Field names in declaration order."""
+        return [f.name for f in self.fields]
+
+    def to_spec(self) -> dict[str, Any]:
+        """The canonical, JSON-serialisable description of this schema."""
+        return {
+            "name": self.name,
+            "instructions": self.instructions,
+            "fields": [
+                {
+                    "name": f.name,
+                    "kind": f.kind,
+                    "description": f.description,
+                    "optional": f.optional,
+                    "choices": [[c.literal, c.description] for c in f.choices],
+                }
+                for f in self.fields
+            ],
+        }
+
+    def fingerprint(self) -> str:
+        """A stable SHA-256 of everything that reaches the prompt (16 hex digits)."""
+        blob = json.dumps(self.to_spec(), sort_keys=True, ensure_ascii=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def subset(
+        self, names: Sequence[str], *, choices: Mapping[str, Sequence[Any]] | None = None
+    ) -> Schema:
+        """A schema with only `names`, optionally narrowing each field to some labels."""
+        fields = []
+        for n in names:
+            f = self.field(n)
+            keep = choices.get(n) if choices else None
+            if keep is not None:
+                wanted = list(keep)
+                kept = tuple(c for c in f.choices if c.label in wanted)
+                if len(kept) < 1 or len(kept) < len(set(map(_literal_text, wanted))):
+                    raise SchemaError(
+                        f"{_where(self.name, n)}: cannot narrow to {wanted!r}; accepted: a "
+                        f"subset of {f.labels}.",
+                        model=self.name,
+                        field=n,
+                    )
+                f = FieldSpec(f.name, f.kind, f.description, kept, f.optional and None in wanted)
+            fields.append(f)
+        model = _narrowed_model(f"{self.model.__name__}Subset", self.instructions, fields)
+        return Schema(self.name, self.instructions, tuple(fields), model)
+
+    def build(self, values: Mapping[str, Any]) -> BaseModel:
+        """Validates native field values into an instance of the schema's model."""
+        return self.model.model_validate(dict(values))
+
+
+def _narrowed_model(name: str, doc: str, fields: Sequence[FieldSpec]) -> type[BaseModel]:
+    """A Pydantic model accepting exactly the given fields' candidate values."""
+    defs: dict[str, Any] = {}
+    for f in fields:
+        values = tuple(c.value for c in f.choices)
+        tp: Any = Literal[values] if values else bool
+        defs[f.name] = (tp, PydField(description=f.description or None))
+    return create_model(name, __doc__=doc or None, **defs)
+
+
+def _where(model: str, name: str) -> str:
+    return f"{model}.{name}"
+
+
+def _literal_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def iter_labels(spec: FieldSpec) -> Iterable[Any]:
+    """The JSON labels of a field's candidates."""
+    return (c.label for c in spec.choices)
