@@ -12,11 +12,13 @@ Peak RSS is measured per method in a fresh subprocess. Times are medians (min-ma
 
 The scenarios live in the repository's `benchmarks/scenarios` package, found next to the
 package directory of an editable install or given with `--scenarios-dir`.
+
+`plan_bench` checks the options and picks the scenarios, `run_bench` times them and returns
+one JSON-ready dict per scenario; `pcd bench` (`pcd_tools.cli.bench`) prints them.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import os
@@ -24,12 +26,24 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import InvalidArgumentError
 
-__all__ = ["add_arguments", "load_scenarios", "run"]
+__all__ = [
+    "METHODS",
+    "BenchPlan",
+    "bench_scenario",
+    "load_scenarios",
+    "measure",
+    "peak_rss",
+    "plan_bench",
+    "probe",
+    "run_bench",
+]
 
 METHODS = ("pcd", "greedy", "constrained")
 _PKG_NAME = "pcd_bench_scenarios"
@@ -249,21 +263,27 @@ def _rss_kb(key: str) -> int | None:
     return None
 
 
-def _probe(argv: list[str]) -> int:
-    """Child process: load, reset the RSS high-water mark, run one method once, report."""
-    p = argparse.ArgumentParser(prog="pcd_tools.bench --probe")
-    p.add_argument("--probe", required=True, choices=METHODS)
-    p.add_argument("--scenario", required=True)
-    p.add_argument("--scenarios-dir", default=None)
-    p.add_argument("--model", default=None)
-    a = p.parse_args(argv)
+def probe(
+    method: str, scenario: str, scenarios_dir: str | None = None, model: str | None = None
+) -> dict[str, float]:
+    """Loads, resets the RSS high-water mark, runs one method once; the child of `peak_rss`.
+
+    Args:
+        method: One of `METHODS`.
+        scenario: The scenario's name.
+        scenarios_dir: The scenarios package directory; default `default_scenarios_dir()`.
+        model: The model source for `Decider.load`; default the embedded model.
+
+    Returns:
+        `peak_rss_mb` (during the request) and `rss_after_load_mb`.
+    """
     import resource
 
     from .decider import Decider
     from .engine.baseline import constrained_json, greedy_json
 
-    sc = _select(load_scenarios(a.scenarios_dir), [a.scenario])[0]
-    decider = Decider.load(a.model)
+    sc = _select(load_scenarios(scenarios_dir), [scenario])[0]
+    decider = Decider.load(model)
     after_load = _rss_kb("VmRSS") or 0
     reset = False
     try:
@@ -272,234 +292,182 @@ def _probe(argv: list[str]) -> int:
         reset = True
     except OSError:
         pass
-    if a.probe == "pcd":
+    if method == "pcd":
         decider.decide(sc.schema, sc.context)
-    elif a.probe == "greedy":
+    elif method == "greedy":
         greedy_json(decider, sc.schema, sc.context)
     else:
         constrained_json(decider, sc.schema, sc.context)
     peak = _rss_kb("VmHWM") if reset else None
     if peak is None:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"peak_rss_mb": peak / 1024, "rss_after_load_mb": after_load / 1024}))
-    return 0
+    return {"peak_rss_mb": peak / 1024, "rss_after_load_mb": after_load / 1024}
 
 
 def peak_rss(
     method: str, scenario: str, scenarios_dir: str | None, model: str | None
 ) -> dict[str, float]:
     """Peak RSS (MB) of one cold request of `method` in a fresh process, and RSS after load."""
-    cmd = [sys.executable, "-m", "pcd_tools.bench", "--probe", method, "--scenario", scenario]
-    if scenarios_dir:
-        cmd += ["--scenarios-dir", str(scenarios_dir)]
-    if model:
-        cmd += ["--model", str(model)]
+    request = {
+        "method": method,
+        "scenario": scenario,
+        "scenarios_dir": scenarios_dir,
+        "model": model,
+    }
+    cmd = [sys.executable, "-m", "pcd_tools.bench", json.dumps(request)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"memory probe {method}/{scenario} failed:\n{done.stderr[-2000:]}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-# --- CLI ---------------------------------------------------------------------------------
+# --- a whole run -------------------------------------------------------------------------
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds `pcd bench` options (`--model` and `--json` are added by the CLI)."""
-    parser.add_argument(
-        "--scenario",
-        action="append",
-        default=None,
-        help="scenario to run (repeatable; default: all): fraud, security_audit, tariff, triage",
-    )
-    parser.add_argument("--runs", type=int, default=5, help="timed runs per method (median)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed runs first")
-    parser.add_argument(
-        "--methods",
-        default=",".join(METHODS),
-        help="comma-separated subset of pcd,greedy,constrained",
-    )
-    parser.add_argument(
-        "--throughput",
-        type=int,
-        default=32,
-        help="triage: decide_many over N contexts vs N sequential decides (0 skips)",
-    )
-    parser.add_argument(
-        "--no-rss", action="store_true", help="skip the per-method peak-RSS subprocesses"
-    )
-    parser.add_argument("--scenarios-dir", default=None, help="path of benchmarks/scenarios")
+@dataclass(frozen=True)
+class BenchPlan:
+    """What `run_bench` times, checked by `plan_bench`.
 
+    Args:
+        scenarios: The chosen `Scenario`s, in order.
+        runs: Timed runs per method.
+        warmup: Untimed runs first.
+        methods: Which of `METHODS` to time.
+        throughput: Contexts for the `decide_many` throughput run (triage only; 0 skips).
+        rss_methods: Methods whose peak RSS is measured in a fresh process.
+        scenarios_dir: Where the scenarios came from (the RSS probes read them again).
+        model: The model source the RSS probes load.
+    """
 
-def _fmt_line(label: str, ms: float, lo: float, hi: float, tail: str) -> str:
-    return f"{label:<15}: {ms:8.1f} ms ({lo:.0f}-{hi:.0f}) | {tail}"
+    scenarios: tuple[Any, ...]
+    runs: int = 5
+    warmup: int = 1
+    methods: tuple[str, ...] = METHODS
+    throughput: int = 32
+    rss_methods: tuple[str, ...] = METHODS
+    scenarios_dir: str | None = None
+    model: str | None = None
 
+    def throughput_for(self, scenario: Any) -> int:
+        """Contexts of the throughput run for `scenario` (only triage has one)."""
+        return self.throughput if scenario.name == "triage" else 0
 
-def _print_scenario(console: Any, r: dict[str, Any]) -> None:
-    console.print(f"\n[bold]{r['title']}[/bold] ({r['scenario']}, {r['fields']} fields)")
-    if "greedy_ms" in r:
-        console.print(
-            _fmt_line(
-                "Autoregressive",
-                r["greedy_ms"],
-                r["greedy_ms_min"],
-                r["greedy_ms_max"],
-                f"{r['greedy_tokens']} tokens | Passes: {r['greedy_passes']}",
-            ),
-            highlight=False,
+    def steps(self, scenario: Any) -> int:
+        """How many progress steps `bench_scenario` reports for `scenario`."""
+        per_run = (1 if "pcd" in self.methods else 0) + sum(
+            m in self.methods for m in ("greedy", "constrained")
         )
-    if "constrained_ms" in r:
-        console.print(
-            _fmt_line(
-                "Constrained",
-                r["constrained_ms"],
-                r["constrained_ms_min"],
-                r["constrained_ms_max"],
-                f"{r['constrained_tokens']} tokens | Passes: {r['constrained_passes']}",
-            ),
-            highlight=False,
-        )
-    if "pcd_ms" in r:
-        console.print(
-            _fmt_line(
-                "Parallel",
-                r["warm_pcd_ms"],
-                r["warm_pcd_ms_min"],
-                r["warm_pcd_ms_max"],
-                f"{r['fields']} fields | Passes: {r['pcd_passes']} | cold {r['pcd_ms']:.1f} ms "
-                f"(prefill {r['prefill_ms']:.1f} + fields {r['suffix_eval_ms']:.1f}) | "
-                f"bare prefill {r['bare_prefill_ms']:.1f} ms",
-            ),
-            highlight=False,
-        )
-    if "speedup_vs_greedy" in r:
-        extra = (
-            f" (vs constrained: {r['speedup_vs_constrained']:.1f}x)"
-            if "speedup_vs_constrained" in r
-            else ""
-        )
-        console.print(f"SPEEDUP: {r['speedup_vs_greedy']:.1f}x{extra}", highlight=False)
+        thr = self.throughput_for(scenario)
+        return per_run * (self.warmup + self.runs) + (2 if thr else 0) + len(self.rss_methods)
 
 
-def _summary(console: Any, results: list[dict[str, Any]]) -> None:
-    from rich.table import Table
+def plan_bench(
+    *,
+    scenarios: Sequence[str] | None = None,
+    scenarios_dir: str | None = None,
+    runs: int = 5,
+    warmup: int = 1,
+    methods: Sequence[str] = METHODS,
+    throughput: int = 32,
+    rss: bool = True,
+    model: str | None = None,
+) -> BenchPlan:
+    """Checks the options and loads the chosen scenarios (nothing is timed yet).
 
-    t = Table(title="pcd bench (medians, ms)")
-    for col in (
-        "scenario",
-        "fields",
-        "greedy",
-        "tokens",
-        "constrained",
-        "PCD warm",
-        "PCD cold",
-        "bare prefill",
-        "vs greedy",
-        "vs constrained",
-        "peak RSS MB (PCD/greedy)",
-    ):
-        t.add_column(col, justify="left" if col == "scenario" else "right")
+    Args:
+        scenarios: Scenario names; default all.
+        scenarios_dir: The scenarios package directory; default `default_scenarios_dir()`.
+        runs: Timed runs per method (>= 1).
+        warmup: Untimed runs first (>= 0).
+        methods: A non-empty subset of `METHODS`.
+        throughput: Contexts for triage's `decide_many` run (0 skips).
+        rss: Measure each method's peak RSS in a fresh process.
+        model: The model source the RSS probes load.
 
-    def f(r: dict[str, Any], k: str, fmt: str = "{:.0f}") -> str:
-        return fmt.format(r[k]) if k in r else "-"
-
-    for r in results:
-        rss = (
-            f"{r['peak_rss_mb']:.0f}/{r['greedy_peak_rss_mb']:.0f}"
-            if "peak_rss_mb" in r and "greedy_peak_rss_mb" in r
-            else "-"
-        )
-        t.add_row(
-            r["scenario"],
-            str(r["fields"]),
-            f(r, "greedy_ms"),
-            f(r, "greedy_tokens"),
-            f(r, "constrained_ms"),
-            f(r, "warm_pcd_ms"),
-            f(r, "pcd_ms"),
-            f(r, "bare_prefill_ms"),
-            f(r, "speedup_vs_greedy", "{:.1f}x"),
-            f(r, "speedup_vs_constrained", "{:.1f}x"),
-            rss,
-        )
-    console.print(t)
-    for r in results:
-        if "decide_many_rps" in r:
-            console.print(
-                f"{r['scenario']}: decide_many {r['decide_many_rps']:.2f} req/s vs sequential "
-                f"{r['sequential_rps']:.2f} req/s over {r['throughput_contexts']} contexts "
-                f"({r['decide_many_speedup']:.2f}x)",
-                highlight=False,
-            )
-
-
-def run(args: argparse.Namespace) -> int:
-    """Runs the benchmark; prints the seed's format and a table, or JSON with `--json`."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    if args.runs < 1 or args.warmup < 0:
+    Raises:
+        InvalidArgumentError: on a bad count, method or scenario.
+    """
+    if runs < 1 or warmup < 0:
         raise InvalidArgumentError(
-            f"--runs must be >= 1 and --warmup >= 0; got {args.runs} and {args.warmup}."
+            f"--runs must be >= 1 and --warmup >= 0; got {runs} and {warmup}."
         )
-    methods = tuple(m.strip() for m in str(args.methods).split(",") if m.strip())
-    bad = [m for m in methods if m not in METHODS]
-    if bad or not methods:
+    chosen_methods = tuple(methods)
+    bad = [m for m in chosen_methods if m not in METHODS]
+    if bad or not chosen_methods:
         raise InvalidArgumentError(
-            f"unknown --methods {bad or methods}; accepted: {list(METHODS)}."
+            f"unknown --methods {bad or chosen_methods}; accepted: {list(METHODS)}."
         )
-    chosen = _select(load_scenarios(args.scenarios_dir), args.scenario)
-    err = Console(stderr=True)
-    out = Console(stderr=bool(args.json))
+    chosen = _select(load_scenarios(scenarios_dir), list(scenarios) if scenarios else None)
+    return BenchPlan(
+        scenarios=tuple(chosen),
+        runs=runs,
+        warmup=warmup,
+        methods=chosen_methods,
+        throughput=throughput,
+        rss_methods=tuple(m for m in METHODS if m in chosen_methods) if rss else (),
+        scenarios_dir=scenarios_dir,
+        model=model,
+    )
 
-    from .decider import Decider
 
-    with err.status("loading model"):
-        decider = Decider.load(args.model)
-    per_run = (1 if "pcd" in methods else 0) + sum(m in methods for m in ("greedy", "constrained"))
-    rss_methods = [] if args.no_rss else [m for m in METHODS if m in methods]
+def bench_scenario(
+    decider: Any, scenario: Any, plan: BenchPlan, *, advance: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Times one scenario of `plan`, then its peak RSS per method.
+
+    Args:
+        decider: The loaded decider.
+        scenario: One of `plan.scenarios`.
+        plan: The checked options.
+        advance: Called with a short label after each step (`plan.steps(scenario)` in all).
+
+    Returns:
+        The scenario's JSON object (see `measure`), with `peak_rss_mb`,
+        `<method>_peak_rss_mb`, `rss_after_load_mb` and `rss_ratio_vs_greedy` when measured.
+    """
+    step = advance or (lambda label: None)
+    r = measure(
+        decider,
+        scenario,
+        runs=plan.runs,
+        warmup=plan.warmup,
+        methods=plan.methods,
+        throughput=plan.throughput_for(scenario),
+        advance=step,
+    )
+    for m in plan.rss_methods:
+        rss = peak_rss(m, scenario.name, plan.scenarios_dir, plan.model)
+        key = "peak_rss_mb" if m == "pcd" else f"{m}_peak_rss_mb"
+        r[key] = rss["peak_rss_mb"]
+        r["rss_after_load_mb"] = rss["rss_after_load_mb"]
+        step(f"peak RSS {m}")
+    if "peak_rss_mb" in r and "greedy_peak_rss_mb" in r:
+        r["rss_ratio_vs_greedy"] = r["peak_rss_mb"] / r["greedy_peak_rss_mb"]
+    return r
+
+
+def run_bench(
+    decider: Any,
+    plan: BenchPlan,
+    *,
+    advance: Callable[[str, str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Times every scenario of `plan`.
+
+    Args:
+        decider: The loaded decider.
+        plan: The checked options, from `plan_bench`.
+        advance: Called with the scenario's name and a short label after each step.
+
+    Returns:
+        One JSON object per scenario (see `bench_scenario`), in order.
+    """
     results = []
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=bool(args.json),
-    ) as progress:
-        for sc in chosen:
-            thr = args.throughput if sc.name == "triage" else 0
-            total = per_run * (args.warmup + args.runs) + (2 if thr else 0) + len(rss_methods)
-            task = progress.add_task(f"{sc.name}", total=total)
-
-            def advance(label: str, task: Any = task, name: str = sc.name) -> None:
-                progress.update(task, advance=1, description=f"{name}: {label}")
-
-            r = measure(
-                decider,
-                sc,
-                runs=args.runs,
-                warmup=args.warmup,
-                methods=methods,
-                throughput=thr,
-                advance=advance,
-            )
-            for m in rss_methods:
-                probe = peak_rss(m, sc.name, args.scenarios_dir, args.model)
-                key = "peak_rss_mb" if m == "pcd" else f"{m}_peak_rss_mb"
-                r[key] = probe["peak_rss_mb"]
-                r["rss_after_load_mb"] = probe["rss_after_load_mb"]
-                advance(f"peak RSS {m}")
-            if "peak_rss_mb" in r and "greedy_peak_rss_mb" in r:
-                r["rss_ratio_vs_greedy"] = r["peak_rss_mb"] / r["greedy_peak_rss_mb"]
-            results.append(r)
-            if not args.json:
-                _print_scenario(out, r)
-    if args.json:
-        print(json.dumps(results, indent=2))
-    else:
-        _summary(out, results)
-    return 0
+    for sc in plan.scenarios:
+        step = None if advance is None else (lambda label, n=sc.name: advance(n, label))
+        results.append(bench_scenario(decider, sc, plan, advance=step))
+    return results
 
 
-if __name__ == "__main__":  # the memory probe runs as `python -m pcd_tools.bench --probe ...`
-    sys.exit(_probe(sys.argv[1:]))
+if __name__ == "__main__":  # the memory probe: `python -m pcd_tools.bench '{"method": ...}'`
+    print(json.dumps(probe(**json.loads(sys.argv[1]))))

@@ -1,6 +1,6 @@
-"""`pcd serve`: an HTTP decision server (System One compatible, plus `/v1/decide`).
+"""An HTTP decision server (System One compatible, plus `/v1/decide`); `pcd serve` runs it.
 
-This module stays cheap to import: FastAPI and uvicorn load inside `run()` and in
+This module stays cheap to import: FastAPI and uvicorn load inside `serve()` and in
 `pcd_tools.serve.app`.
 
 Example:
@@ -10,14 +10,17 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
-import json
 import os
-import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["add_arguments", "create_app", "is_loopback", "run"]
+from ..errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from ..decider import Decider
+
+__all__ = ["API_KEY_ENV", "api_key_from_env", "create_app", "is_loopback", "serve"]
 
 API_KEY_ENV = "PCD_API_KEY"
 
@@ -30,43 +33,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'pcd_tools.serve' has no attribute {name!r}")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds the `pcd serve` options (cli.py adds --model, --json and --calibration)."""
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    parser.add_argument(
-        "--api-key",
-        default=None,
-        help=f"require `Authorization: Bearer KEY` on /v1/* and /metrics (default: ${API_KEY_ENV})",
-    )
-    parser.add_argument(
-        "--allow-remote-without-key",
-        action="store_true",
-        help="bind a non-loopback address without an API key (refused otherwise)",
-    )
-    parser.add_argument(
-        "--max-queue", type=int, default=256, help="requests waiting for the model before 429"
-    )
-    parser.add_argument("--max-batch", type=int, default=16, help="requests per model batch")
-    parser.add_argument(
-        "--max-batch-tokens", type=int, default=8192, help="prompt tokens per model batch"
-    )
-    parser.add_argument(
-        "--batch-wait-ms",
-        type=float,
-        default=2.0,
-        help="how long an idle worker waits for requests arriving together",
-    )
-    parser.add_argument(
-        "--max-body-bytes", type=int, default=1 << 20, help="largest request body (413 above)"
-    )
-    parser.add_argument(
-        "--max-questions", type=int, default=64, help="questions per request (413 above)"
-    )
-    parser.add_argument("--no-warmup", action="store_true", help="skip the start-up warm-up")
-    parser.add_argument("--log-level", default="info", help="uvicorn log level")
-
-
 def is_loopback(host: str) -> bool:
     """Whether `host` only accepts connections from this machine."""
     if host == "localhost":
@@ -77,62 +43,94 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def run(args: argparse.Namespace) -> int:
-    """Runs `pcd serve`; returns the exit code."""
-    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
-    if not is_loopback(args.host) and not key and not args.allow_remote_without_key:
-        print(
-            f"error: refusing to bind {args.host!r} without an API key: anyone who can reach "
-            f"it could use the model. Set --api-key or ${API_KEY_ENV}, bind 127.0.0.1, or pass "
-            "--allow-remote-without-key.",
-            file=sys.stderr,
-        )
-        return 2
-    for name in ("port", "max_queue", "max_batch", "max_body_bytes", "max_questions"):
-        v = getattr(args, name)
-        if v < (0 if name == "port" else 1):
-            print(f"error: --{name.replace('_', '-')} must be >= 1; got {v}.", file=sys.stderr)
-            return 2
-    try:
-        import uvicorn
+def api_key_from_env(api_key: str | None = None) -> str | None:
+    """The API key to require: `api_key` if given, else `$PCD_API_KEY`, else None."""
+    return api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
 
-        from .app import create_app
-    except ImportError as e:
-        print(
-            f"error: `pcd serve` needs {e.name!r}; install it with `pip install 'pcd-tools[serve]'`.",
-            file=sys.stderr,
+
+def serve(
+    decider: Decider | str | os.PathLike[str] | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    api_key: str | None = None,
+    allow_remote_without_key: bool = False,
+    calibration: Any = None,
+    max_queue: int = 256,
+    max_batch: int = 16,
+    max_batch_tokens: int = 8192,
+    batch_wait_ms: float = 2.0,
+    max_body_bytes: int = 1 << 20,
+    max_questions: int = 64,
+    warmup: bool = True,
+    log_level: str = "info",
+    on_ready: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
+    """Builds the app around a decider and serves it with uvicorn until stopped.
+
+    Args:
+        decider: A loaded `Decider`, or the model source to load (default: embedded).
+        host: Address to bind.
+        port: Port to bind.
+        api_key: Bearer key required on `/v1/*` and `/metrics`; default `$PCD_API_KEY`.
+        allow_remote_without_key: Bind a non-loopback address without a key.
+        calibration: Calibration (object or JSON path) applied when `decider` is loaded here.
+        max_queue: Requests waiting for the model before 429.
+        max_batch: Requests per model batch.
+        max_batch_tokens: Prompt tokens per model batch.
+        batch_wait_ms: How long an idle worker waits for requests arriving together.
+        max_body_bytes: Largest request body (413 above).
+        max_questions: Questions per request (413 above).
+        warmup: Score a small schema at start-up.
+        log_level: The uvicorn log level.
+        on_ready: Called once the app is built, before serving, with `event`, `url`,
+            `model`, `device` and `auth`.
+
+    Raises:
+        InvalidArgumentError: on a remote bind without a key, or a limit below 1.
+        ImportError: when the serve extra (fastapi, uvicorn) is not installed.
+    """
+    key = api_key_from_env(api_key)
+    if not is_loopback(host) and not key and not allow_remote_without_key:
+        raise InvalidArgumentError(
+            f"refusing to bind {host!r} without an API key: anyone who can reach it could use "
+            f"the model. Pass api_key or set ${API_KEY_ENV}, bind 127.0.0.1, or pass "
+            "allow_remote_without_key=True."
         )
-        return 2
+    limits = {
+        "max_queue": max_queue,
+        "max_batch": max_batch,
+        "max_body_bytes": max_body_bytes,
+        "max_questions": max_questions,
+    }
+    for name, v in {"port": port, **limits}.items():
+        lowest = 0 if name == "port" else 1
+        if v < lowest:
+            raise InvalidArgumentError(f"{name} must be >= {lowest}; got {v}.")
+    import uvicorn
+
     from ..decider import Decider
+    from .app import create_app
 
-    kw: dict[str, Any] = {}
-    if getattr(args, "calibration", None):
-        kw["calibration"] = args.calibration
-    decider = Decider.load(getattr(args, "model", None), **kw)
+    if not isinstance(decider, Decider):
+        kw: dict[str, Any] = {} if calibration is None else {"calibration": calibration}
+        decider = Decider.load(decider, **kw)
     app = create_app(
         decider,
         api_key=key,
-        max_queue=args.max_queue,
-        max_batch=args.max_batch,
-        max_batch_tokens=args.max_batch_tokens,
-        batch_wait_ms=args.batch_wait_ms,
-        max_body_bytes=args.max_body_bytes,
-        max_questions=args.max_questions,
-        warmup=not args.no_warmup,
+        max_batch_tokens=max_batch_tokens,
+        batch_wait_ms=batch_wait_ms,
+        warmup=warmup,
+        **limits,
     )
-    info = {
-        "event": "serving",
-        "url": f"http://{args.host}:{args.port}",
-        "model": decider.model_id,
-        "device": decider.device,
-        "auth": bool(key),
-    }
-    print(
-        json.dumps(info)
-        if getattr(args, "json", False)
-        else f"pcd serve: {decider.model_id} on {decider.device} at {info['url']} "
-        f"(auth {'on' if key else 'off'})",
-        file=sys.stderr,
-    )
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
-    return 0
+    if on_ready is not None:
+        on_ready(
+            {
+                "event": "serving",
+                "url": f"http://{host}:{port}",
+                "model": decider.model_id,
+                "device": decider.device,
+                "auth": bool(key),
+            }
+        )
+    uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pcd_tools.metrics import (
+from pcd_tools.eval.metrics import (
     accuracy,
     aurc,
     brier,

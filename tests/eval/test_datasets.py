@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pcd_tools.datasets import (
+from pcd_tools.eval.datasets import (
     DATASETS,
     DataNotFoundError,
     DatasetError,
@@ -81,7 +81,7 @@ def test_clinc150(data):
 
 
 def test_label_words_must_stay_distinct():
-    from pcd_tools.datasets import _as_words
+    from pcd_tools.eval.datasets.builtin import _as_words
 
     assert _as_words(["card_arrival", "Refund_not_showing_up"], "x") == {
         "card_arrival": "card arrival",
@@ -200,7 +200,7 @@ def test_generic_jsonl_and_module_schema(tmp_path):
         + json.dumps({"text": "bad", "positive": 0})
         + "\n"
     )
-    ds = from_file(f, "pcd_tools.datasets:MovieReviewSentence")
+    ds = from_file(f, "pcd_tools.eval.datasets:MovieReviewSentence")
     assert [lab for _, lab in ds.eval_split.examples] == [{"positive": True}, {"positive": False}]
 
 
@@ -217,7 +217,7 @@ def test_generic_adapter_errors_name_what_is_accepted(tmp_path):
     with pytest.raises(DatasetError, match="module:Class"):
         load_schema("not a schema")
     with pytest.raises(DatasetError, match="cannot import"):
-        load_schema("pcd_tools.datasets:NoSuchClass")
+        load_schema("pcd_tools.eval.datasets:NoSuchClass")
     with pytest.raises(DatasetError, match="unknown dataset"):
         load_dataset("imdb")
 
@@ -233,3 +233,13 @@ def test_split_sample_excludes_ids():
     s = Split("x", [(str(i), {}) for i in range(10)], [f"i{i}" for i in range(10)], [0] * 10)
     out = s.sample(5, 0, exclude_ids=["i0", "i1", "i2", "i3", "i4"])
     assert sorted(out.ids) == ["i5", "i6", "i7", "i8", "i9"]
+
+
+def test_data_dir_default_is_beside_the_repository(tmp_path, monkeypatch):
+    # the default is looked up from the package's own location, not the working directory
+    expected = ROOT.parent / "shared" / "data"
+    if not expected.is_dir():
+        pytest.skip(f"labelled data not found at {expected}")
+    monkeypatch.delenv("PCD_DATA_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert data_dir() == expected

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from .live import free_port
+from tests.serve.live import free_port
 
 pytestmark = [pytest.mark.serve, pytest.mark.integration, pytest.mark.slow]
 

@@ -1,0 +1,216 @@
+"""`pcd bench`: PCD against autoregressive baselines on the reference scenarios.
+
+The timing lives in `pcd_tools.bench`; this module parses the options, shows progress
+and prints the seed's format and a summary table, or JSON with `--json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .. import bench
+from ..bench import METHODS
+
+HELP = "benchmark PCD against autoregressive baselines"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the `pcd bench` options (the dispatcher adds `--model` and `--json`).
+
+    Args:
+        parser: The sub-command's parser.
+    """
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        default=None,
+        help="scenario to run (repeatable; default: all): fraud, security_audit, tariff, triage",
+    )
+    parser.add_argument("--runs", type=int, default=5, help="timed runs per method (median)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs first")
+    parser.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help="comma-separated subset of pcd,greedy,constrained",
+    )
+    parser.add_argument(
+        "--throughput",
+        type=int,
+        default=32,
+        help="triage: decide_many over N contexts vs N sequential decides (0 skips)",
+    )
+    parser.add_argument(
+        "--no-rss", action="store_true", help="skip the per-method peak-RSS subprocesses"
+    )
+    parser.add_argument("--scenarios-dir", default=None, help="path of benchmarks/scenarios")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs the benchmark; prints the seed's format and a table, or JSON with `--json`.
+
+    Args:
+        args: The parsed arguments.
+
+    Returns:
+        The exit code.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    plan = bench.plan_bench(
+        scenarios=args.scenario,
+        scenarios_dir=args.scenarios_dir,
+        runs=args.runs,
+        warmup=args.warmup,
+        methods=[m.strip() for m in str(args.methods).split(",") if m.strip()],
+        throughput=args.throughput,
+        rss=not args.no_rss,
+        model=args.model,
+    )
+    err = Console(stderr=True)
+    out = Console(stderr=bool(args.json))
+
+    from ..decider import Decider
+
+    with err.status("loading model"):
+        decider = Decider.load(args.model)
+    results = []
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=bool(args.json),
+    ) as progress:
+        for sc in plan.scenarios:
+            task = progress.add_task(f"{sc.name}", total=plan.steps(sc))
+
+            def advance(label: str, task: Any = task, name: str = sc.name) -> None:
+                progress.update(task, advance=1, description=f"{name}: {label}")
+
+            r = bench.bench_scenario(decider, sc, plan, advance=advance)
+            results.append(r)
+            if not args.json:
+                print_scenario(out, r)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print_summary(out, results)
+    return 0
+
+
+def _fmt_line(label: str, ms: float, lo: float, hi: float, tail: str) -> str:
+    return f"{label:<15}: {ms:8.1f} ms ({lo:.0f}-{hi:.0f}) | {tail}"
+
+
+def print_scenario(console: Any, r: dict[str, Any]) -> None:
+    """Prints one scenario's result in the seed's format.
+
+    Args:
+        console: A rich Console.
+        r: One result of `pcd_tools.bench.bench_scenario`.
+    """
+    console.print(f"\n[bold]{r['title']}[/bold] ({r['scenario']}, {r['fields']} fields)")
+    if "greedy_ms" in r:
+        console.print(
+            _fmt_line(
+                "Autoregressive",
+                r["greedy_ms"],
+                r["greedy_ms_min"],
+                r["greedy_ms_max"],
+                f"{r['greedy_tokens']} tokens | Passes: {r['greedy_passes']}",
+            ),
+            highlight=False,
+        )
+    if "constrained_ms" in r:
+        console.print(
+            _fmt_line(
+                "Constrained",
+                r["constrained_ms"],
+                r["constrained_ms_min"],
+                r["constrained_ms_max"],
+                f"{r['constrained_tokens']} tokens | Passes: {r['constrained_passes']}",
+            ),
+            highlight=False,
+        )
+    if "pcd_ms" in r:
+        console.print(
+            _fmt_line(
+                "Parallel",
+                r["warm_pcd_ms"],
+                r["warm_pcd_ms_min"],
+                r["warm_pcd_ms_max"],
+                f"{r['fields']} fields | Passes: {r['pcd_passes']} | cold {r['pcd_ms']:.1f} ms "
+                f"(prefill {r['prefill_ms']:.1f} + fields {r['suffix_eval_ms']:.1f}) | "
+                f"bare prefill {r['bare_prefill_ms']:.1f} ms",
+            ),
+            highlight=False,
+        )
+    if "speedup_vs_greedy" in r:
+        extra = (
+            f" (vs constrained: {r['speedup_vs_constrained']:.1f}x)"
+            if "speedup_vs_constrained" in r
+            else ""
+        )
+        console.print(f"SPEEDUP: {r['speedup_vs_greedy']:.1f}x{extra}", highlight=False)
+
+
+def print_summary(console: Any, results: list[dict[str, Any]]) -> None:
+    """Prints the summary table and the throughput lines.
+
+    Args:
+        console: A rich Console.
+        results: The results of every scenario.
+    """
+    from rich.table import Table
+
+    t = Table(title="pcd bench (medians, ms)")
+    for col in (
+        "scenario",
+        "fields",
+        "greedy",
+        "tokens",
+        "constrained",
+        "PCD warm",
+        "PCD cold",
+        "bare prefill",
+        "vs greedy",
+        "vs constrained",
+        "peak RSS MB (PCD/greedy)",
+    ):
+        t.add_column(col, justify="left" if col == "scenario" else "right")
+
+    def f(r: dict[str, Any], k: str, fmt: str = "{:.0f}") -> str:
+        return fmt.format(r[k]) if k in r else "-"
+
+    for r in results:
+        rss = (
+            f"{r['peak_rss_mb']:.0f}/{r['greedy_peak_rss_mb']:.0f}"
+            if "peak_rss_mb" in r and "greedy_peak_rss_mb" in r
+            else "-"
+        )
+        t.add_row(
+            r["scenario"],
+            str(r["fields"]),
+            f(r, "greedy_ms"),
+            f(r, "greedy_tokens"),
+            f(r, "constrained_ms"),
+            f(r, "warm_pcd_ms"),
+            f(r, "pcd_ms"),
+            f(r, "bare_prefill_ms"),
+            f(r, "speedup_vs_greedy", "{:.1f}x"),
+            f(r, "speedup_vs_constrained", "{:.1f}x"),
+            rss,
+        )
+    console.print(t)
+    for r in results:
+        if "decide_many_rps" in r:
+            console.print(
+                f"{r['scenario']}: decide_many {r['decide_many_rps']:.2f} req/s vs sequential "
+                f"{r['sequential_rps']:.2f} req/s over {r['throughput_contexts']} contexts "
+                f"({r['decide_many_speedup']:.2f}x)",
+                highlight=False,
+            )

@@ -1,0 +1,227 @@
+"""`pcd calibrate`: fit per-field temperatures (and biases) on labelled data.
+
+It fits on a calibration sample kept apart from the evaluation sample, saves the
+calibration JSON, and optionally chooses thresholds, draws before/after diagrams and
+writes the raw scores, from which `--from-scores` refits without the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._common import load_decider
+from ._data import add_data_arguments, dataset_from_args
+
+HELP = "fit per-field temperatures on labelled data"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the `pcd calibrate` options (the dispatcher adds `--model` and `--json`).
+
+    Args:
+        parser: The sub-command's parser.
+    """
+    from ..eval.calibration import METHODS, OBJECTIVES
+
+    add_data_arguments(parser)
+    parser.add_argument("--n", type=int, default=300, help="calibration sample size (default 300)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the calibration sample")
+    parser.add_argument(
+        "--eval-n",
+        type=int,
+        default=300,
+        help="size of the evaluation sample to keep out (default 300)",
+    )
+    parser.add_argument("--eval-seed", type=int, default=0, help="seed of that evaluation sample")
+    parser.add_argument(
+        "--out", default=None, help="output JSON (default calibration-<dataset>.json)"
+    )
+    parser.add_argument("--diagrams", default=None, help="folder for before/after reliability PNGs")
+    parser.add_argument(
+        "--target-risk",
+        type=float,
+        default=None,
+        help="also choose per-field thresholds for this error rate",
+    )
+    parser.add_argument(
+        "--target-coverage",
+        type=float,
+        default=None,
+        help="also choose per-field thresholds for this coverage",
+    )
+    parser.add_argument(
+        "--objective",
+        choices=sorted(OBJECTIVES),
+        default="nll",
+        help="loss the temperature minimises (default nll); with biases, top_label_nll "
+        "refits the temperature on the answer's correctness after the biases",
+    )
+    parser.add_argument(
+        "--method",
+        choices=METHODS,
+        default="temperature",
+        help="temperature per field (default), temperature_bias (plus a bias per allowed "
+        "value; can change answers) or auto (per field, by cross-validated NLL)",
+    )
+    parser.add_argument(
+        "--scores", default=None, help="also write the raw log scores and gold labels (JSON)"
+    )
+    parser.add_argument(
+        "--from-scores",
+        default=None,
+        metavar="SCORES",
+        help="refit from a --scores file of an earlier run instead of running the model",
+    )
+    parser.add_argument("--batch-size", type=int, default=8)
+
+
+def _read_scores(path: str) -> dict[str, Any]:
+    """A `--scores` file of an earlier `pcd calibrate` run."""
+    from ..calibration import CalibrationError, read_json
+
+    raw = read_json(path, "scores file")
+    need = ("model_id", "schema_fingerprint", "fields")
+    missing = [k for k in need if not isinstance(raw, dict) or k not in raw]
+    if missing:
+        raise CalibrationError(
+            f"scores file {path!r} lacks {missing}; write it with `pcd calibrate --scores`."
+        )
+    return raw
+
+
+def _saved_scores(args: argparse.Namespace, ds: Any, fingerprint: str) -> tuple[Any, ...]:
+    """`(arrays, model_id, scoring, fitted_on)` from the `--from-scores` file."""
+    from ..calibration import CalibrationMismatchError
+
+    saved = _read_scores(args.from_scores)
+    if saved["schema_fingerprint"] != fingerprint:
+        raise CalibrationMismatchError(
+            f"scores file {args.from_scores!r} was written for schema fingerprint "
+            f"{saved['schema_fingerprint']}, but {ds.name}'s schema is "
+            f"{fingerprint}; rerun `pcd calibrate --scores`."
+        )
+    arrays = {
+        n: (np.asarray(f["log_scores"], np.float64), np.asarray(f["gold"], np.int64))
+        for n, f in saved["fields"].items()
+    }
+    fitted_on = dict(saved.get("fitted_on") or {"ids": saved.get("ids")})
+    fitted_on["from_scores"] = str(args.from_scores)
+    return arrays, saved["model_id"], saved.get("scoring", "full"), fitted_on
+
+
+def _new_scores(args: argparse.Namespace, ds: Any, compiled: Any, console: Any) -> tuple[Any, ...]:
+    """`(arrays, model_id, scoring, fitted_on)` from running the model on the sample."""
+    from ..calibration import CalibrationError
+    from ..eval.calibration import field_arrays
+    from ..eval.runner import run_pcd
+
+    split = ds.calibration_sample(args.n, args.seed, eval_n=args.eval_n, eval_seed=args.eval_seed)
+    shared_pool = ds.calibration_split is ds.eval_split
+    with console.status("Loading model..."):
+        decider = load_decider(args)
+    labels = [lab for _, lab in split.examples]
+    decisions, _ = run_pcd(
+        decider,
+        compiled,
+        [t for t, _ in split.examples],
+        batch_size=args.batch_size,
+        progress=True,
+        label="calibrating",
+    )
+    if not decisions:
+        raise CalibrationError("calibrate needs at least one labelled example.")
+    fitted_on = {
+        "dataset": ds.name,
+        "source": ds.source,
+        "split": split.name,
+        "n": len(split),
+        "seed": args.seed,
+        "excluded_eval_sample": {"n": args.eval_n, "seed": args.eval_seed} if shared_pool else None,
+        "ids": split.ids,
+    }
+    arrays = field_arrays(compiled, decisions, labels)
+    model_id, scoring = decisions[0].model_id, decisions[0].scoring
+    if args.scores:
+        Path(args.scores).write_text(
+            json.dumps(
+                {
+                    "model_id": model_id,
+                    "schema_fingerprint": compiled.fingerprint(),
+                    "scoring": scoring,
+                    "fitted_on": fitted_on,
+                    "ids": split.ids,
+                    "fields": {
+                        n: {"log_scores": z.round(5).tolist(), "gold": g.tolist()}
+                        for n, (z, g) in arrays.items()
+                    },
+                }
+            )
+        )
+    return arrays, model_id, scoring, fitted_on
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs `pcd calibrate`: fit, save, and optionally draw diagrams and choose thresholds.
+
+    Args:
+        args: The parsed arguments.
+
+    Returns:
+        The exit code.
+    """
+    from rich.console import Console
+
+    from ..eval.calibration import calibration_from_scores
+    from ..eval.report import print_calibration
+    from ..eval.thresholds import choose_threshold
+    from ..schema import compile_schema
+
+    console = Console(stderr=True)
+    ds = dataset_from_args(args)
+    compiled = compile_schema(ds.schema)
+    t0 = time.perf_counter()
+    if args.from_scores:
+        arrays, model_id, scoring, fitted_on = _saved_scores(args, ds, compiled.fingerprint())
+    else:
+        arrays, model_id, scoring, fitted_on = _new_scores(args, ds, compiled, console)
+    cal = calibration_from_scores(
+        compiled,
+        arrays,
+        model_id=model_id,
+        scoring=scoring,
+        fitted_on=fitted_on,
+        objective=args.objective,
+        method=args.method,
+    )
+    if args.target_risk is not None or args.target_coverage is not None:
+        for name, (z, g) in arrays.items():
+            after = cal.probabilities(name, z)
+            cal.thresholds[name] = choose_threshold(
+                after.max(axis=1),
+                after.argmax(axis=1) == g,
+                target_risk=args.target_risk,
+                target_coverage=args.target_coverage,
+            ).to_dict()
+    if args.diagrams:
+        from ..eval.plots import calibration_diagrams
+
+        calibration_diagrams(cal, arrays, args.diagrams, name=ds.name)
+    out = cal.save(args.out or f"calibration-{ds.name}.json")
+    elapsed = time.perf_counter() - t0
+    if args.json:
+        print(
+            json.dumps(
+                {**cal.to_dict(), "path": str(out), "elapsed_s": round(elapsed, 1)}, indent=2
+            )
+        )
+        return 0
+    out_console = Console(width=150)
+    print_calibration(out_console, cal, dataset=ds.name)
+    out_console.print(f"saved {out}  ({elapsed:.1f} s)")
+    return 0

@@ -1,0 +1,108 @@
+"""`pcd serve`: run the HTTP decision server (`pcd_tools.serve.serve`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..serve import API_KEY_ENV, api_key_from_env, is_loopback
+from ._common import print_error
+
+HELP = "run the HTTP decision server (System One + /v1/decide)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the `pcd serve` options (the dispatcher adds --model, --json and --calibration).
+
+    Args:
+        parser: The sub-command's parser.
+    """
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help=f"require `Authorization: Bearer KEY` on /v1/* and /metrics (default: ${API_KEY_ENV})",
+    )
+    parser.add_argument(
+        "--allow-remote-without-key",
+        action="store_true",
+        help="bind a non-loopback address without an API key (refused otherwise)",
+    )
+    parser.add_argument(
+        "--max-queue", type=int, default=256, help="requests waiting for the model before 429"
+    )
+    parser.add_argument("--max-batch", type=int, default=16, help="requests per model batch")
+    parser.add_argument(
+        "--max-batch-tokens", type=int, default=8192, help="prompt tokens per model batch"
+    )
+    parser.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=2.0,
+        help="how long an idle worker waits for requests arriving together",
+    )
+    parser.add_argument(
+        "--max-body-bytes", type=int, default=1 << 20, help="largest request body (413 above)"
+    )
+    parser.add_argument(
+        "--max-questions", type=int, default=64, help="questions per request (413 above)"
+    )
+    parser.add_argument("--no-warmup", action="store_true", help="skip the start-up warm-up")
+    parser.add_argument("--log-level", default="info", help="uvicorn log level")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Checks the options, then serves until stopped.
+
+    Args:
+        args: The parsed arguments.
+
+    Returns:
+        The exit code: 2 on a refused bind or a limit below 1.
+    """
+    key = api_key_from_env(args.api_key)
+    if not is_loopback(args.host) and not key and not args.allow_remote_without_key:
+        print_error(
+            f"refusing to bind {args.host!r} without an API key: anyone who can reach "
+            f"it could use the model. Set --api-key or ${API_KEY_ENV}, bind 127.0.0.1, or pass "
+            "--allow-remote-without-key."
+        )
+        return 2
+    for name in ("port", "max_queue", "max_batch", "max_body_bytes", "max_questions"):
+        v = getattr(args, name)
+        if v < (0 if name == "port" else 1):
+            print_error(f"--{name.replace('_', '-')} must be >= 1; got {v}.")
+            return 2
+
+    from ..serve import serve
+
+    def announce(info: dict[str, Any]) -> None:
+        print(
+            json.dumps(info)
+            if args.json
+            else f"pcd serve: {info['model']} on {info['device']} at {info['url']} "
+            f"(auth {'on' if info['auth'] else 'off'})",
+            file=sys.stderr,
+        )
+
+    serve(
+        args.model,
+        host=args.host,
+        port=args.port,
+        api_key=key,
+        allow_remote_without_key=args.allow_remote_without_key,
+        calibration=args.calibration or None,
+        max_queue=args.max_queue,
+        max_batch=args.max_batch,
+        max_batch_tokens=args.max_batch_tokens,
+        batch_wait_ms=args.batch_wait_ms,
+        max_body_bytes=args.max_body_bytes,
+        max_questions=args.max_questions,
+        warmup=not args.no_warmup,
+        log_level=args.log_level,
+        on_ready=announce,
+    )
+    return 0

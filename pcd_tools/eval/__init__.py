@@ -1,0 +1,77 @@
+"""Evaluation and calibration on labelled data: how right PCD is, and how sure it should be.
+
+One idea per module:
+
+- `datasets`: labelled datasets (built-in and a user's own files) and sampling;
+- `metrics`: accuracy and calibration metrics for one field (pure numpy);
+- `runner`: running PCD over many texts in batches;
+- `scoring`: each method's metrics from its answers (`MethodReport`);
+- `evaluate`: PCD against grammar-constrained generation (`evaluate`, `rescore`,
+  `EvalReport`);
+- `calibration`: fitting a `pcd_tools.calibration.Calibration` on labelled data;
+- `thresholds`: confidence thresholds for a target risk or coverage;
+- `order_bias`: the order-flip rate, and averaging over listing orders;
+- `plots`: reliability diagrams (matplotlib, imported when drawing);
+- `report`: the console and markdown tables of reports and calibrations.
+
+Importing this package is light: each name below loads its module on first use. The
+functions `evaluate` and `order_bias` share their module's name, so import them from
+their modules (`from pcd_tools.eval.evaluate import evaluate`); this keeps
+`pcd_tools.eval.evaluate` the module wherever it is looked up.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .calibration import calibrate
+    from .datasets import Dataset, Split, from_file, load_dataset
+    from .evaluate import EvalReport, rescore
+    from .order_bias import OrderBiasReport, decide_orderings
+    from .plots import reliability_diagram
+    from .thresholds import ThresholdChoice, choose_threshold
+
+__all__ = [
+    "Dataset",
+    "EvalReport",
+    "OrderBiasReport",
+    "Split",
+    "ThresholdChoice",
+    "calibrate",
+    "choose_threshold",
+    "decide_orderings",
+    "from_file",
+    "load_dataset",
+    "reliability_diagram",
+    "rescore",
+]
+
+_LAZY = {
+    "Dataset": "datasets",
+    "Split": "datasets",
+    "from_file": "datasets",
+    "load_dataset": "datasets",
+    "EvalReport": "evaluate",
+    "rescore": "evaluate",
+    "calibrate": "calibration",
+    "OrderBiasReport": "order_bias",
+    "decide_orderings": "order_bias",
+    "reliability_diagram": "plots",
+    "ThresholdChoice": "thresholds",
+    "choose_threshold": "thresholds",
+}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'pcd_tools.eval' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
