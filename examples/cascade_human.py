@@ -33,18 +33,19 @@ class Triage(BaseModel):
 
 
 def ask_at_terminal(request: EscalationRequest) -> dict:
-    """Shows each escalated field with the model's probabilities and reads a choice."""
+    """Shows each escalated field's candidates, most probable first, and reads a choice."""
     print(f"\nThe model is unsure about: {', '.join(request.fields)}")
     print(f"Text: {request.text}")
     answers = {}
     for name in request.fields:
-        choices = request.candidates[name]
-        probs = request.previous.get(name, {})
-        suggested = max(choices, key=lambda c: probs.get(c, 0.0))
+        ranked = request.ranked[name]  # [(value, probability or None), ...], best first
+        choices = [c for c, _ in ranked]
+        suggested = choices[0]
         print(f"  {name}: {request.schema.field(name).description}")
-        for i, c in enumerate(choices, 1):
-            mark = "  <- suggested" if c == suggested else ""
-            print(f"    {i}. {c!s:<8} p={probs.get(c, 0.0):.2f}{mark}")
+        for i, (c, prob) in enumerate(ranked, 1):
+            mark = "  <- suggested" if i == 1 else ""
+            p_txt = f"p={prob:.2f}" if prob is not None else "p=?"
+            print(f"    {i}. {c!s:<8} {p_txt}{mark}")
         print(f"  choose 1-{len(choices)} [Enter = suggested]: ", end="", flush=True)
         line = sys.stdin.readline()
         if not sys.stdin.isatty():
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     small = Decider.load()  # the embedded SmolLM2-135M-Instruct
-    stages = [DeciderStage(small, name="smollm2-135m")]
+    stages: list[object] = [DeciderStage(small, name="smollm2-135m")]
     if args.model:
         stages.append(DeciderStage(Decider.load(args.model), top_k=2))
     stages.append(HumanStage(ask_at_terminal, name="human", top_k=3))

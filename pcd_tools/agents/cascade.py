@@ -2,7 +2,8 @@
 
 Stage 1 (usually a small local `Decider`) decides every field. Each field whose score is
 below its threshold, and every field of a stage that failed, goes to the next stage,
-which sees only those fields, each narrowed to the top-k candidates so far. A stage is:
+which sees only those fields, each narrowed to the top-k candidates so far, most
+probable first. A stage is:
 
 - a LangChain chat model, called through its `with_structured_output` with that
   narrowed sub-schema (`ChatModelStage`);
@@ -11,7 +12,9 @@ which sees only those fields, each narrowed to the top-k candidates so far. A st
   (`HumanStage`).
 
 Answers from stages that report no probability (chat models, humans) are accepted as
-final. `LowConfidenceError` carries a `Decision` so that LangChain's stock
+final. A stage that raises is logged at WARNING on the `pcd_tools.agents.cascade` logger
+and recorded in `CascadeResult.errors`; its fields go on to the next stage, or, with
+`on_stage_error="raise"`, the exception propagates. `LowConfidenceError` carries a `Decision` so that LangChain's stock
 `.with_fallbacks(..., exceptions_to_handle=(LowConfidenceError,))` is a one-line cascade.
 
 The stages and the narrowed sub-schemas live in `pcd_tools.agents.stages`, the errors in
@@ -20,9 +23,10 @@ The stages and the narrowed sub-schemas live in `pcd_tools.agents.stages`, the e
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -58,6 +62,10 @@ __all__ = [
 
 ScoreName = Literal["probability", "margin", "entropy"]
 _SCORES = ("probability", "margin", "entropy")
+OnStageError = Literal["skip", "raise"]
+_ON_STAGE_ERROR = ("skip", "raise")
+
+logger = logging.getLogger(__name__)
 
 
 # --- results ----------------------------------------------------------------------------------
@@ -90,11 +98,12 @@ class StageRecord:
         name: Stage name.
         kind: `"decider"`, `"chat_model"`, `"human"` or a custom stage's kind.
         asked: Fields the stage was asked to decide.
-        candidates: Labels offered per field.
+        candidates: Labels offered per field, most probable first.
         answered: Fields it answered.
         escalated: Fields passed on to the next stage (below threshold, missing or failed).
         latency_ms: Wall time of the stage.
         error: `"ExceptionType: message"` if the stage failed (its fields escalate).
+        exception: The exception itself, if the stage failed.
     """
 
     name: str
@@ -105,6 +114,7 @@ class StageRecord:
     escalated: list[str]
     latency_ms: float
     error: str | None = None
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -142,6 +152,11 @@ class CascadeResult:
         """Stage name -> wall time."""
         return {s.name: s.latency_ms for s in self.stages}
 
+    @property
+    def errors(self) -> dict[str, str]:
+        """Stage name -> `"ExceptionType: message"`, for each stage that failed."""
+        return {s.name: s.error for s in self.stages if s.error is not None}
+
 
 # --- the cascade ------------------------------------------------------------------------------
 
@@ -164,9 +179,13 @@ class Cascade(Runnable[Any, CascadeResult]):
             is >= threshold, or its entropy in nats is <= threshold.
         per_field: Per-field thresholds: a number, or `(score, number)` to change the score.
         score: `"probability"` (default), `"margin"` or `"entropy"`.
+        on_stage_error: When a stage raises: `"skip"` (default) logs a warning, records it
+            in `CascadeResult.errors` and passes its fields to the next stage; `"raise"`
+            logs it and re-raises the stage's exception.
 
     Raises:
-        InvalidArgumentError: for no stages, an unknown score or a field not in the schema.
+        InvalidArgumentError: for no stages, an unknown score or `on_stage_error`, or a
+            field not in the schema.
     """
 
     def __init__(
@@ -177,7 +196,14 @@ class Cascade(Runnable[Any, CascadeResult]):
         per_field: Mapping[str, float | tuple[str, float]] | None = None,
         *,
         score: ScoreName = "probability",
+        on_stage_error: OnStageError = "skip",
     ):
+        if on_stage_error not in _ON_STAGE_ERROR:
+            raise InvalidArgumentError(
+                f"on_stage_error={on_stage_error!r} is not accepted; expected one of "
+                f"{list(_ON_STAGE_ERROR)}."
+            )
+        self.on_stage_error = on_stage_error
         self.schema = compile_schema(schema)
         self.as_model = isinstance(schema, type) and issubclass(schema, BaseModel)
         if not stages:
@@ -223,22 +249,48 @@ class Cascade(Runnable[Any, CascadeResult]):
     ) -> EscalationRequest:
         k = getattr(stage, "top_k", None)
         cands: dict[str, list[Any]] = {}
+        ranked: dict[str, list[tuple[Any, float | None]]] = {}
         previous: dict[str, dict[Any, float]] = {}
         for n in names:
             spec: FieldSpec = self.schema.field(n)
             dist = prev.get(n)
-            if dist is not None:
-                previous[n] = dict(dist)
-            if k is None or dist is None or k >= spec.cardinality:
-                cands[n] = spec.labels
-            else:
-                top = sorted(
-                    range(spec.cardinality), key=lambda i: (-dist.get(spec.labels[i], 0.0), i)
-                )[:k]
-                cands[n] = [spec.labels[i] for i in sorted(top)]
+            if dist is None:  # never scored: declaration order, no probabilities
+                cands[n] = list(spec.labels)
+                ranked[n] = [(c, None) for c in cands[n]]
+                continue
+            previous[n] = dict(dist)
+            # a candidate a narrowed stage did not see has probability 0 under it
+            scored = [(c, float(dist.get(c, 0.0))) for c in spec.labels]
+            order = sorted(range(len(scored)), key=lambda i: (-scored[i][1], i))
+            ranked[n] = [scored[i] for i in order[:k]]
+            cands[n] = [c for c, _ in ranked[n]]
         return EscalationRequest(
-            text, self.schema, names, cands, narrowed_model(self.schema, names, cands), previous
+            text,
+            self.schema,
+            names,
+            cands,
+            narrowed_model(self.schema, names, cands),
+            previous,
+            ranked,
         )
+
+    def _stage_failed(
+        self, index: int, stage: Any, sname: str, fields: list[str], exc: Exception
+    ) -> None:
+        where = f"{self.name} stages[{index}] {sname!r} ({getattr(stage, 'kind', '?')})"
+        last = index == len(self.stages) - 1
+        then = (
+            "re-raising (on_stage_error='raise')"
+            if self.on_stage_error == "raise"
+            else "no stage left to answer them"
+            if last
+            else "passing them to the next stage"
+        )
+        logger.warning(
+            "%s failed on %s with %s: %s; %s.", where, fields, type(exc).__name__, exc, then
+        )
+        if self.on_stage_error == "raise" and hasattr(exc, "add_note"):  # Python >= 3.11
+            exc.add_note(f"raised by {where} on fields {fields}")
 
     def _run(self, input: Any) -> CascadeResult:
         t_start = time.perf_counter()
@@ -249,18 +301,22 @@ class Cascade(Runnable[Any, CascadeResult]):
         records: list[StageRecord] = []
         first: Any = None
         bubble = _bubble_up()
-        for stage, sname in zip(self.stages, self.stage_names):
+        for i, (stage, sname) in enumerate(zip(self.stages, self.stage_names)):
             if not pending:
                 break
             req = self._request(text, pending, stage, dists)
             t0 = time.perf_counter()
-            error = None
+            error: str | None = None
+            failure: Exception | None = None
             try:
                 ans = stage.answer(req)
             except bubble:
                 raise
             except Exception as exc:  # any failure escalates the stage's fields
-                ans, error = None, f"{type(exc).__name__}: {exc}"
+                self._stage_failed(i, stage, sname, pending, exc)
+                if self.on_stage_error == "raise":
+                    raise
+                ans, error, failure = None, f"{type(exc).__name__}: {exc}", exc
             ms = (time.perf_counter() - t0) * 1e3
             answered: list[str] = []
             still: list[str] = []
@@ -290,6 +346,7 @@ class Cascade(Runnable[Any, CascadeResult]):
                     still,
                     ms,
                     error,
+                    failure,
                 )
             )
             pending = still

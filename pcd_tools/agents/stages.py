@@ -49,13 +49,15 @@ def narrowed_model(
     Args:
         schema: The full compiled schema.
         names: Fields to include, in order.
-        keep: Per-field JSON labels to keep (declaration order is preserved); default all.
+        keep: Per-field JSON labels to keep, in the order the `Literal` lists them (a
+            cascade passes them most probable first); default all, in declaration order.
     """
     fields: dict[str, Any] = {}
     for name in names:
         spec = schema.field(name)
         wanted = list(keep[name]) if keep and name in keep else spec.labels
-        kept = [c for c in spec.choices if c.label in wanted]
+        by_label = {c.label: c for c in spec.choices}
+        kept = [by_label[w] for w in wanted if w in by_label]
         labels = [c.label for c in kept if c.label is not None]
         tp: Any
         if spec.kind == "boolean" and set(labels) == {True, False}:
@@ -87,13 +89,20 @@ def narrowed_model(
 class EscalationRequest:
     """What a stage is asked to decide.
 
+    Candidates are ranked: most probable first under the latest stage that gave the field
+    a distribution (ties, and fields no stage has scored yet, in declaration order). So
+    `request.candidates[name][0]` is the model's best guess.
+
     Args:
         text: The context being decided.
         schema: The full compiled schema.
         fields: The fields this stage must answer.
-        candidates: Per field, the labels it may choose from (top-k so far, or all).
-        model: A Pydantic model of just those fields, `Literal`s narrowed to `candidates`.
+        candidates: Per field, the labels it may choose from (top-k so far, or all), ranked.
+        model: A Pydantic model of just those fields, `Literal`s narrowed to `candidates`
+            and listed in the same ranked order.
         previous: Per field, the distribution of the latest stage that had one, if any.
+        ranked: Per field, `(label, probability)` for each candidate in `candidates` order;
+            the probability is from `previous`, or None where no stage has scored the field.
     """
 
     text: str
@@ -102,6 +111,7 @@ class EscalationRequest:
     candidates: dict[str, list[Any]]
     model: type[BaseModel]
     previous: dict[str, dict[Any, float]]
+    ranked: dict[str, list[tuple[Any, float | None]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -155,10 +165,17 @@ class DeciderStage:
 
     def answer(self, request: EscalationRequest) -> StageAnswer:
         """Scores the requested fields; probabilities are over the candidates it saw."""
-        full = request.fields == request.schema.field_names and all(
-            request.candidates[n] == request.schema.field(n).labels for n in request.fields
+        schema = request.schema
+        full = request.fields == schema.field_names and all(
+            len(request.candidates[n]) == schema.field(n).cardinality for n in request.fields
         )
-        target = request.schema if full else compile_schema(request.model)
+        # Declaration order, not the ranked one: the previous stage's ranking must not
+        # reach this model's prompt (position bias).
+        keep = {
+            n: [x for x in schema.field(n).labels if x in request.candidates[n]]
+            for n in request.fields
+        }
+        target = schema if full else compile_schema(narrowed_model(schema, request.fields, keep))
         d = call_model(
             self.decider, self.decider.decide, target, request.text, temperature=self.temperature
         )
@@ -244,7 +261,7 @@ class HumanStage:
             "fields": {
                 n: {
                     "description": request.schema.field(n).description,
-                    "choices": request.candidates[n],
+                    "choices": request.candidates[n],  # most probable first
                     "model_probabilities": request.previous.get(n, {}),
                 }
                 for n in request.fields
