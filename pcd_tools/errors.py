@@ -21,6 +21,7 @@ __all__ = [
     "SchemaError",
     "TooFewChoicesError",
     "TooManyChoicesError",
+    "UnknownKeyError",
     "UnsupportedFieldError",
 ]
 
@@ -48,6 +49,28 @@ class SchemaError(PcdToolsError, ValueError):
 
 class UnsupportedFieldError(SchemaError, TypeError):
     """A field's annotation or declared type is not one PCD can score."""
+
+
+class UnknownKeyError(SchemaError):
+    """A dict schema (the wrapper or a field spec) has a key it does not accept, often a typo.
+
+    Attributes:
+        key: The unknown key.
+        suggestion: The closest accepted key, if one is close enough.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str,
+        suggestion: str | None = None,
+        model: str | None = None,
+        field: str | None = None,
+    ):
+        super().__init__(message, model=model, field=field)
+        self.key = key
+        self.suggestion = suggestion
 
 
 class TooManyChoicesError(SchemaError):

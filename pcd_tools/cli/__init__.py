@@ -5,7 +5,9 @@ and stays cheap to import: the library loads inside `run`. This package is the o
 place argparse lives; the library takes typed arguments.
 
 Every sub-command is testable through `main(argv)`, which returns the exit code.
-A bad sub-command or option is a usage error (exit 2), not a traceback.
+A bad sub-command or option is a usage error (exit 2), not a traceback; so is a bad
+option value (`--temperature 0`, a missing `--schema` file), which each sub-command checks
+with `_common.UsageError` before it loads a model.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 from collections.abc import Callable
 
 from ..errors import PcdToolsError
-from ._common import add_common, print_error
+from ._common import UsageError, add_common, check_calibration, print_error
 
 __all__ = ["build_parser", "main"]
 
@@ -104,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
+        check_calibration(args)
         return int(args.func(args))
+    except UsageError as e:  # a bad argument, found before any model loads
+        print_error(str(e))
+        return 2
     except PcdToolsError as e:
         print_error(f"{type(e).__name__}: {e}")
         return 1

@@ -4,10 +4,104 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from typing import Any
 
-__all__ = ["add_common", "load_decider", "make_console", "print_decision", "print_error"]
+__all__ = [
+    "UsageError",
+    "add_common",
+    "check_at_least",
+    "check_calibration",
+    "check_file",
+    "check_temperature",
+    "load_decider",
+    "make_console",
+    "print_decision",
+    "print_error",
+]
+
+
+class UsageError(Exception):
+    """A bad command-line argument, found before any model loads.
+
+    `pcd_tools.cli.main` prints `error: <message>` and exits 2. The message names the
+    flag, what it accepts and what it got.
+    """
+
+
+def check_temperature(value: float, flag: str = "--temperature") -> None:
+    """Refuses a temperature that is not a finite number > 0.
+
+    Args:
+        value: The parsed value.
+        flag: The option, for the message.
+
+    Raises:
+        UsageError: when `value` is 0, negative, infinite or NaN.
+    """
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{flag} must be a finite number > 0 (e.g. 1.0); got {value}.")
+
+
+def check_at_least(args: argparse.Namespace, lowest: int | float, *dests: str) -> None:
+    """Refuses a numeric option below `lowest` (options left at `None` are skipped).
+
+    Args:
+        args: The parsed arguments.
+        lowest: The smallest accepted value.
+        *dests: The options' argparse destinations (`max_queue` for `--max-queue`).
+
+    Raises:
+        UsageError: naming the first option below `lowest`.
+    """
+    for dest in dests:
+        v = getattr(args, dest)
+        if v is not None and not v >= lowest:
+            raise UsageError(f"--{dest.replace('_', '-')} must be >= {lowest}; got {v}.")
+
+
+def check_file(path: str, flag: str) -> None:
+    """Refuses a path that is not a readable file.
+
+    Args:
+        path: The path given.
+        flag: The option, for the message.
+
+    Raises:
+        UsageError: when `path` does not exist, is a folder, or cannot be read.
+    """
+    if not os.path.exists(path):
+        raise UsageError(f"{flag} {path!r}: no such file.")
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path!r} is a folder; accepted: a file.")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"{flag} {path!r}: permission denied (the file cannot be read).")
+
+
+def check_calibration(args: argparse.Namespace) -> None:
+    """Checks `--calibration` (when the sub-command has it) before the model loads.
+
+    The file must exist and be a pcd-tools calibration file; whether it fits the model is
+    checked once the model is loaded.
+
+    Args:
+        args: The parsed arguments.
+
+    Raises:
+        UsageError: for a missing, unreadable or malformed calibration file.
+    """
+    path = getattr(args, "calibration", None)
+    if not path:
+        return
+    check_file(path, "--calibration")
+    from ..calibration import Calibration, CalibrationError
+
+    try:
+        Calibration.load(path)
+    except CalibrationError as e:
+        raise UsageError(f"--calibration: {e}") from e
 
 
 def add_common(parser: argparse.ArgumentParser, *, calibration: bool = False) -> None:

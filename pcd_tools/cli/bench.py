@@ -12,6 +12,8 @@ from typing import Any
 
 from .. import bench
 from ..bench import METHODS
+from ..errors import InvalidArgumentError
+from ._common import UsageError, check_at_least
 
 HELP = "benchmark PCD against autoregressive baselines"
 
@@ -54,21 +56,25 @@ def run(args: argparse.Namespace) -> int:
         args: The parsed arguments.
 
     Returns:
-        The exit code.
+        The exit code: 2 for a bad option (checked before the model loads).
     """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    plan = bench.plan_bench(
-        scenarios=args.scenario,
-        scenarios_dir=args.scenarios_dir,
-        runs=args.runs,
-        warmup=args.warmup,
-        methods=[m.strip() for m in str(args.methods).split(",") if m.strip()],
-        throughput=args.throughput,
-        rss=not args.no_rss,
-        model=args.model,
-    )
+    check_at_least(args, 0, "throughput")
+    try:
+        plan = bench.plan_bench(
+            scenarios=args.scenario,
+            scenarios_dir=args.scenarios_dir,
+            runs=args.runs,
+            warmup=args.warmup,
+            methods=[m.strip() for m in str(args.methods).split(",") if m.strip()],
+            throughput=args.throughput,
+            rss=not args.no_rss,
+            model=args.model,
+        )
+    except InvalidArgumentError as e:  # every plan error is about an option
+        raise UsageError(str(e)) from e
     err = Console(stderr=True)
     out = Console(stderr=bool(args.json))
 

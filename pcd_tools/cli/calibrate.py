@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import load_decider
+from ._common import UsageError, check_at_least, check_file, load_decider
 from ._data import add_data_arguments, dataset_from_args
 
 HELP = "fit per-field temperatures on labelled data"
@@ -166,6 +166,31 @@ def _new_scores(args: argparse.Namespace, ds: Any, compiled: Any, console: Any) 
     return arrays, model_id, scoring, fitted_on
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Checks the `pcd calibrate` options that need no data or model.
+
+    Args:
+        args: The parsed arguments.
+
+    Raises:
+        UsageError: naming the first bad option (`pcd` exits 2).
+    """
+    check_at_least(args, 1, "n", "batch_size")
+    check_at_least(args, 0, "eval_n")
+    risk, cov = args.target_risk, args.target_coverage
+    if risk is not None and cov is not None:
+        raise UsageError(
+            f"give one of --target-risk or --target-coverage, not both; got --target-risk {risk} "
+            f"and --target-coverage {cov}."
+        )
+    if risk is not None and not 0.0 <= risk <= 1.0:
+        raise UsageError(f"--target-risk must lie in [0, 1] (an error rate); got {risk}.")
+    if cov is not None and not 0.0 < cov <= 1.0:
+        raise UsageError(f"--target-coverage must lie in (0, 1] (a fraction); got {cov}.")
+    if args.from_scores:
+        check_file(args.from_scores, "--from-scores")
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs `pcd calibrate`: fit, save, and optionally draw diagrams and choose thresholds.
 
@@ -182,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
     from ..eval.thresholds import choose_threshold
     from ..schema import compile_schema
 
+    check_args(args)
     console = Console(stderr=True)
     ds = dataset_from_args(args)
     compiled = compile_schema(ds.schema)

@@ -6,7 +6,13 @@ import argparse
 import json
 import sys
 
-from ._common import load_decider, make_console, print_decision, print_error
+from ._common import (
+    UsageError,
+    check_temperature,
+    load_decider,
+    make_console,
+    print_decision,
+)
 
 HELP = "decide a dict-form schema for a context"
 
@@ -30,20 +36,22 @@ def run(args: argparse.Namespace) -> int:
         args: The parsed arguments.
 
     Returns:
-        The exit code: 2 when the schema file cannot be read or parsed.
+        The exit code: 2 when an option is out of range or the schema file cannot be
+        read or parsed (checked before the model loads).
     """
     from ..schema import StructuredSchema
 
+    check_temperature(args.temperature)
     console = make_console(args)
     try:
         with open(args.schema, encoding="utf-8") as fh:
             spec = json.load(fh)
     except OSError as e:
-        print_error(f"cannot read schema file {args.schema!r}: {e}")
-        return 2
+        raise UsageError(
+            f"--schema: cannot read schema file {args.schema!r}: {e.strerror or e}."
+        ) from e
     except json.JSONDecodeError as e:
-        print_error(f"schema file {args.schema!r} is not valid JSON: {e}")
-        return 2
+        raise UsageError(f"--schema: schema file {args.schema!r} is not valid JSON: {e}") from e
     context = sys.stdin.read() if args.context == "-" else args.context
     schema = StructuredSchema(spec)  # the dict form, or {"name", "instructions", "fields"}
     decider = load_decider(args)

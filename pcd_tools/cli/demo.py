@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ._common import load_decider, make_console, print_decision
+from ._common import check_temperature, load_decider, make_console, print_decision
 
 HELP = "decide the support-ticket example on the embedded model"
 
@@ -68,10 +68,11 @@ def run(args: argparse.Namespace) -> int:
         args: The parsed arguments.
 
     Returns:
-        The exit code.
+        The exit code: 2 for an out-of-range option (before the model loads).
     """
     from ..engine.platform import blas_status
 
+    check_temperature(args.temperature)
     console = make_console(args)
     schema = demo_schema()
     with console.status("Loading model..."):

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._common import load_decider
+from ._common import check_at_least, check_file, check_temperature, load_decider
 from ._data import add_data_arguments, dataset_from_args
 
 if TYPE_CHECKING:
@@ -75,6 +75,22 @@ def _check_disjoint(calibration: Any, dataset: str, ids: Sequence[str]) -> None:
         )
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Checks the `pcd eval` options that need no data or model.
+
+    Args:
+        args: The parsed arguments.
+
+    Raises:
+        UsageError: naming the first bad option (`pcd` exits 2).
+    """
+    check_temperature(args.temperature)
+    check_at_least(args, 1, "n", "batch_size", "order_bias_n")
+    check_at_least(args, 0, "order_bias")
+    if args.from_report:
+        check_file(args.from_report, "--from-report")
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs `pcd eval`: evaluate (or rescore a saved report), then print or save the report.
 
@@ -90,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     from ..eval.evaluate import EvalError, evaluate, rescore
     from ..eval.order_bias import order_bias
 
+    check_args(args)
     t0 = time.perf_counter()
     err = Console(stderr=True)
     ds = dataset_from_args(args)

@@ -57,13 +57,21 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2, default=str))
         return 0
+    from rich.text import Text
+
+    # Paths must stay copyable: no wrapping inside them (soft_wrap leaves long lines to the
+    # terminal) and no markup, so a `[` in a path is printed as is.
     emb = info["embedded"]
     console.print(
-        f"[bold]Embedded model[/bold]: {emb.get('id', '-')}  {emb.get('path', emb.get('error'))}"
+        Text.assemble(
+            ("Embedded model", "bold"),
+            f": {emb.get('id', '-')}  {emb.get('path', emb.get('error'))}",
+        ),
+        soft_wrap=True,
     )
     for s in info["sources"]:
-        console.print(f"  - {s}")
+        console.print(f"  - {s}", soft_wrap=True, markup=False)
     if args.doctor:
         for k, v in info["doctor"].items():
-            console.print(f"{k:>22}: {v}")
+            console.print(f"{k:>22}: {v}", soft_wrap=True, markup=False)
     return 0

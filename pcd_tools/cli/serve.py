@@ -8,9 +8,12 @@ import sys
 from typing import Any
 
 from ..serve import API_KEY_ENV, api_key_from_env, is_loopback
-from ._common import print_error
+from ._common import UsageError, check_at_least, print_error
 
 HELP = "run the HTTP decision server (System One + /v1/decide)"
+
+# uvicorn's log levels (`uvicorn.config.LOG_LEVELS`), so a typo fails before the model loads.
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,26 +35,67 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="bind a non-loopback address without an API key (refused otherwise)",
     )
     parser.add_argument(
-        "--max-queue", type=int, default=256, help="requests waiting for the model before 429"
+        "--max-queue",
+        type=int,
+        default=256,
+        help="requests waiting for the model before 429 (default %(default)s)",
     )
-    parser.add_argument("--max-batch", type=int, default=16, help="requests per model batch")
     parser.add_argument(
-        "--max-batch-tokens", type=int, default=8192, help="prompt tokens per model batch"
+        "--max-batch", type=int, default=16, help="requests per model batch (default %(default)s)"
+    )
+    parser.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=8192,
+        help="prompt tokens per model batch (default %(default)s)",
     )
     parser.add_argument(
         "--batch-wait-ms",
         type=float,
         default=2.0,
-        help="how long an idle worker waits for requests arriving together",
+        help="how long an idle worker waits for requests arriving together (default %(default)s)",
     )
     parser.add_argument(
-        "--max-body-bytes", type=int, default=1 << 20, help="largest request body (413 above)"
+        "--max-body-bytes",
+        type=int,
+        default=1 << 20,
+        help="largest request body (413 above; default %(default)s)",
     )
     parser.add_argument(
-        "--max-questions", type=int, default=64, help="questions per request (413 above)"
+        "--max-questions",
+        type=int,
+        default=64,
+        help="questions per request (413 above; default %(default)s)",
     )
     parser.add_argument("--no-warmup", action="store_true", help="skip the start-up warm-up")
-    parser.add_argument("--log-level", default="info", help="uvicorn log level")
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        help=f"uvicorn log level: {', '.join(LOG_LEVELS)} (default %(default)s)",
+    )
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Checks the `pcd serve` limits, port and log level (the bind is checked in `run`).
+
+    Args:
+        args: The parsed arguments; `log_level` is lower-cased.
+
+    Raises:
+        UsageError: naming the first bad option (`pcd` exits 2).
+    """
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be 0 to 65535; got {args.port}.")
+    check_at_least(
+        args, 1, "max_queue", "max_batch", "max_batch_tokens", "max_body_bytes", "max_questions"
+    )
+    check_at_least(args, 0, "batch_wait_ms")
+    if args.batch_wait_ms == float("inf"):
+        raise UsageError(f"--batch-wait-ms must be a finite number >= 0; got {args.batch_wait_ms}.")
+    level = str(args.log_level).lower()
+    if level not in LOG_LEVELS:
+        raise UsageError(f"--log-level must be one of {list(LOG_LEVELS)}; got {args.log_level!r}.")
+    args.log_level = level
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,8 +105,10 @@ def run(args: argparse.Namespace) -> int:
         args: The parsed arguments.
 
     Returns:
-        The exit code: 2 on a refused bind or a limit below 1.
+        The exit code: 2 on a refused bind or an option out of range (checked before the
+        model loads).
     """
+    check_args(args)
     key = api_key_from_env(args.api_key)
     if not is_loopback(args.host) and not key and not args.allow_remote_without_key:
         print_error(
@@ -71,12 +117,6 @@ def run(args: argparse.Namespace) -> int:
             "--allow-remote-without-key."
         )
         return 2
-    for name in ("port", "max_queue", "max_batch", "max_body_bytes", "max_questions"):
-        v = getattr(args, name)
-        if v < (0 if name == "port" else 1):
-            print_error(f"--{name.replace('_', '-')} must be >= 1; got {v}.")
-            return 2
-
     from ..serve import serve
 
     def announce(info: dict[str, Any]) -> None:

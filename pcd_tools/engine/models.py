@@ -217,13 +217,7 @@ def _from_mlx(source: str, device: str, dtype: str) -> LoadedModel:
                 "*.safetensors and tokenizer files, as written by `mlx_lm.convert`.",
                 source=source,
             ) from e
-        raise ModelLoadError(
-            f"Could not load {source!r} from the Hugging Face hub: {type(e).__name__}: {e}. If "
-            "the hub is unreachable, download the model where it is reachable (`hf download "
-            f"{source}`) and pass its local directory, set HF_HUB_OFFLINE=1 with a warm cache, "
-            "or pass a GGUF file.",
-            source=source,
-        ) from e
+        raise _hub_error(source, e) from e
     want = _dtype_for(device, dtype)
     if want is not None:
         _dequantize(model, want)
@@ -249,6 +243,103 @@ def _from_mlx(source: str, device: str, dtype: str) -> LoadedModel:
         bos_token_id=tok.bos_token_id,
         add_bos=tok.add_bos,
         eos_token_ids=frozenset(tok.eos_token_ids),
+    )
+
+
+# Exceptions (by class name, anywhere in the chain) that mean the hub could not be reached:
+# huggingface_hub's, httpx's and requests' connection errors, and the built-in ones.
+_OFFLINE_ERRORS = frozenset(
+    {
+        "LocalEntryNotFoundError",
+        "OfflineModeIsEnabled",
+        "ConnectError",
+        "ConnectTimeout",
+        "ConnectionError",
+        "TimeoutException",
+        "Timeout",
+        "TimeoutError",
+        "gaierror",
+    }
+)
+_LOCAL_SOURCES = (
+    "Load a local model instead: a .gguf file (`Decider.load('model.gguf')`), an MLX model "
+    "directory with config.json, *.safetensors and tokenizer files "
+    "(`Decider.load('path/to/dir')`), or the embedded model (`Decider.load()`)."
+)
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    """`e` and the exceptions it was raised from (`__cause__`, then `__context__`)."""
+    out: list[BaseException] = []
+    cur: BaseException | None = e
+    while cur is not None and cur not in out and len(out) < 16:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def _describe(e: BaseException, limit: int = 240) -> str:
+    """`Name: message` on one line, cut to about `limit` characters."""
+    text = " ".join(str(e).split()).rstrip(".")
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{type(e).__name__}: {text}"
+
+
+def _hub_offline_mode() -> bool:
+    """Whether `HF_HUB_OFFLINE` is on (in the environment or as huggingface_hub read it)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}:
+        return True
+    try:
+        from huggingface_hub import constants
+    except ImportError:  # pragma: no cover - a dependency of mlx-lm
+        return False
+    return bool(getattr(constants, "HF_HUB_OFFLINE", False))
+
+
+def _hub_error(source: str, e: BaseException) -> ModelLoadError:
+    """The `ModelLoadError` for a Hugging Face id that `mlx_lm.load` could not load.
+
+    It tells apart: offline mode with the model not cached, a hub that cannot be reached,
+    a repository the hub does not have (or hides), and anything else. The fix comes first,
+    the underlying error last.
+    """
+    chain = _chain(e)
+    names = {t.__name__ for x in chain for t in type(x).__mro__}
+    cause = _describe(chain[0])
+    root = _describe(chain[-1])
+    if root.split(": ", 1)[-1] not in cause:  # the hub's text often quotes its cause already
+        cause += f"; caused by {root}"
+    if names & _OFFLINE_ERRORS:
+        if _hub_offline_mode():
+            return ModelLoadError(
+                f"Could not load {source!r}: HF_HUB_OFFLINE=1 is set and the model is not in "
+                "the local Hugging Face cache (HF_HOME, default ~/.cache/huggingface). "
+                f"{_LOCAL_SOURCES} Or download it once where the hub is reachable (`hf download "
+                f"{source}`), then load it with HF_HUB_OFFLINE=1. ({cause})",
+                source=source,
+            )
+        return ModelLoadError(
+            f"Could not load {source!r}: pcd-tools cannot reach the Hugging Face hub (this "
+            f"machine looks offline, or a proxy or firewall blocks huggingface.co). "
+            f"{_LOCAL_SOURCES} To use the hub's cache without network, download the model once "
+            f"where the hub is reachable (`hf download {source}`) and set HF_HUB_OFFLINE=1. "
+            f"({cause})",
+            source=source,
+        )
+    if names & {"RepositoryNotFoundError", "GatedRepoError"}:
+        return ModelLoadError(
+            f"Could not load {source!r}: the Hugging Face hub has no model repository by that "
+            "name that this machine may read. Check the id (e.g. "
+            "'mlx-community/Qwen2.5-1.5B-Instruct-4bit'); for a private or gated model, log in "
+            f"with `hf auth login` (or set HF_TOKEN). {_LOCAL_SOURCES} ({cause})",
+            source=source,
+        )
+    return ModelLoadError(
+        f"Could not load {source!r} from the Hugging Face hub: {cause}. If the hub is "
+        f"unreachable, download the model where it is reachable (`hf download {source}`) and "
+        "pass its local directory, set HF_HUB_OFFLINE=1 with a warm cache, or pass a GGUF file.",
+        source=source,
     )
 
 

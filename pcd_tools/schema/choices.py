@@ -54,9 +54,7 @@ def _enum_choices(model: str, name: str, raw: Sequence[Any], given: str) -> list
     n = len(out)
     if n > MAX_CHOICES:
         raise TooManyChoicesError(
-            f"{_where(model, name)}: {n} choices given in {given}; accepted: "
-            f"{MIN_CHOICES} to {MAX_CHOICES} choices per field. Split the field into a "
-            "coarse field and a fine field, or use a cascade.",
+            _too_many_message(_where(model, name), [c.label for c in out], given),
             model=model,
             field=name,
         )
@@ -68,6 +66,30 @@ def _enum_choices(model: str, name: str, raw: Sequence[Any], given: str) -> list
             field=name,
         )
     return out
+
+
+_EXAMPLES = 5
+_EXAMPLE_CHARS = 30
+
+
+def _too_many_message(where: str, labels: Sequence[Any], given: str) -> str:
+    """The `TooManyChoicesError` message: count, limit and advice first, then a few values.
+
+    `given` may be a long annotation (`Literal['a', 'b', ...]`); only its head is kept, so
+    the message stays a few lines long whatever the number of choices.
+    """
+    source = given.split("[", 1)[0].rstrip()
+    shown = []
+    for v in labels[:_EXAMPLES]:
+        r = repr(v)
+        shown.append(r if len(r) <= _EXAMPLE_CHARS else r[: _EXAMPLE_CHARS - 3] + "...")
+    rest = len(labels) - len(shown)
+    return (
+        f"{where}: {len(labels)} choices given in {source}; accepted: {MIN_CHOICES} to "
+        f"{MAX_CHOICES} choices per field. Split the field into a coarse field and a fine "
+        "field (e.g. a category, then a subcategory), or use a cascade. The values start: "
+        f"{', '.join(shown)}{f' ... and {rest} more' if rest else ''}."
+    )
 
 
 def _with_descriptions(

@@ -6,6 +6,7 @@ forms give the same `Schema` (and the same fingerprint).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -13,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, create_model
 from pydantic import Field as PydField
 
-from ..errors import EmptySchemaError, SchemaError, UnsupportedFieldError
+from ..errors import EmptySchemaError, SchemaError, UnknownKeyError, UnsupportedFieldError
 from .choices import _enum_choices
 from .models import _check_name, _from_model
 from .spec import Schema, _where
@@ -65,6 +66,7 @@ class StructuredSchema:
         name: str | None = None,
         instructions: str | None = None,
     ):
+        _check_wrapper_keys(fields)
         if _is_wrapper(fields):  # {"name": ..., "instructions": ..., "fields": {...}}
             wrapper: Mapping[str, Any] = fields  # type: ignore[assignment]
             name = name if name is not None else wrapper.get("name")
@@ -97,6 +99,57 @@ class StructuredSchema:
 
 
 _DICT_KEYS = {"type", "description", "choices", "choice_descriptions", "optional"}
+_WRAPPER_KEYS = ("fields", "instructions", "name")
+
+
+def _closest(key: Any, accepted: Sequence[str]) -> str | None:
+    """The accepted key closest to `key` (difflib), or None if none is close."""
+    if not isinstance(key, str):
+        return None
+    hits = difflib.get_close_matches(key, list(accepted), n=1, cutoff=0.6)
+    return hits[0] if hits else None
+
+
+def _fields_like(v: Any) -> bool:
+    """Whether `v` looks like the wrapper's `fields` value (a list, or a dict of spec dicts)."""
+    if isinstance(v, (list, tuple)):
+        return True
+    return isinstance(v, Mapping) and all(isinstance(x, Mapping) for x in v.values())
+
+
+def _check_wrapper_keys(obj: Any) -> None:
+    """Raises `UnknownKeyError` for a wrapper with a misspelt key (`instrutions`, `feilds`).
+
+    A mapping is taken as a wrapper when it holds a fields-like value under a key that is, or
+    is close to, `fields`, or holds a fields-like value beside a str `name`/`instructions`.
+    A plain dict of field specs never matches: a spec's values are not all dicts.
+    """
+    if not isinstance(obj, Mapping):
+        return
+    fields_key = any(
+        (k == "fields" or _closest(k, ["fields"]) is not None) and _fields_like(v)
+        for k, v in obj.items()
+    )
+    named = any(isinstance(obj.get(k), str) for k in ("name", "instructions"))
+    if not (fields_key or (named and any(_fields_like(v) for v in obj.values()))):
+        return
+    unknown = [k for k in obj if k not in _WRAPPER_KEYS]
+    if not unknown:
+        return
+    key = unknown[0]
+    name = obj.get("name") if isinstance(obj.get("name"), str) and obj.get("name") else None
+    where = name or "StructuredSchema"
+    hint = _closest(key, _WRAPPER_KEYS)
+    also = f"; also unknown: {unknown[1:]!r}" if len(unknown) > 1 else ""
+    raise UnknownKeyError(
+        f"{where}: unknown key {key!r} in the schema wrapper"
+        f"{f' (did you mean {hint!r}?)' if hint else ''}{also}; accepted: "
+        f"{sorted(_WRAPPER_KEYS)} (as in {{'name': ..., 'instructions': ..., 'fields': "
+        "{...}}).",
+        key=str(key),
+        suggestion=hint,
+        model=where,
+    )
 
 
 def _is_wrapper(obj: Any) -> bool:
@@ -127,11 +180,15 @@ def _normalise_definitions(name: str, fields: Any) -> list[FieldDefinition]:
                     model=name,
                     field=fname,
                 )
-            unknown = set(spec) - _DICT_KEYS
+            unknown = sorted(set(spec) - _DICT_KEYS, key=str)
             if unknown:
-                raise SchemaError(
-                    f"{_where(name, fname)}: unknown key(s) {sorted(unknown)}; accepted: "
+                hint = _closest(unknown[0], sorted(_DICT_KEYS))
+                raise UnknownKeyError(
+                    f"{_where(name, fname)}: unknown key(s) {unknown}"
+                    f"{f' (did you mean {hint!r}?)' if hint else ''}; accepted: "
                     f"{sorted(_DICT_KEYS)}.",
+                    key=str(unknown[0]),
+                    suggestion=hint,
                     model=name,
                     field=fname,
                 )

@@ -10,7 +10,8 @@ question becomes one field of a compiled schema:
 | `score` | enum of the levels 0..n-1, each described by `criteria[i]` | `score` = Σ level·p, `legend`, `probabilities`, `confidence` |
 
 Question ids can be any string; each gets an identifier-safe field name for the prompt.
-A choice or score with a single candidate is answered without the model (probability 1).
+A choice or score needs 2 to 255 candidates: one candidate is a 422 with the message of the
+Python API's `TooFewChoicesError` (an answer with probability 1 would say nothing).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from ..errors import SchemaError
+from ..errors import SchemaError, TooFewChoicesError, TooManyChoicesError
 from ..schema import MAX_CHOICES, FieldDefinition, Schema, StructuredSchema
+from ..schema.spec import MIN_CHOICES
 from .errors import ApiError
 
 if TYPE_CHECKING:
@@ -53,14 +55,14 @@ class SystemOneQuestion:
     Args:
         id: The question id the client chose (the answer's key).
         type: `"noul"`, `"choice"` or `"score"`.
-        field: The schema field that scores it; `None` when it has one candidate.
+        field: The schema field that scores it.
         labels: Choice labels, or score levels as strings (`"0"`, `"1"`...).
         legend: For a score: level (as a string) -> the criterion that describes it.
     """
 
     id: str
     type: str
-    field: str | None
+    field: str
     labels: tuple[str, ...] = ()
     legend: dict[str, Any] | None = None
 
@@ -331,14 +333,14 @@ def _check_count(qid: str, qtype: str, n: int, where: str) -> None:
         raise ApiError(
             422,
             "invalid_question",
-            f"{qtype} question {qid!r} has no criteria; accepted: 1 to {MAX_CHOICES}.",
+            f"{qtype} question {qid!r} has no criteria; accepted: {MIN_CHOICES} to {MAX_CHOICES}.",
             field=where,
         )
     if n > MAX_CHOICES:
         raise ApiError(
             422,
             "too_many_choices",
-            f"{qtype} question {qid!r} has {n} criteria; accepted: 1 to {MAX_CHOICES} per "
+            f"{qtype} question {qid!r} has {n} criteria; accepted: {MIN_CHOICES} to {MAX_CHOICES} per "
             "question. Split it into a coarse and a fine question.",
             field=where,
         )
@@ -375,9 +377,6 @@ def _compile(key: str) -> tuple[tuple[SystemOneQuestion, ...], Schema | None]:
             labels = tuple(str(i) for i in range(len(spec["criteria"])))
             descs = {i: d for i, d in enumerate(spec["criteria"])}
             legend = {str(i): c for i, c in enumerate(spec["raw"])}
-        if len(labels) == 1:
-            questions.append(SystemOneQuestion(qid, qtype, None, labels, legend))
-            continue
         name = _field_name(qid, taken)
         choices: list[Any] = list(labels) if qtype == "choice" else list(range(len(labels)))
         defs.append(
@@ -396,13 +395,20 @@ def _compile(key: str) -> tuple[tuple[SystemOneQuestion, ...], Schema | None]:
 
 
 def _schema_error(e: SchemaError, questions: list[SystemOneQuestion]) -> ApiError:
-    by_field = {q.field: q.id for q in questions if q.field}
+    by_field = {q.field: q.id for q in questions}
     qid = by_field.get(e.field or "")
     where = f"questions.{qid}.criteria" if qid is not None else "questions"
     msg = str(e)
     if qid is not None:
         msg = f"question {qid!r}: {msg}"
-    return ApiError(422, "invalid_schema", msg, field=where)
+    kind = (
+        "too_few_choices"
+        if isinstance(e, TooFewChoicesError)
+        else "too_many_choices"
+        if isinstance(e, TooManyChoicesError)
+        else "invalid_schema"
+    )
+    return ApiError(422, kind, msg, field=where)
 
 
 # --- answers --------------------------------------------------------------------------------
@@ -421,13 +427,10 @@ def build_response(
     """
     answers: dict[str, Any] = {}
     for q in request.questions:
-        if q.field is None:  # one candidate: certain
-            dist = {q.labels[0]: 1.0}
-        else:
-            if decision is None:  # pragma: no cover - the schema always covers these
-                raise RuntimeError(f"no decision for question {q.id!r}")
-            f = decision.fields[q.field]
-            dist = {_label(k): float(p) for k, p in f.distribution.items()}
+        if decision is None:  # pragma: no cover - the schema always covers these
+            raise RuntimeError(f"no decision for question {q.id!r}")
+        f = decision.fields[q.field]
+        dist = {_label(k): float(p) for k, p in f.distribution.items()}
         answers[q.id] = _answer(q, dist)
     return {
         "model": model,

@@ -84,3 +84,41 @@ def test_wrapper_form_and_a_field_called_fields():
     plain = StructuredSchema({"fields": {"type": "boolean", "description": "Has fields?"}})
     assert plain.schema.field_names == ["fields"]
     assert plain.schema.field("fields").kind == "boolean"
+
+
+@pytest.mark.parametrize(
+    ("spec", "typo", "suggestion"),
+    [
+        (
+            {"name": "R", "instrutions": "Route it.", "fields": {"team": {"type": "boolean"}}},
+            "instrutions",
+            "instructions",
+        ),
+        (
+            {"name": "R", "instructions": "Route it.", "feilds": {"team": {"type": "boolean"}}},
+            "feilds",
+            "fields",
+        ),
+        ({"feilds": {"team": {"type": "boolean"}}}, "feilds", "fields"),
+        ({"nmae": "R", "fields": [FieldDefinition("team", "boolean")]}, "nmae", "name"),
+    ],
+)
+def test_wrapper_key_typo_names_the_key_and_suggests_the_closest(spec, typo, suggestion):
+    from pcd_tools.errors import UnknownKeyError
+
+    with pytest.raises(UnknownKeyError) as e:
+        StructuredSchema(spec)
+    msg = str(e.value)
+    assert isinstance(e.value, SchemaError)
+    assert f"unknown key {typo!r}" in msg
+    assert f"did you mean {suggestion!r}?" in msg
+    assert "accepted: ['fields', 'instructions', 'name']" in msg
+    # the message blames the typo, not a correctly spelled neighbour
+    assert "spec must be a dict" not in msg
+
+
+def test_field_spec_key_typo_suggests_the_closest_key():
+    with pytest.raises(SchemaError) as e:
+        StructuredSchema({"p": {"type": "enum", "choises": ["A", "B"]}})
+    assert "unknown key(s) ['choises']" in str(e.value)
+    assert "did you mean 'choices'?" in str(e.value)

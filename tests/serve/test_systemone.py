@@ -148,14 +148,12 @@ def test_bad_requests_are_422_naming_the_field(body, field):
     assert e.value.field == field
 
 
-def test_build_response_expected_score_and_single_candidate_questions():
+def test_build_response_expected_score():
     req = parse_request(
         _body(
             ok={"type": "noul", "instructions": "?"},
             tone={"type": "choice", "criteria": ["calm", "angry"]},
             lvl={"type": "score", "criteria": ["a", {"k": 1}, "c"]},
-            only={"type": "choice", "criteria": ["one"]},
-            flat={"type": "score", "criteria": ["single"]},
         )
     )
     fields = {
@@ -167,7 +165,7 @@ def test_build_response_expected_score_and_single_candidate_questions():
     assert out["model"] == "m"
     assert out["usage"] == {"input_tokens": 7, "output_tokens": 0}
     a = out["answers"]
-    assert list(a) == ["ok", "tone", "lvl", "only", "flat"]
+    assert list(a) == ["ok", "tone", "lvl"]
     assert a["ok"] == {"type": "noul", "noul": 0.8}
     # ties go to the first declared choice
     assert a["tone"] == {
@@ -180,10 +178,27 @@ def test_build_response_expected_score_and_single_candidate_questions():
     assert a["lvl"]["legend"] == {"0": "a", "1": {"k": 1}, "2": "c"}
     assert a["lvl"]["probabilities"] == {"0": 0.2, "1": 0.3, "2": 0.5}
     assert a["lvl"]["confidence"] == 0.5
-    assert a["only"] == {
-        "type": "choice",
-        "choice": "one",
-        "probabilities": {"one": 1.0},
-        "confidence": 1.0,
-    }
-    assert a["flat"]["score"] == 0.0 and a["flat"]["legend"] == {"0": "single"}
+
+
+@pytest.mark.parametrize(
+    ("question", "choices"),
+    [
+        ({"type": "choice", "criteria": ["one"]}, ["one"]),
+        ({"type": "choice", "criteria": {"one": "the only outcome"}}, ["one"]),
+        ({"type": "score", "criteria": ["single"]}, [0]),
+    ],
+)
+def test_single_candidate_is_422_with_the_python_api_message(question, choices):
+    # The Python API refuses a one-value Literal; the server must not answer {"one": 1.0}.
+    from pcd_tools import FieldDefinition, StructuredSchema
+    from pcd_tools.errors import TooFewChoicesError
+
+    with pytest.raises(TooFewChoicesError) as py:
+        StructuredSchema([FieldDefinition("only", "enum", choices=choices)], name="SystemOne")
+    with pytest.raises(ApiError) as e:
+        parse_request(_body(ok={"type": "noul", "instructions": "?"}, only=question))
+    assert e.value.status == 422
+    assert e.value.type == "too_few_choices"
+    assert e.value.field == "questions.only.criteria"
+    assert str(py.value) in e.value.message
+    assert "accepted: 2 to 255" in e.value.message
