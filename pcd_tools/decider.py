@@ -6,52 +6,28 @@ decider used by `@decision` models' `.decide()`.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import InvalidArgumentError, InvalidContextError
-from .result import Decision, FieldResult, softmax_scores
+from .checks import Scoring, check_batch_size, check_context, check_contexts, check_options
+from .errors import InvalidArgumentError
+from .joint import answers
+from .orders import average, orderings
+from .prompt import PromptPreview, field_suffix
+from .result import BatchTiming, Decision
 from .schema import Schema, compile_schema
+from .waves import WaveAnswers, has_waves
 
 if TYPE_CHECKING:
+    from .engine.engine import Engine, PassMode, ScoredBatch
     from .engine.models import LoadedModel
-    from .engine.scorer import Engine, PassMode, ScoredBatch
 
 __all__ = ["Decider", "default_decider", "run_parallel_generation"]
 
 T = TypeVar("T")
-Scoring = Literal["full", "constrained"]
-
-
-def _check_temperature(temperature: Any) -> float:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise InvalidArgumentError(
-            f"temperature must be a number > 0; got {type(temperature).__name__} {temperature!r}."
-        )
-    t = float(temperature)
-    if not math.isfinite(t) or t <= 0:
-        raise InvalidArgumentError(f"temperature must be finite and > 0; got {temperature!r}.")
-    return t
-
-
-def _check_scoring(scoring: Any) -> Scoring:
-    if scoring not in ("full", "constrained"):
-        raise InvalidArgumentError(f"unknown scoring {scoring!r}; accepted: 'full', 'constrained'.")
-    return scoring
-
-
-def _check_context(context: Any, index: int | None = None) -> str:
-    if not isinstance(context, str):
-        where = f" #{index}" if index is not None else ""
-        raise InvalidContextError(
-            f"context{where} must be a str; got {type(context).__name__}. Serialise structured "
-            "input (e.g. json.dumps) before deciding."
-        )
-    return context
 
 
 class Decider:
@@ -66,7 +42,7 @@ class Decider:
     """
 
     def __init__(self, loaded: LoadedModel, **engine: Any):
-        from .engine.scorer import Engine
+        from .engine.engine import Engine
 
         self.loaded = loaded
         self.engine: Engine = Engine(
@@ -196,6 +172,8 @@ class Decider:
         scoring: Scoring = "full",
         mode: PassMode | None = None,
         choice_order: Mapping[str, Sequence[int]] | None = None,
+        orders: int = 1,
+        allow_empty: bool = False,
     ) -> Decision[Any]:
         """Scores every field of `schema` for `context`.
 
@@ -207,13 +185,21 @@ class Decider:
                 with one) or `"constrained"` (renormalised at each trie node).
             mode: `"packed"`, `"batched"` or `"sequential"`; default is the fastest exact one.
             choice_order: Per-field order (indices) in which allowed values are listed.
+            orders: Average each field's distribution over this many evenly spaced
+                rotations of its listing, to reduce the model's lean towards values listed
+                early or late. Costs `orders` times the prefill and fields pass (each
+                rotation's schema prefix is cached). The decision reports `orders` and
+                each field's `flip_rate`.
+            allow_empty: Decide on an empty or whitespace-only context instead of raising.
 
         Returns:
             A `Decision` whose `.value` is an instance of the schema's model.
 
         Raises:
             SchemaError: if the schema is invalid.
-            InvalidContextError: if `context` is not a str.
+            InvalidContextError: if `context` is not a str, or is empty and `allow_empty`
+                is not set.
+            InvalidArgumentError: for a bad temperature, scoring, mode or `orders`.
             ContextTooLongError: if the prompt does not fit the model's window.
         """
         return self.decide_many(
@@ -223,6 +209,8 @@ class Decider:
             scoring=scoring,
             mode=mode,
             choice_order=choice_order,
+            orders=orders,
+            allow_empty=allow_empty,
             batch_size=1,
         )[0]
 
@@ -235,9 +223,15 @@ class Decider:
         scoring: Scoring = "full",
         mode: PassMode | None = None,
         choice_order: Mapping[str, Sequence[int]] | None = None,
+        orders: int = 1,
+        allow_empty: bool = False,
         batch_size: int = 32,
     ) -> list[Decision[Any]]:
         """Scores `schema` for several contexts, batching them for throughput.
+
+        Each decision's `elapsed_ms`, `prefill_ms` and `suffix_eval_ms` are its equal
+        share of the engine call that scored it, so they add up to the wall time; the
+        call's totals and size are in `Decision.batch`.
 
         Args:
             schema: As for `decide`.
@@ -246,37 +240,181 @@ class Decider:
             scoring: As for `decide`.
             mode: As for `decide`.
             choice_order: As for `decide`.
+            orders: As for `decide`.
+            allow_empty: As for `decide`.
             batch_size: Contexts handed to the engine at once; it splits them into row
                 groups of similar length (`batch_tokens`) that run concurrently.
         """
-        compiled = compile_schema(schema)
-        t = _check_temperature(temperature)
-        sc = _check_scoring(scoring)
-        if isinstance(contexts, str) or not isinstance(contexts, Sequence):
-            raise InvalidContextError(
-                f"contexts must be a list of str; got {type(contexts).__name__}."
-            )
-        ctxs = [_check_context(c, i if len(contexts) > 1 else None) for i, c in enumerate(contexts)]
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidArgumentError(f"batch_size must be an int >= 1; got {batch_size!r}.")
-        order = dict(choice_order) if choice_order else None
+        compiled, options = check_options(
+            schema, temperature, scoring, mode, choice_order, orders, allow_empty
+        )
+        ctxs = check_contexts(contexts, allow_empty)
+        size = check_batch_size(batch_size)
+        return self._decide_checked(compiled, ctxs, size, **options)
+
+    def _decide_checked(
+        self,
+        compiled: Schema,
+        ctxs: list[str],
+        batch_size: int,
+        *,
+        temperature: float,
+        scoring: Scoring,
+        mode: PassMode | None,
+        choice_order: dict[str, Sequence[int]] | None,
+        orders: int,
+        allow_empty: bool,
+    ) -> list[Decision[Any]]:
+        if orders > 1:
+            runs = [
+                self._decide_in_order(
+                    compiled, ctxs, batch_size, temperature, scoring, mode, dict(o)
+                )
+                for o in orderings(compiled, orders)
+            ]
+            return average(compiled, runs)
+        return self._decide_in_order(
+            compiled, ctxs, batch_size, temperature, scoring, mode, choice_order
+        )
+
+    def _decide_in_order(
+        self,
+        compiled: Schema,
+        ctxs: list[str],
+        batch_size: int,
+        temperature: float,
+        scoring: Scoring,
+        mode: PassMode | None,
+        order: Mapping[str, Sequence[int]] | None,
+    ) -> list[Decision[Any]]:
+        order = dict(order) if order is not None else None
         # Batch contexts of similar length together (less padding); answer in input order.
         by_len = sorted(range(len(ctxs)), key=lambda i: len(ctxs[i]))
         out: list[Decision[Any] | None] = [None] * len(ctxs)
         for start in range(0, len(ctxs), batch_size):
             idx = by_len[start : start + batch_size]
             t0 = time.perf_counter()
-            batch = self.engine.score(
-                compiled, [ctxs[i] for i in idx], mode=mode, choice_order=order
+            follow_up = (
+                WaveAnswers(compiled, temperature, scoring, self.calibration).next_questions
+                if has_waves(compiled)
+                else None
             )
-            elapsed = (time.perf_counter() - t0) * 1e3
+            batch = self.engine.score(
+                compiled, [ctxs[i] for i in idx], mode=mode, choice_order=order, follow_up=follow_up
+            )
+            timing = BatchTiming(
+                size=len(idx),
+                elapsed_ms=(time.perf_counter() - t0) * 1e3,
+                prefill_ms=batch.prefill_ms,
+                suffix_eval_ms=batch.suffix_eval_ms,
+            )
             for j, i in enumerate(idx):
-                out[i] = self._decision(compiled, batch, j, t, sc, elapsed, mode, order)
+                out[i] = self._decision(
+                    compiled, batch, j, temperature, scoring, timing, mode, order
+                )
         return [d for d in out if d is not None]
+
+    async def adecide(
+        self,
+        schema: Any,
+        context: str,
+        *,
+        temperature: float = 1.0,
+        scoring: Scoring = "full",
+        mode: PassMode | None = None,
+        choice_order: Mapping[str, Sequence[int]] | None = None,
+        orders: int = 1,
+        allow_empty: bool = False,
+    ) -> Decision[Any]:
+        """`decide` for async code: awaits the engine worker, never blocks the event loop.
+
+        Concurrent awaiters with the same schema and options are micro-batched into one
+        `decide_many` call on the engine's worker thread (see `pcd_tools.aio`). Arguments
+        are checked before anything is queued, so a bad one raises here at once.
+
+        Takes the same arguments as `decide`.
+        """
+        return (
+            await self.adecide_many(
+                schema,
+                [context],
+                temperature=temperature,
+                scoring=scoring,
+                mode=mode,
+                choice_order=choice_order,
+                orders=orders,
+                allow_empty=allow_empty,
+            )
+        )[0]
+
+    async def adecide_many(
+        self,
+        schema: Any,
+        contexts: Sequence[str],
+        *,
+        temperature: float = 1.0,
+        scoring: Scoring = "full",
+        mode: PassMode | None = None,
+        choice_order: Mapping[str, Sequence[int]] | None = None,
+        orders: int = 1,
+        allow_empty: bool = False,
+    ) -> list[Decision[Any]]:
+        """`decide_many` for async code; the contexts join the engine worker's queue.
+
+        Takes the same arguments as `decide_many`, less `batch_size` (the queue batches);
+        results come back in the order of `contexts`.
+        """
+        from .aio import gather, queue_for
+
+        compiled, options = check_options(
+            schema, temperature, scoring, mode, choice_order, orders, allow_empty
+        )
+        ctxs = check_contexts(contexts, allow_empty)
+        return await gather(queue_for(self).submit(compiled, ctxs, options))
 
     def scores(self, schema: Any, contexts: Sequence[str], **kwargs: Any) -> ScoredBatch:
         """Raw per-edge log-probabilities (for evaluation and calibration tooling)."""
         return self.engine.score(compile_schema(schema), list(contexts), **kwargs)
+
+    def prompt(
+        self,
+        schema: Any,
+        context: str,
+        *,
+        choice_order: Mapping[str, Sequence[int]] | None = None,
+    ) -> PromptPreview:
+        """The exact prompt the model sees for `schema` and `context`, and its token count.
+
+        Args:
+            schema: As for `decide`.
+            context: The text to decide on.
+            choice_order: As for `decide`.
+
+        Returns:
+            A `PromptPreview`: the text (decoded from the very token ids the engine runs,
+            up to the answer's opening `{`), its token counts per part, and the JSON text
+            each field's pass continues with.
+
+        Raises:
+            ContextTooLongError: if the prompt does not fit the model's window.
+        """
+        compiled = compile_schema(schema)
+        ctx = check_context(context, allow_empty=True)
+        order: dict[str, Sequence[int]] | None = (
+            {n: list(o) for n, o in choice_order.items()} if choice_order else None
+        )
+        plan = self.engine.plan(compiled, order)
+        ctx_ids = self.engine.encode_ids(ctx)
+        self.engine.check_length(plan, ctx_ids)
+        ids = [*plan.head_ids, *ctx_ids, *plan.tail_ids]
+        return PromptPreview(
+            text=self.loaded.tokenizer.decode(ids),
+            token_ids=tuple(ids),
+            schema_tokens=len(plan.head_ids),
+            context_tokens=len(ctx_ids),
+            answer_start_tokens=len(plan.tail_ids),
+            field_suffixes={f.name: field_suffix(f) for f in compiled.fields},
+        )
 
     def _decision(
         self,
@@ -285,32 +423,27 @@ class Decider:
         i: int,
         temperature: float,
         scoring: Scoring,
-        elapsed_ms: float,
+        timing: BatchTiming,
         mode: PassMode | None,
         choice_order: dict[str, Sequence[int]] | None = None,
     ) -> Decision[Any]:
         plan = self.engine.plan(schema, choice_order)
-        fields: dict[str, FieldResult] = {}
-        native: dict[str, Any] = {}
         cal = self.calibration
         if cal is not None:
             cal.check_schema(schema)
-        for spec, trie, edge in zip(schema.fields, plan.tries, batch.edge_logp[i]):
-            logz = trie.score(edge, constrained=scoring == "constrained")
-            probs = (
-                cal.probabilities(spec.name, logz, temperature)
-                if cal is not None
-                else softmax_scores(logz, temperature)
-            )
-            res = FieldResult.from_probs(spec, probs, logz)
-            fields[spec.name] = res
-            native[spec.name] = res.value
+        asked = batch.questions[i] if batch.questions else plan.questions
+        tries = batch.tries[i] if batch.tries else plan.tries
+        logz = [
+            trie.score(edge, constrained=scoring == "constrained")
+            for trie, edge in zip(tries, batch.edge_logp[i])
+        ]
+        fields, joint = answers(schema, asked, logz, temperature, cal)
         return Decision(
-            value=schema.build(native),
+            value=schema.build({n: f.value for n, f in fields.items()}),
             fields=fields,
-            prefill_ms=batch.prefill_ms,
-            suffix_eval_ms=batch.suffix_eval_ms,
-            elapsed_ms=elapsed_ms,
+            prefill_ms=timing.prefill_ms / timing.size,
+            suffix_eval_ms=timing.suffix_eval_ms / timing.size,
+            elapsed_ms=timing.elapsed_ms / timing.size,
             sequential_forward_passes=batch.sequential_forward_passes,
             prompt_tokens=batch.prompt_tokens[i],
             prefix_cache_hit=batch.prefix_cache_hit,
@@ -321,6 +454,8 @@ class Decider:
             mode=mode or self.engine.default_mode,
             calibrated=cal is not None,
             calibration_file=getattr(cal, "path", None) if cal is not None else None,
+            batch=timing,
+            joint=joint,
         )
 
 

@@ -8,21 +8,27 @@ from __future__ import annotations
 
 __all__ = [
     "BlasSetupError",
+    "ChoicesByError",
     "ContextTooLongError",
+    "DependencyCycleError",
     "DuplicateChoiceError",
     "EmptySchemaError",
     "InvalidArgumentError",
     "InvalidChoiceError",
     "InvalidContextError",
     "InvalidFieldNameError",
+    "InvalidFieldOptionError",
     "ModelLoadError",
     "NativeBuildError",
+    "NestingTooDeepError",
     "PcdToolsError",
     "SchemaError",
     "TooFewChoicesError",
     "TooManyChoicesError",
     "UnknownKeyError",
+    "UnknownParentError",
     "UnsupportedFieldError",
+    "UnsupportedUnionError",
 ]
 
 
@@ -49,6 +55,10 @@ class SchemaError(PcdToolsError, ValueError):
 
 class UnsupportedFieldError(SchemaError, TypeError):
     """A field's annotation or declared type is not one PCD can score."""
+
+
+class UnsupportedUnionError(UnsupportedFieldError):
+    """A union has no discriminator, or a branch holds fields PCD cannot score."""
 
 
 class UnknownKeyError(SchemaError):
@@ -95,6 +105,26 @@ class InvalidFieldNameError(SchemaError):
 
 class EmptySchemaError(SchemaError):
     """A schema declares no fields."""
+
+
+class InvalidFieldOptionError(SchemaError):
+    """A field option (`threshold`, `min_length`/`max_length`, ...) is out of range."""
+
+
+class UnknownParentError(SchemaError):
+    """A field depends on (or takes its choices by) a field that does not exist."""
+
+
+class DependencyCycleError(SchemaError):
+    """Fields depend on each other in a cycle."""
+
+
+class ChoicesByError(SchemaError):
+    """A `choices_by` mapping names values that are not the parent's or the field's."""
+
+
+class NestingTooDeepError(SchemaError):
+    """Nested models go deeper than the limit, or a model contains itself."""
 
 
 # --- inputs -------------------------------------------------------------------------------
@@ -148,3 +178,38 @@ class BlasSetupError(PcdToolsError, RuntimeError):
 
 class NativeBuildError(PcdToolsError, RuntimeError):
     """A bundled C helper could not be compiled (no compiler, or the compile failed)."""
+
+
+# --- batch jobs (`pcd batch`, `pcd_tools.batch`, `pcd_tools.ray`) ---------------------------
+
+
+class BatchError(PcdToolsError, RuntimeError):
+    """A batch job cannot start or go on (its rows' own failures are results, not this)."""
+
+
+class OutputExistsError(BatchError, FileExistsError):
+    """The output file exists and no checkpoint says it belongs to this job.
+
+    Attributes:
+        path: The output file.
+    """
+
+    def __init__(self, message: str, *, path: str):
+        super().__init__(message)
+        self.path = path
+
+
+class CheckpointMismatchError(BatchError, ValueError):
+    """A checkpoint was left by a different job (other input, schema, model or options).
+
+    Attributes:
+        differences: Each differing setting: `(name, checkpoint's value, this job's value)`.
+    """
+
+    def __init__(self, message: str, *, differences: list[tuple[str, object, object]]):
+        super().__init__(message)
+        self.differences = differences
+
+
+class BatchLockedError(BatchError):
+    """Another process is writing the same output."""

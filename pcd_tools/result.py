@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
-from .schema import FieldSpec
+from .schema import FieldSpec, Schema
 
-__all__ = ["Decision", "FieldResult", "softmax_scores"]
+if TYPE_CHECKING:
+    from .prompt import Question
+
+__all__ = [
+    "BatchTiming",
+    "Decision",
+    "FieldResult",
+    "choose_labels",
+    "conditional_probs",
+    "field_results",
+    "softmax_scores",
+]
 
 T = TypeVar("T")
 
@@ -35,6 +47,13 @@ class FieldResult:
         distribution: Every candidate's JSON value -> probability, in declaration order.
         log_scores: Each candidate's log score `z_c` before temperature.
         spec: The compiled field.
+        flip_rate: With `decide(..., orders=k)`: the fraction of the k listing orders
+            whose own answer differs from the averaged one; `None` for one order.
+        labels: For a multi-label field, every label's probability of applying (its
+            JSON value -> P(yes)); `None` for other fields. The `value` is then the list
+            of chosen labels, `distribution` equals `labels`, `log_scores` hold each
+            label's log-odds, and `probability` is that of the least certain label
+            decision.
     """
 
     name: str
@@ -44,11 +63,16 @@ class FieldResult:
     distribution: dict[Any, float]
     log_scores: tuple[float, ...]
     spec: FieldSpec = field(repr=False)
+    flip_rate: float | None = None
+    labels: dict[Any, float] | None = None
 
     @classmethod
-    def from_probs(cls, spec: FieldSpec, probs: np.ndarray, log_scores: Any) -> FieldResult:
-        """The answer with the highest probability (ties: the first declared candidate)."""
-        best = int(np.argmax(probs))
+    def from_probs(
+        cls, spec: FieldSpec, probs: np.ndarray, log_scores: Any, best: int | None = None
+    ) -> FieldResult:
+        """The answer with the highest probability (ties: the first declared candidate),
+        or the candidate `best` (a joint answer)."""
+        best = int(np.argmax(probs)) if best is None else best
         choice = spec.choices[best]
         return cls(
             name=spec.name,
@@ -58,6 +82,25 @@ class FieldResult:
             distribution={c.label: float(q) for c, q in zip(spec.choices, probs)},
             log_scores=tuple(float(z) for z in log_scores),
             spec=spec,
+        )
+
+    @classmethod
+    def from_labels(cls, spec: FieldSpec, p_yes: np.ndarray, log_odds: Any) -> FieldResult:
+        """A multi-label answer: the labels with `P >= spec.threshold`, then the most
+        probable ones added or kept to meet `spec.min_labels` / `spec.max_labels`."""
+        p = np.asarray(p_yes, dtype=np.float64)
+        chosen = choose_labels(p, spec.threshold, spec.min_labels, spec.max_labels)
+        sure = [p[i] if i in chosen else 1.0 - p[i] for i in range(len(p))]
+        probs = {c.label: float(q) for c, q in zip(spec.choices, p)}
+        return cls(
+            name=spec.name,
+            value=[spec.choices[i].value for i in chosen],
+            label=[spec.choices[i].label for i in chosen],
+            probability=float(min(sure)),
+            distribution=probs,
+            log_scores=tuple(float(z) for z in log_odds),
+            spec=spec,
+            labels=dict(probs),
         )
 
     @property
@@ -70,18 +113,129 @@ class FieldResult:
     @property
     def margin(self) -> float:
         """Probability of the answer minus that of the runner-up."""
+        if self.labels is not None:  # the least certain label: P(yes) - P(no), in absolute
+            return float(min(abs(2.0 * q - 1.0) for q in self.labels.values()))
         top = self.top_choices
         return top[0][1] - (top[1][1] if len(top) > 1 else 0.0)
 
     @property
+    def expected(self) -> float | None:
+        """For an int range: the mean of the integers under the distribution (a `null`
+        candidate's mass left out); `None` for other fields."""
+        if not self.spec.ordered:
+            return None
+        ints = [(v, p) for v, p in self.distribution.items() if v is not None]
+        mass = sum(p for _, p in ints)
+        return float(sum(v * p for v, p in ints) / mass) if mass > 0 else None
+
+    @property
     def entropy(self) -> float:
-        """Shannon entropy of the distribution, in nats."""
+        """Shannon entropy of the distribution, in nats (multi-label: summed over labels'
+        yes/no distributions)."""
+        if self.labels is not None:
+            return float(
+                -sum(q * math.log(q) for p in self.labels.values() for q in (p, 1 - p) if q > 0)
+            )
         return float(-sum(p * math.log(p) for p in self.distribution.values() if p > 0))
 
     @property
     def cardinality(self) -> int:
         """Number of candidates."""
         return len(self.distribution)
+
+
+def choose_labels(
+    p_yes: np.ndarray, threshold: float, min_labels: int = 0, max_labels: int | None = None
+) -> list[int]:
+    """Indices (in declared order) of the labels with `P >= threshold`, with the most
+    probable others added up to `min_labels` and the least probable dropped down to
+    `max_labels` (ties: declared order)."""
+    ranked = sorted(range(len(p_yes)), key=lambda i: (-float(p_yes[i]), i))
+    keep = [i for i in ranked if p_yes[i] >= threshold]
+    if len(keep) < min_labels:
+        keep = ranked[:min_labels]
+    if max_labels is not None and len(keep) > max_labels:
+        keep = keep[:max_labels]
+    return sorted(keep)
+
+
+def field_results(
+    schema: Schema,
+    questions: Sequence[Question],
+    log_scores: Sequence[np.ndarray],
+    temperature: float,
+    calibration: Any = None,
+) -> dict[str, FieldResult]:
+    """Each field's result from its questions' candidate log scores.
+
+    A multi-label field's labels come as separate yes/no questions; a calibration may
+    hold a temperature (and biases) per label, under `field[label]`.
+    """
+
+    def probs(name: str, z: np.ndarray) -> np.ndarray:
+        if calibration is not None:
+            return np.asarray(calibration.probabilities(name, z, temperature))
+        return softmax_scores(z, temperature)
+
+    per_label: dict[str, list[tuple[float, float]]] = {}
+    out: dict[str, FieldResult] = {}
+    for q, z in zip(questions, log_scores):
+        spec = schema.field(q.field)
+        if q.label is None and q.choices is not None:  # only some allowed after a parent
+            p_full, z_full = np.zeros(spec.cardinality), np.full(spec.cardinality, -np.inf)
+            p_full[list(q.choices)] = conditional_probs(spec.name, z, temperature, calibration)
+            z_full[list(q.choices)] = z
+            out[spec.name] = FieldResult.from_probs(spec, p_full, z_full)
+            continue
+        if q.label is None:
+            out[spec.name] = FieldResult.from_probs(spec, probs(spec.name, z), z)
+            continue
+        p = probs(f"{spec.name}[{spec.choices[q.label].label}]", z)
+        per_label.setdefault(spec.name, []).append((float(p[0]), float(z[0] - z[1])))
+    for name, items in per_label.items():
+        spec = schema.field(name)
+        res = FieldResult.from_labels(spec, np.array([p for p, _ in items]), [d for _, d in items])
+        out[name] = res
+    return {f.name: out[f.name] for f in schema.fields if f.name in out}
+
+
+def conditional_probs(
+    name: str, log_scores: np.ndarray, temperature: float, calibration: Any = None
+) -> np.ndarray:
+    """A field's distribution over some of its choices (those allowed after a parent's
+    answer): the field's calibrated temperature applies, its per-choice biases do not."""
+    t = calibration.temperature(name) if calibration is not None else 1.0
+    return softmax_scores(np.asarray(log_scores, dtype=np.float64) / t, temperature)
+
+
+@dataclass(frozen=True)
+class BatchTiming:
+    """The engine call that scored a decision, with its totals.
+
+    `decide_many` scores several contexts in one call; a decision's own `elapsed_ms`,
+    `prefill_ms` and `suffix_eval_ms` are its equal share of that call's wall times, so
+    summing them over a batch gives the batch's times. These are the totals.
+
+    Args:
+        size: Contexts scored in the call.
+        elapsed_ms: Wall time of the whole call.
+        prefill_ms: Wall time of its prefill.
+        suffix_eval_ms: Wall time of its fields pass.
+    """
+
+    size: int
+    elapsed_ms: float
+    prefill_ms: float
+    suffix_eval_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict, times rounded to microseconds."""
+        return {
+            "size": self.size,
+            "elapsed_ms": round(self.elapsed_ms, 3),
+            "prefill_ms": round(self.prefill_ms, 3),
+            "suffix_eval_ms": round(self.suffix_eval_ms, 3),
+        }
 
 
 @dataclass(frozen=True)
@@ -91,9 +245,11 @@ class Decision(Generic[T]):
     Args:
         value: An instance of the schema's model with native types.
         fields: Per-field results.
-        prefill_ms: Wall time of the prompt prefill.
-        suffix_eval_ms: Wall time of the fields pass (field stems and trie nodes).
-        elapsed_ms: Wall time of the whole call.
+        prefill_ms: Wall time of the prompt prefill (this decision's share of its batch).
+        suffix_eval_ms: Wall time of the fields pass (field stems and trie nodes; this
+            decision's share of its batch).
+        elapsed_ms: Wall time of the call (this decision's share of its batch: summing
+            it over the results of `decide_many` gives the total).
         sequential_forward_passes: Model calls that ran one after another (measured).
         prompt_tokens: Prompt length in tokens.
         prefix_cache_hit: Whether the schema part of the prompt came from the cache.
@@ -104,6 +260,11 @@ class Decision(Generic[T]):
         mode: Layout of the fields pass.
         calibrated: Whether per-field temperatures from a calibration file were applied.
         calibration_file: That file, if any.
+        batch: The engine call that scored it: its size and total times.
+        orders: Listing orders averaged over (`decide(..., orders=k)`); timings and
+            `sequential_forward_passes` are then sums over the k orders.
+        joint: For fields scored jointly (`choices_by`): `(parent, child)` -> a dict from
+            `(parent value, child value)` to its probability, summing to 1.
     """
 
     value: T
@@ -121,6 +282,18 @@ class Decision(Generic[T]):
     mode: str
     calibrated: bool = False
     calibration_file: str | None = None
+    batch: BatchTiming | None = None
+    orders: int = 1
+    joint: dict[tuple[str, str], dict[tuple[Any, Any], float]] = field(default_factory=dict)
+
+    @property
+    def flip_rate(self) -> float | None:
+        """With `orders=k`: the largest field `flip_rate`, else `None`.
+
+        0.0 means every listing order gave the averaged answer on every field.
+        """
+        rates = [f.flip_rate for f in self.fields.values() if f.flip_rate is not None]
+        return max(rates) if rates else None
 
     @property
     def confidence(self) -> float:
@@ -145,6 +318,7 @@ class Decision(Generic[T]):
                 "top_choices": [
                     {"choice": c, "probability": round(p, 6)} for c, p in f.top_choices
                 ],
+                **({"expected": round(f.expected, 6)} if f.expected is not None else {}),
             }
             for n, f in self.fields.items()
         }
@@ -168,4 +342,19 @@ class Decision(Generic[T]):
             "prefix_cache_hit": self.prefix_cache_hit,
             "calibrated": self.calibrated,
             "calibration_file": self.calibration_file,
+            "batch": self.batch.to_dict() if self.batch is not None else None,
+            "orders": self.orders,
+            "flip_rate": self.flip_rate,
+            **({"joint": self._joint_rows()} if self.joint else {}),
         }
+
+    def _joint_rows(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "fields": list(pair),
+                "table": [
+                    {"values": list(vals), "probability": round(p, 6)} for vals, p in table.items()
+                ],
+            }
+            for pair, table in self.joint.items()
+        ]

@@ -26,8 +26,13 @@ def prompt_ids(decider, schema, context):
     return plan.head_ids + decider.engine.encode_ids(context) + plan.tail_ids
 
 
-def oracle_log_scores(decider, schema, context, field_name, only=None, batch=4, share_prompt=False):
+def oracle_log_scores(
+    decider, schema, context, field_name, only=None, batch=4, share_prompt=False, texts=None
+):
     """z_c for each candidate (or the indices in `only`), from full prompts.
+
+    With `texts`, the candidates are these full texts (e.g. earlier answers written before
+    the field's suffix) instead of the field's own `suffix + literal + terminator`.
 
     With `share_prompt`, the prompt is prefilled once into mlx-lm's own `KVCache` and each
     candidate runs after it, trimmed back with `trim_prompt_cache` (DESIGN's sequential
@@ -38,7 +43,10 @@ def oracle_log_scores(decider, schema, context, field_name, only=None, batch=4, 
     mx = import_mlx()
     model = decider.engine.model
     prompt = prompt_ids(decider, schema, context)
-    seqs = candidate_sequences(decider, schema, field_name)
+    if texts is not None:
+        seqs = [decider.engine.encode_ids(t) for t in texts]
+    else:
+        seqs = candidate_sequences(decider, schema, field_name)
     k = 0
     while all(len(s) > k and s[k] == seqs[0][k] for s in seqs):
         k += 1

@@ -1,4 +1,5 @@
-"""The four scenarios of the seed's reference table, as readable, runnable examples.
+"""The four scenarios of the seed's reference table, and `intake` (every second-stage
+schema kind), as readable, runnable examples.
 
 Each module defines a `@decision` Pydantic schema with real descriptions, a realistic
 `CONTEXT`, a few more `CONTEXTS` for throughput runs, a `TITLE` and the seed's
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import fraud, security_audit, tariff, triage
+from . import fraud, intake, security_audit, tariff, triage
 
 __all__ = ["SCENARIOS", "Scenario"]
 
@@ -48,4 +49,6 @@ def _from(module: Any) -> Scenario:
     )
 
 
-SCENARIOS: dict[str, Scenario] = {m.NAME: _from(m) for m in (fraud, security_audit, tariff, triage)}
+SCENARIOS: dict[str, Scenario] = {
+    m.NAME: _from(m) for m in (fraud, security_audit, tariff, triage, intake)
+}

@@ -44,8 +44,9 @@ from langchain_core.decisions import (
 from pydantic import ConfigDict, Field, model_validator
 
 from ..errors import InvalidArgumentError, UnsupportedFieldError
+from ..orders import check_orders
 from ..schema import Schema, StructuredSchema
-from ._worker import call_model, run_on_worker
+from ..worker import call_model, run_on_worker
 from .structured import to_context
 
 __all__ = ["PCDDecisionModel"]
@@ -122,6 +123,11 @@ class PCDDecisionModel(BaseDecisionModel):
         model: Model name reported as `ls_model_name`; defaults to `decider.model_id`.
         temperature: Softmax temperature (> 0).
         instructions: Task instructions placed before the questions in the system turn.
+        orders: Average every answer's distribution over this many listing orders of the
+            labels or levels (`Decider.decide(..., orders=k)`), against position bias.
+
+    Raises:
+        InvalidArgumentError: for a bad `orders`.
 
     Example:
         `PCDDecisionModel(decider=decider).invoke({"state": "Prod is down",
@@ -134,6 +140,13 @@ class PCDDecisionModel(BaseDecisionModel):
     model: str = ""
     temperature: float = 1.0
     instructions: str = _INSTRUCTIONS
+    orders: int = 1
+
+    def __init__(self, **data: Any):
+        # before pydantic, which would coerce 2.0 to 2 and wrap the error
+        if "orders" in data:
+            check_orders(data["orders"])
+        super().__init__(**data)
 
     @model_validator(mode="before")
     @classmethod
@@ -201,7 +214,12 @@ class PCDDecisionModel(BaseDecisionModel):
         if scored:
             schema, names = self._schema_for(scored)
             decision = call_model(
-                self.decider, self.decider.decide, schema, context, temperature=self.temperature
+                self.decider,
+                self.decider.decide,
+                schema,
+                context,
+                temperature=self.temperature,
+                orders=self.orders,
             )
             for qid, q in scored.items():
                 answers[qid] = _answer(q, decision.fields[names[qid]])

@@ -2,7 +2,8 @@
 
 Both decide one field of a schema and pick a destination from `routes`; below the
 threshold, for a value with no route, or when the decision fails, they pick `default`.
-The decision is visible to the caller:
+The decision is visible to the caller (with `orders=k > 1`, the record also holds the
+routed field's `flip_rate`):
 
 - as a custom callback event `pcd_decision` (in `astream_events`, and to any handler's
   `on_custom_event`), emitted inside the current run;
@@ -23,8 +24,9 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import patch_config
 
 from ..errors import InvalidArgumentError
+from ..orders import check_orders
 from ..schema import Schema, compile_schema
-from ._worker import call_model, run_on_worker
+from ..worker import call_model, run_on_worker
 from .structured import to_context
 
 __all__ = ["DECISION_EVENT", "PCDRouter", "route_on"]
@@ -47,7 +49,9 @@ class _Routing:
         threshold: float | None,
         default: Any,
         temperature: float,
+        orders: int = 1,
     ):
+        self.orders = check_orders(orders)
         self.decider = decider
         self.schema: Schema = compile_schema(schema)
         try:
@@ -79,7 +83,12 @@ class _Routing:
         """Scores the schema for `text` and returns the routing record."""
         try:
             d = call_model(
-                self.decider, self.decider.decide, self.schema, text, temperature=self.temperature
+                self.decider,
+                self.decider.decide,
+                self.schema,
+                text,
+                temperature=self.temperature,
+                orders=self.orders,
             )
         except Exception as exc:
             if self.default is None:
@@ -104,6 +113,8 @@ class _Routing:
                 f"{self.field}={f.label!r} has no route and no default; routes: {list(self.routes)}."
             )
         rec = self._record(f.label, f.probability, dict(f.distribution), reason, dest, None)
+        if self.orders > 1:
+            rec["flip_rate"] = f.flip_rate
         rec["confidence"] = d.confidence
         rec["decision"] = d
         return rec
@@ -117,7 +128,7 @@ class _Routing:
         dest: Any,
         err: str | None,
     ) -> dict[str, Any]:
-        return {
+        rec = {
             "field": self.field,
             "value": value,
             "probability": p,
@@ -128,6 +139,9 @@ class _Routing:
             "error": err,
             "_dest": dest,
         }
+        if self.orders > 1:
+            rec["flip_rate"] = None  # set when the decision succeeds
+        return rec
 
 
 def public_record(rec: dict[str, Any]) -> dict[str, Any]:
@@ -154,6 +168,12 @@ class PCDRouter(Runnable[Any, Any]):
         default: Runnable for low confidence, unmapped values and errors (None: raise).
         input_key: For mapping inputs, the key holding the text (else JSON of the mapping).
         temperature: Softmax temperature.
+        orders: Average the distribution over this many listing orders
+            (`Decider.decide(..., orders=k)`); the record then holds `flip_rate`.
+
+    Raises:
+        InvalidArgumentError: for an unknown field or route value, a threshold outside
+            [0, 1], or a bad `orders`.
 
     The branch receives the router's input unchanged, with `metadata["pcd_decision"]`
     in its config; a `pcd_decision` custom event is emitted in the router's run.
@@ -170,10 +190,13 @@ class PCDRouter(Runnable[Any, Any]):
         *,
         input_key: str = "input",
         temperature: float = 1.0,
+        orders: int = 1,
     ):
         from langchain_core.runnables.base import coerce_to_runnable
 
-        self._routing = _Routing(decider, schema, field, routes, threshold, default, temperature)
+        self._routing = _Routing(
+            decider, schema, field, routes, threshold, default, temperature, orders
+        )
         self._routing.routes = {k: coerce_to_runnable(v) for k, v in self._routing.routes.items()}
         if default is not None:
             self._routing.default = coerce_to_runnable(default)
@@ -227,6 +250,7 @@ def route_on(
     *,
     state_key: str = DECISION_EVENT,
     temperature: float = 1.0,
+    orders: int = 1,
 ) -> Callable[[Any], Any]:
     """A LangGraph routing function: `builder.add_conditional_edges(src, route_on(...))`.
 
@@ -243,13 +267,19 @@ def route_on(
         input_key: State key holding the text (str or messages).
         state_key: State key where `.node` stores the decision record.
         temperature: Softmax temperature.
+        orders: Average the distribution over this many listing orders
+            (`Decider.decide(..., orders=k)`); the record then holds `flip_rate`.
 
     Returns:
         `route(state) -> node name`. Its attribute `.node` is a graph node
         (`state -> {state_key: record}`) that decides and stores the record in state;
         when the state already holds the record for the current input, `route` uses it.
+
+    Raises:
+        InvalidArgumentError: for an unknown field or route value, a destination that is
+            not a str, a threshold outside [0, 1], or a bad `orders`.
     """
-    r = _Routing(decider, schema, field, routes, threshold, default, temperature)
+    r = _Routing(decider, schema, field, routes, threshold, default, temperature, orders)
     dests = list(dict.fromkeys([*r.routes.values(), *([default] if default is not None else [])]))
     for d in dests:
         if not isinstance(d, str):

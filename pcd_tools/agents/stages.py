@@ -20,9 +20,10 @@ from pydantic import BaseModel, ConfigDict, create_model
 from pydantic import Field as PydField
 
 from ..errors import InvalidArgumentError
+from ..orders import check_orders
 from ..prompt import render_system
 from ..schema import Schema, compile_schema
-from ._worker import call_model
+from ..worker import call_model
 
 __all__ = [
     "ChatModelStage",
@@ -146,6 +147,11 @@ class DeciderStage:
         name: Stage name in results; default the decider's `model_id`.
         top_k: Narrow each field to its top-k candidates so far; default keep all.
         temperature: Softmax temperature.
+        orders: Average each field's distribution over this many listing orders of the
+            candidates it sees (`Decider.decide(..., orders=k)`).
+
+    Raises:
+        InvalidArgumentError: for a bad `top_k` or `orders`.
     """
 
     kind = "decider"
@@ -157,11 +163,13 @@ class DeciderStage:
         name: str | None = None,
         top_k: int | None = None,
         temperature: float = 1.0,
+        orders: int = 1,
     ):
         self.decider = decider
         self.name = name or str(getattr(decider, "model_id", "decider"))
         self.top_k = _check_top_k(top_k)
         self.temperature = temperature
+        self.orders = check_orders(orders)
 
     def answer(self, request: EscalationRequest) -> StageAnswer:
         """Scores the requested fields; probabilities are over the candidates it saw."""
@@ -177,7 +185,12 @@ class DeciderStage:
         }
         target = schema if full else compile_schema(narrowed_model(schema, request.fields, keep))
         d = call_model(
-            self.decider, self.decider.decide, target, request.text, temperature=self.temperature
+            self.decider,
+            self.decider.decide,
+            target,
+            request.text,
+            temperature=self.temperature,
+            orders=self.orders,
         )
         return StageAnswer(
             labels={n: d.fields[n].label for n in request.fields},

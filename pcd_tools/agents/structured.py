@@ -19,8 +19,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..errors import InvalidArgumentError
+from ..orders import check_orders
 from ..schema import Schema, compile_schema
-from ._worker import call_model, run_on_worker
+from ..worker import call_model, run_on_worker
 
 __all__ = ["decision_message", "structured_runnable", "to_context"]
 
@@ -104,17 +105,20 @@ def decision_message(decision: Any, schema: Schema) -> Any:
     from langchain_core.messages import AIMessage
 
     labels = {n: f.label for n, f in decision.fields.items()}
+    meta = {
+        "model_name": decision.model_id,
+        "model_provider": "pcd_tools",
+        "distributions": {n: dict(f.distribution) for n, f in decision.fields.items()},
+        "probabilities": {n: f.probability for n, f in decision.fields.items()},
+        "confidence": decision.confidence,
+        "pcd": decision.to_response(),
+    }
+    if decision.orders > 1:
+        meta["flip_rate"] = decision.flip_rate
     return AIMessage(
         content=json.dumps(labels, ensure_ascii=False, separators=(",", ":")),
         tool_calls=[{"name": schema.name, "args": labels, "id": f"pcd_{uuid.uuid4().hex[:12]}"}],
-        response_metadata={
-            "model_name": decision.model_id,
-            "model_provider": "pcd_tools",
-            "distributions": {n: dict(f.distribution) for n, f in decision.fields.items()},
-            "probabilities": {n: f.probability for n, f in decision.fields.items()},
-            "confidence": decision.confidence,
-            "pcd": decision.to_response(),
-        },
+        response_metadata=meta,
         usage_metadata={
             "input_tokens": decision.prompt_tokens,
             "output_tokens": 0,
@@ -131,7 +135,9 @@ def structured_runnable(decider: Any, schema: Any, include_raw: bool = False, **
         schema: A Pydantic model (parsed output: its instance) or any other schema form
             (parsed output: a dict of JSON values, as chat models return for dict schemas).
         include_raw: Return `{"raw": AIMessage, "parsed": ..., "parsing_error": None}`.
-        **kwargs: `temperature`, `scoring`, `threshold` (raise `LowConfidenceError` when
+        **kwargs: `temperature`, `scoring`, `orders` (average over k listing orders, as
+            `Decider.decide`; `raw.response_metadata["flip_rate"]` then reports the
+            flips), `threshold` (raise `LowConfidenceError` when
             the decision's confidence is below it, for `with_fallbacks`), and
             `use_system_messages` (default True: system messages become instructions).
 
@@ -139,20 +145,22 @@ def structured_runnable(decider: Any, schema: Any, include_raw: bool = False, **
         A `Runnable[LanguageModelInput, BaseModel | dict]` with `invoke` and `ainvoke`.
 
     Raises:
-        InvalidArgumentError: for an unknown option.
+        InvalidArgumentError: for an unknown option or a bad `orders`.
     """
     from langchain_core.runnables import RunnableLambda
 
     compiled = compile_schema(schema)
     as_model = isinstance(schema, type) and issubclass(schema, BaseModel)
-    known = {"temperature", "scoring", "threshold", "use_system_messages"}
+    known = {"temperature", "scoring", "orders", "threshold", "use_system_messages"}
     unknown = set(kwargs) - known
     if unknown:
         raise InvalidArgumentError(
             f"with_structured_output got unknown option(s) {sorted(unknown)}; accepted: "
             f"include_raw, {', '.join(sorted(known))}."
         )
-    decide_kw = {k: kwargs[k] for k in ("temperature", "scoring") if k in kwargs}
+    if "orders" in kwargs:
+        check_orders(kwargs["orders"])
+    decide_kw = {k: kwargs[k] for k in ("temperature", "scoring", "orders") if k in kwargs}
     threshold = kwargs.get("threshold")
     use_system = kwargs.get("use_system_messages", True)
 

@@ -3,7 +3,8 @@
 The tool answers in LangChain's `content_and_artifact` format:
 
 - content (what the calling LLM reads): compact JSON
-  `{"values": {...}, "probabilities": {...}, "low_confidence": [...]}`;
+  `{"values": {...}, "probabilities": {...}, "low_confidence": [...]}`, plus
+  `"flip_rate"` when the tool averages over `orders > 1` listing orders;
 - artifact (what the program reads, on `ToolMessage.artifact`): the full `Decision`.
 
 `ainvoke` never blocks the event loop: it queues on the engine's single worker thread.
@@ -20,8 +21,9 @@ from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import InvalidArgumentError, PcdToolsError, SchemaError
+from ..orders import check_orders
 from ..schema import Schema, compile_schema
-from ._worker import call_model, run_on_worker
+from ..worker import call_model, run_on_worker
 
 __all__ = ["DecisionTool", "TextInput"]
 
@@ -55,6 +57,8 @@ class DecisionTool(BaseTool):
         schema: The decision schema (any form `compile_schema` accepts).
         threshold: Fields whose probability is below it are listed as `low_confidence`.
         temperature: Softmax temperature (> 0).
+        orders: Average each field's distribution over this many listing orders
+            (`Decider.decide(..., orders=k)`); the content then reports `flip_rate`.
         format_input: Turns the tool arguments into the context; default: the `text`
             argument, the only argument, or the arguments as JSON.
         args_schema: Input model; default `TextInput` (`{"text": str}`).
@@ -66,9 +70,20 @@ class DecisionTool(BaseTool):
     schema_: Any = Field(alias="schema", exclude=True)
     threshold: float = 0.8
     temperature: float = 1.0
+    orders: int = 1
     format_input: Callable[[dict[str, Any]], str] | None = Field(default=None, exclude=True)
     response_format: str = "content_and_artifact"  # type: ignore[assignment]
     args_schema: Any = TextInput
+
+    def __init__(self, **kwargs: Any):
+        """Checks `orders` first, so a bad value raises `InvalidArgumentError` here.
+
+        Raises:
+            InvalidArgumentError: unless `orders` is an int >= 1.
+        """
+        if "orders" in kwargs:
+            check_orders(kwargs["orders"])
+        super().__init__(**kwargs)
 
     @classmethod
     def from_decider(
@@ -86,10 +101,11 @@ class DecisionTool(BaseTool):
             schema: The decision schema.
             name: Tool name; default `classify_<schema_name>`.
             description: Tool description; default: the schema's instructions and fields.
-            **kwargs: Other fields (`threshold`, `temperature`, `args_schema`, ...).
+            **kwargs: Other fields (`threshold`, `temperature`, `orders`, `args_schema`, ...).
 
         Raises:
             SchemaError: if the schema cannot be scored.
+            InvalidArgumentError: for a bad `orders`.
         """
         compiled = compile_schema(schema)
         return cls(
@@ -122,6 +138,7 @@ class DecisionTool(BaseTool):
                 self.compiled,
                 self._context(kwargs),
                 temperature=self.temperature,
+                orders=self.orders,
             )
         except SchemaError:
             raise  # a programming error, not something the calling model can fix
@@ -132,6 +149,9 @@ class DecisionTool(BaseTool):
             "probabilities": {n: round(f.probability, 4) for n, f in decision.fields.items()},
             "low_confidence": decision.low_confidence(self.threshold),
         }
+        if self.orders > 1:
+            flips = decision.flip_rate
+            content["flip_rate"] = None if flips is None else round(flips, 4)
         return json.dumps(content, ensure_ascii=False, separators=(",", ":")), decision
 
     def _run(self, *args: Any, run_manager: Any = None, **kwargs: Any) -> tuple[str, Any]:

@@ -19,6 +19,16 @@ DEMO_CONTEXT = (
 )
 
 
+EMBEDDED_NOTE = """\
+Note: the embedded SmolLM2-135M-Instruct is a 135M model for trying pcd-tools offline and
+for tests, not for real decisions: it is often confidently wrong (here it may well call
+this outage P2_NORMAL). For real work load a Qwen2.5 or Llama 3.x instruct model, as a
+GGUF file on Linux or from mlx-community on a Mac, with a calibration fitted on your data:
+  Decider.load("models/Qwen2.5-7B-Instruct-Q4_K_M.gguf", calibration="cal.json")
+  Decider.load("mlx-community/Qwen2.5-7B-Instruct-4bit")
+  pcd demo --model models/Qwen2.5-7B-Instruct-Q4_K_M.gguf"""
+
+
 def demo_schema() -> Any:
     """The demo's `SupportTicket` decision model."""
     from typing import Literal
@@ -70,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         The exit code: 2 for an out-of-range option (before the model loads).
     """
+    from ..engine.models import EMBEDDED_MODEL_ID
     from ..engine.platform import blas_status
 
     check_temperature(args.temperature)
@@ -90,4 +101,6 @@ def run(args: argparse.Namespace) -> int:
         f"BLAS: {blas.name} ({(blas.gflops or 0):.0f} GFLOP/s)  dtype={decider.loaded.dtype}"
     )
     console.print(f"value: {warm.value!r}")
+    if decider.model_id == EMBEDDED_MODEL_ID:
+        console.print(EMBEDDED_NOTE, soft_wrap=True, markup=False, highlight=False)
     return 0

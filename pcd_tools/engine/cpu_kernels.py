@@ -12,7 +12,7 @@ about 1e-6):
 - `_cpu_kernels.c`, compiled once into the cache: per block of query rows, the scores
   from the bound BLAS, a one-sweep SIMD softmax while they sit in L2, and the product
   with V, on `threads` threads; a causal pass skips the masked keys. About 10 ms for
-  that layer. Needs a C compiler and a bound fast BLAS (`platform.sgemm_address`).
+  that layer. Needs a C compiler and a bound fast BLAS; built and loaded by `native`.
 - numpy: the matmuls in MLX, the softmax in numpy on the evaluated scores (21 ms).
 
 SwiGLU (`silu(gate) * x`) runs in the same library in one SIMD sweep, else in numpy.
@@ -27,19 +27,15 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import os
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pcd_tools.errors import NativeBuildError
-
-from .platform import compile_c, import_mlx, set_blas_threads, sgemm_address
+from .platform import cpu_kernels_library, import_mlx, set_blas_threads
 
 mx = import_mlx()
 
@@ -52,13 +48,11 @@ MIN_GATE = 32768
 _NEG = np.float32(np.finfo(np.float32).min)
 # Query rows per block of the native kernel: 128 x 1,552 scores (776 KB) stay in L2.
 BLOCK_ROWS = 128
-_SOURCE = Path(__file__).with_name("_cpu_kernels.c")
 _state = threading.local()
 _install_lock = threading.Lock()
 _ORIGINALS: dict[str, Any] = {}
-_native_lock = threading.Lock()
-_native: Any = None  # the loaded library; False once found unusable
-_native_note = ""
+# The library the dispatchers call; False once found unusable (tests set it to force numpy).
+_native: Any = None
 
 
 @contextlib.contextmanager
@@ -127,41 +121,15 @@ def _additive_mask(mask: Any, lq: int, s: int) -> np.ndarray | None:
 def native_attention() -> tuple[Any, str]:
     """The compiled attention kernel (a ctypes library) or None, and why.
 
-    Built on first use, then cached on disk and in the process. None where
-    `PCD_NATIVE_ATTENTION=0`, no fast BLAS was bound, or no C compiler works; the numpy
-    softmax is used then.
+    Built on first use, then cached on disk and in the process
+    (`platform.cpu_kernels_library`). None where `PCD_NATIVE_ATTENTION=0`, no fast BLAS
+    was bound, or no C compiler works; the numpy softmax is used then.
     """
-    global _native, _native_note
-    with _native_lock:
-        if _native is None:
-            _native, _native_note = _load_native()
-        return (_native or None), _native_note
-
-
-def _load_native() -> tuple[Any, str]:
-    if os.environ.get("PCD_NATIVE_ATTENTION", "1") == "0":
-        return False, "off: PCD_NATIVE_ATTENTION=0"
-    gemm = sgemm_address()
-    if not gemm:
-        return False, "off: no fast BLAS was bound before mlx was imported"
-    try:
-        path, note = compile_c(
-            _SOURCE, "cpu_kernels", flags=("-O3", "-fno-math-errno"), libs=("-lpthread",)
-        )
-        lib = ctypes.CDLL(str(path))
-    except (NativeBuildError, OSError) as exc:
-        return False, f"off: {exc}"
-    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    lib.pcd_attention.argtypes = [p, p, p, p, p, p, p, i64, *[i32] * 6, ctypes.c_float]
-    lib.pcd_attention.argtypes += [i32, i32, i32]
-    lib.pcd_attention.restype = i32
-    lib.pcd_attention_simd_width.restype = i32
-    lib.pcd_swiglu.argtypes = [p, p, p, i64, i32, i32]
-    lib.pcd_swiglu.restype = i32
-    lib.pcd_softmax_row.argtypes = [i32, p, p, i32, i32]
-    lib.pcd_softmax_row.restype = ctypes.c_float
-    lib.gemm = gemm  # type: ignore[attr-defined]
-    return lib, f"on ({lib.pcd_attention_simd_width()}-bit softmax): {note}"
+    global _native
+    lib, note = cpu_kernels_library()
+    if _native is None:
+        _native = lib
+    return (_native or None), note
 
 
 def _strides(a: np.ndarray) -> list[int] | None:

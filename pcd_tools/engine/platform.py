@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import hashlib
 import importlib.util
 import os
 import platform
-import shutil
 import site
-import subprocess
 import sys
 import sysconfig
-import tempfile
 import threading
 import time
 import warnings
@@ -30,6 +26,8 @@ from typing import Any
 
 from pcd_tools.errors import BlasSetupError, NativeBuildError
 
+from .native import cache_dir, compile_c, load_cpu_kernels
+
 __all__ = [
     "BlasInfo",
     "DeviceInfo",
@@ -37,6 +35,7 @@ __all__ = [
     "blas_status",
     "cache_dir",
     "compile_c",
+    "cpu_kernels_library",
     "device_info",
     "doctor",
     "ensure_fast_path",
@@ -105,15 +104,7 @@ _info: BlasInfo | None = None
 _measured: BlasInfo | None = None
 _set_threads: Any = None  # ctypes function taking one int, if the bound BLAS has one
 _warned = False
-
-
-def cache_dir() -> Path:
-    """Return `$PCD_CACHE_DIR`, else `$XDG_CACHE_HOME/pcd-tools`, else `~/.cache/pcd-tools`."""
-    if os.environ.get("PCD_CACHE_DIR"):
-        return Path(os.environ["PCD_CACHE_DIR"]).expanduser()
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "pcd-tools"
-    return Path.home() / ".cache" / "pcd-tools"
+_kernels_lib: tuple[Any, str] | None = None
 
 
 def _sgemm_owner() -> str | None:
@@ -158,63 +149,6 @@ def _candidates() -> list[tuple[str, str]]:
         if os.path.exists(lib := f"{loc}/lib/libscipy_openblas.so"):
             found.append(("scipy-openblas32 (shim)", lib))
     return found
-
-
-def compile_c(
-    source: Path,
-    name: str,
-    flags: tuple[str, ...] = (),
-    libs: tuple[str, ...] = (),
-    subdir: str = "native",
-) -> tuple[Path, str]:
-    """Compile a C file into a shared library in the cache once (atomically).
-
-    The cached file is keyed by the source, the flags and the machine, so an edited
-    source or another architecture gets its own build.
-
-    Args:
-        source: The C file.
-        name: Stem of the cached library (`<cache>/<subdir>/<name>-<digest>.so`).
-        flags: Extra compiler flags.
-        libs: Libraries to link, as `-l` arguments.
-        subdir: Folder under the cache directory.
-
-    Returns:
-        The library's path and a note saying whether it was compiled or reused.
-
-    Raises:
-        NativeBuildError: No C compiler, an unwritable cache, or a failed compile.
-    """
-    key = source.read_bytes() + "\0".join([*flags, *libs, platform.machine()]).encode()
-    digest = hashlib.sha256(key).hexdigest()[:16]
-    out = cache_dir() / subdir / f"{name}-{digest}.so"
-    if out.exists():
-        return out, f"reused cached {name} {out}"
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        raise NativeBuildError(f"no C compiler (cc/gcc) on PATH, so {source.name} cannot be built")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so.tmp", dir=out.parent)
-        os.close(fd)
-    except OSError as exc:
-        raise NativeBuildError(
-            f"cannot write {source.name}'s build under {out.parent}: {exc}"
-        ) from exc
-    try:
-        cmd = [cc, "-O2", *flags, "-shared", "-fPIC", str(source), "-o", tmp, *libs]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        if proc.returncode != 0:
-            err = proc.stderr.strip()[-300:]
-            raise NativeBuildError(f"compiling {source.name} with {cc} failed: {err}")
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, out)  # atomic: a concurrent process sees no or a whole library
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise NativeBuildError(f"compiling {source.name} with {cc} failed: {exc}") from exc
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out, f"compiled {name} {out}"
 
 
 def _build_shim() -> tuple[Path, str]:
@@ -400,6 +334,20 @@ def ensure_fast_path() -> BlasInfo:
     return info
 
 
+def cpu_kernels_library() -> tuple[Any, str]:
+    """The native CPU kernels built against the bound BLAS, loaded once per process.
+
+    Returns:
+        `native.load_cpu_kernels`'s answer: the ctypes library or False, and a note
+        (`on (...)` or `off: why`).
+    """
+    global _kernels_lib
+    with _lock:
+        if _kernels_lib is None:
+            _kernels_lib = load_cpu_kernels(sgemm_address())
+        return _kernels_lib
+
+
 def set_blas_threads(n: int) -> bool:
     """Set the bound BLAS's thread count; return False if it has no such control."""
     if n < 1:
@@ -427,11 +375,7 @@ def doctor() -> dict[str, Any]:
     """Collect what `pcd models --doctor` prints: device, mlx, BLAS, the native CPU
     kernels (`on (...)` or `off: why`), cache, Python."""
     info, dev = blas_status(), device_info()
-    kernels = "off: not a CPU device"
-    if dev.device == "cpu":
-        from .cpu_kernels import native_attention  # imports mlx, already loaded above
-
-        kernels = native_attention()[1]
+    kernels = cpu_kernels_library()[1] if dev.device == "cpu" else "off: not a CPU device"
     return {
         "device": dev.device,
         "default_dtype": dev.default_dtype,

@@ -104,6 +104,8 @@ def build_trie(sequences: Sequence[Sequence[int]], *, what: str = "field") -> Fi
     shortest = min(len(s) for s in seqs)
     while k < shortest and all(s[k] == seqs[0][k] for s in seqs):
         k += 1
+    if len(seqs) == 1:  # one allowed value (after a parent's answer): score its last token
+        k = shortest - 1
     if k == 0:
         raise ValueError(f"{what}: candidates share no token prefix; the field suffix is missing")
     if k == shortest:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..calibration import CalibrationError
-from ..result import Decision, FieldResult
+from ..orders import DESIGNS, average, orderings
+from ..result import Decision
 from ..schema import Schema, compile_schema
 
 if TYPE_CHECKING:
@@ -25,76 +26,13 @@ if TYPE_CHECKING:
 __all__ = ["DESIGNS", "OrderBiasReport", "decide_orderings", "order_bias"]
 
 
-DESIGNS = ("rotations", "random")
-
-
 def _orderings(
     schema: Schema, k: int, seed: int, first: str, design: str = "rotations"
 ) -> list[dict[str, list[int]]]:
-    """k listing orders per field, starting from `first` ("identity" or "reverse").
-
-    - `rotations`: the first order rotated by `j * K // k` places for j < k, so
-      every allowed value sits at k evenly spread positions and its mean position is
-      close to the middle of the list, whatever the first order was.
-    - `random`: the first order, then k - 1 seeded random permutations.
-    """
+    """k listing orders per field, starting from `first` (see `pcd_tools.orders.orderings`)."""
     if design not in DESIGNS:
         raise CalibrationError(f"unknown order design {design!r}; accepted: {list(DESIGNS)}.")
-    head = {f.name: list(range(f.cardinality)) for f in schema.fields}
-    if first == "reverse":
-        head = {n: o[::-1] for n, o in head.items()}
-    if design == "rotations":
-        out = []
-        for j in range(k):
-            order = {}
-            for name, base in head.items():
-                r = j * len(base) // k
-                order[name] = base[r:] + base[:r]
-            out.append(order)
-        return out
-    rng = np.random.default_rng(seed)
-    out = [head]
-    for _ in range(k - 1):
-        out.append(
-            {f.name: [int(i) for i in rng.permutation(f.cardinality)] for f in schema.fields}
-        )
-    return out
-
-
-def _average(schema: Schema, runs: Sequence[Sequence[Decision[Any]]]) -> list[Decision[Any]]:
-    """Per context, the mean distribution over the runs (one run per listing order)."""
-    out = []
-    for per in zip(*runs):
-        fields, native = {}, {}
-        for spec in schema.fields:
-            p = np.mean(
-                [[d.fields[spec.name].distribution[c.label] for c in spec.choices] for d in per],
-                axis=0,
-            )
-            res = FieldResult.from_probs(spec, p, np.log(np.maximum(p, 1e-300)))
-            fields[spec.name] = res
-            native[spec.name] = res.value
-        first = per[0]
-        out.append(
-            Decision(
-                value=schema.build(native),
-                fields=fields,
-                prefill_ms=sum(d.prefill_ms for d in per),
-                suffix_eval_ms=sum(d.suffix_eval_ms for d in per),
-                elapsed_ms=sum(d.elapsed_ms for d in per),
-                sequential_forward_passes=sum(d.sequential_forward_passes for d in per),
-                prompt_tokens=first.prompt_tokens,
-                prefix_cache_hit=all(d.prefix_cache_hit for d in per),
-                model_id=first.model_id,
-                device=first.device,
-                temperature=first.temperature,
-                scoring=first.scoring,
-                mode=first.mode,
-                calibrated=first.calibrated,
-                calibration_file=first.calibration_file,
-            )
-        )
-    return out
+    return orderings(schema, k, seed=seed, first=first, design=design)
 
 
 def _runs(
@@ -161,7 +99,7 @@ def decide_orderings(
             raise CalibrationError(f"k must be an int >= 1; got {k!r}.")
         orderings = _orderings(compiled, k, seed, "identity", design)
     runs, _ = _runs(decider, compiled, list(contexts), orderings, temperature, batch_size)
-    return _average(compiled, runs)
+    return average(compiled, runs)
 
 
 @dataclass
@@ -270,7 +208,7 @@ def order_bias(
         design=design,
     )
     if k >= 2:
-        a_k, b_k = _average(compiled, ra), _average(compiled, rb)
+        a_k, b_k = average(compiled, ra), average(compiled, rb)
         report.k = k
         report.flip_rate_averaged = _flips(a_k, b_k, names)
         report.ms_per_item["averaged"] = (sum(sa) + sum(sb)) * 1e3 / (2 * n)

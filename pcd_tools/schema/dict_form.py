@@ -21,7 +21,7 @@ from .spec import Schema, _where
 
 __all__ = ["FieldDefinition", "StructuredSchema"]
 
-_DICT_TYPES = ("enum", "boolean")
+_DICT_TYPES = ("enum", "boolean", "integer", "multilabel")
 
 
 @dataclass
@@ -30,11 +30,21 @@ class FieldDefinition:
 
     Args:
         name: Field name (an identifier).
-        field_type: `"enum"` or `"boolean"`.
+        field_type: `"enum"`, `"boolean"`, `"integer"` (with `ge` and `le`) or
+            `"multilabel"` (its `choices` are labels, each scored yes/no).
         description: What the field means (a prompt).
-        choices: Allowed values for an enum (2 to 255 str or int values).
+        choices: Allowed values for an enum (2 to 255 str or int values), or the labels
+            of a multi-label field.
         choice_descriptions: Optional description per choice.
         optional: Add a `null` ("not stated") candidate.
+        ge: An integer field's lowest value.
+        le: An integer field's highest value.
+        threshold: A multi-label field's cut-off probability (default 0.5).
+        min_length: The fewest labels of a multi-label answer.
+        max_length: The most labels of a multi-label answer.
+        depends_on: Fields answered first, whose answers this one sees.
+        choices_by: `{parent: {parent value: [allowed values]}}`; an enum's `choices`
+            may then be left out (they are every value named).
     """
 
     name: str
@@ -43,6 +53,13 @@ class FieldDefinition:
     choices: list[Any] | None = None
     choice_descriptions: dict[Any, str] | None = None
     optional: bool = False
+    ge: int | None = None
+    le: int | None = None
+    threshold: float | None = None
+    min_length: int | None = None
+    max_length: int | None = None
+    depends_on: list[str] | None = None
+    choices_by: dict[str, Any] | None = None
 
 
 class StructuredSchema:
@@ -98,7 +115,21 @@ class StructuredSchema:
         return f"StructuredSchema({[d.name for d in self.definitions]})"
 
 
-_DICT_KEYS = {"type", "description", "choices", "choice_descriptions", "optional"}
+_DICT_KEYS = {
+    "type",
+    "description",
+    "choices",
+    "choice_descriptions",
+    "optional",
+    "ge",
+    "le",
+    "threshold",
+    "min_length",
+    "max_length",
+    "depends_on",
+    "choices_by",
+}
+_OPTIONS = ("ge", "le", "threshold", "min_length", "max_length", "depends_on", "choices_by")
 _WRAPPER_KEYS = ("fields", "instructions", "name")
 
 
@@ -200,6 +231,7 @@ def _normalise_definitions(name: str, fields: Any) -> list[FieldDefinition]:
                     choices=spec.get("choices"),
                     choice_descriptions=spec.get("choice_descriptions"),
                     optional=bool(spec.get("optional", False)),
+                    **{k: spec[k] for k in _OPTIONS if k in spec},
                 )
             )
         return out
@@ -248,6 +280,20 @@ def _from_definitions(name: str, instructions: str, defs: list[FieldDefinition])
                     field=d.name,
                 )
             tp = bool
+        elif d.field_type == "integer":
+            tp = int
+        elif d.field_type == "multilabel":
+            if not isinstance(d.choices, (list, tuple)):
+                raise SchemaError(
+                    f"{_where(name, d.name)}: a multilabel field needs a list of 'choices' (its "
+                    f"labels); got {d.choices!r}.",
+                    model=name,
+                    field=d.name,
+                )
+            _enum_choices(name, d.name, list(d.choices), f"choices {_short(d.choices)}")
+            tp = list[Literal[tuple(d.choices)]]  # type: ignore[misc]
+        elif d.field_type == "enum" and d.choices is None and d.choices_by:
+            tp = str  # the choices are every value `choices_by` names
         elif d.field_type == "enum":
             if not isinstance(d.choices, (list, tuple)):
                 raise SchemaError(
@@ -267,12 +313,29 @@ def _from_definitions(name: str, instructions: str, defs: list[FieldDefinition])
             )
         if d.optional:
             tp = tp | None
-        extra: dict[str, Any] | None = (
-            {"choice_descriptions": dict(d.choice_descriptions)} if d.choice_descriptions else None
-        )
+        extra: dict[str, Any] = {
+            k: v
+            for k, v in (
+                ("choice_descriptions", d.choice_descriptions),
+                ("threshold", d.threshold),
+                ("depends_on", d.depends_on),
+                ("choices_by", d.choices_by),
+            )
+            if v is not None
+        }
+        bounds: dict[str, Any] = {
+            k: v
+            for k, v in (
+                ("ge", d.ge),
+                ("le", d.le),
+                ("min_length", d.min_length),
+                ("max_length", d.max_length),
+            )
+            if v is not None
+        }
         py_fields[d.name] = (
             tp,
-            PydField(description=d.description or None, json_schema_extra=extra),
+            PydField(description=d.description or None, json_schema_extra=extra or None, **bounds),
         )
     model_name = name if name.isidentifier() else "StructuredSchema"
     model = create_model(

@@ -1,7 +1,7 @@
 """Pydantic model -> `Schema`: annotations, `Optional`, descriptions and attribute docstrings.
 
-`bool`, `Literal[...]` of str or int, an `Enum` subclass, or `Optional[...]` of one of
-these compile to a field; anything else is an `UnsupportedFieldError` naming the model,
+`bool`, `Literal[...]` of str or int, an `Enum` subclass, a bounded `int` (`ranges`), or
+`Optional[...]` of one of these compile to a field; anything else is an `UnsupportedFieldError` naming the model,
 the field and the annotation.
 """
 
@@ -14,17 +14,32 @@ import itertools
 import textwrap
 import types
 import typing
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Literal, Union
 
 from pydantic import BaseModel
 
-from ..errors import EmptySchemaError, InvalidFieldNameError, UnsupportedFieldError
+from ..errors import (
+    EmptySchemaError,
+    InvalidFieldNameError,
+    NestingTooDeepError,
+    UnsupportedFieldError,
+)
 from .choices import _bool_choices, _enum_choices, _null_choice, _with_descriptions
+from .conditional import resolve_choices_by, union_of
+from .dependencies import parse_depends_on, resolve_dependencies, waves
+from .multilabel import label_type, multilabel_field
+from .nested import MAX_DEPTH, is_model
+from .ranges import int_range_choices
 from .spec import Choice, FieldSpec, Schema, _where
+from .unions import is_model_union, union_fields
 
 _ACCEPTED = (
     "accepted: bool, Literal[...] of str or int values, an Enum subclass with str or int "
-    "values, or Optional[...] of one of these"
+    "values, int with ge/le bounds (at most 255 values), list[...] or set[...] of Literal or "
+    "Enum labels, a nested BaseModel, a discriminated Union of models, or Optional[...] of "
+    "one of these"
 )
 
 
@@ -62,11 +77,15 @@ def _split_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def _compile_annotation(model: str, name: str, tp: Any) -> tuple[str, list[Choice], bool]:
+def _compile_annotation(
+    model: str, name: str, tp: Any, metadata: Sequence[Any] = ()
+) -> tuple[str, list[Choice], bool]:
     inner, optional = _split_optional(tp)
     given = f"annotation {_fmt_type(tp)}"
     if inner is bool:
         return "boolean", _bool_choices(), optional
+    if inner is int:
+        return "enum", int_range_choices(model, name, metadata, given), optional
     if typing.get_origin(inner) is Literal:
         vals = list(typing.get_args(inner))
         if None in vals:
@@ -102,18 +121,116 @@ def _from_model(cls: type[BaseModel]) -> Schema:
         raise EmptySchemaError(
             f"{model} declares no fields; accepted: at least one field.", model=model
         )
-    docs = _attribute_docstrings(cls)
-    fields = []
-    for name, info in cls.model_fields.items():
-        _check_name(model, name)
-        kind, choices, optional = _compile_annotation(model, name, info.annotation)
-        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-        choices = _with_descriptions(model, name, choices, extra.get("choice_descriptions"))  # type: ignore[arg-type]
-        if optional:
-            choices.append(_null_choice())
-        desc = (info.description or docs.get(name) or "").strip()
-        fields.append(FieldSpec(name, kind, desc, tuple(choices), optional))  # type: ignore[arg-type]
+    pending: dict[str, Any] = {}
+    fields = resolve_dependencies(model, _model_fields(model, cls, "", (cls,), pending))
+    if pending:
+        fields = resolve_choices_by(model, fields, pending)
+        waves(model, fields)
     doc = cls.__doc__ or ""
     if doc.startswith(f"{model}(") or doc == BaseModel.__doc__:
         doc = ""
     return Schema(model, inspect.cleandoc(doc), tuple(fields), cls)
+
+
+def _model_fields(
+    model: str,
+    cls: type[BaseModel],
+    prefix: str,
+    stack: tuple[type, ...],
+    pending: dict[str, Any],
+    skip: str | None = None,
+) -> list[FieldSpec]:
+    """The compiled fields of `cls` (less `skip`, a union branch's discriminator), nested
+    models flattened with dotted names; each field's raw `choices_by` is put in
+    `pending`, to resolve once every field exists."""
+    docs = _attribute_docstrings(cls)
+    fields: list[FieldSpec] = []
+    for name, info in cls.model_fields.items():
+        if name == skip:
+            continue
+        _check_name(model, name)
+        path = prefix + name
+        inner, optional = _split_optional(info.annotation)
+        if is_model(inner):
+            fields.extend(_nested_fields(model, path, inner, optional, stack, pending))
+            continue
+        if is_model_union(info.annotation):
+            if len(stack) > MAX_DEPTH:
+                raise NestingTooDeepError(
+                    f"{_where(model, path)}: nested models go deeper than {MAX_DEPTH} levels; "
+                    f"accepted: at most {MAX_DEPTH} levels of nested models and unions.",
+                    model=model,
+                    field=path,
+                )
+            desc = (info.description or docs.get(name) or "").strip()
+            fields.extend(
+                union_fields(
+                    model,
+                    path,
+                    info.annotation,
+                    info.discriminator,
+                    desc,
+                    _model_fields,
+                    stack,
+                    pending,
+                )
+            )
+            continue
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        deps = parse_depends_on(model, path, extra)
+        if "choices_by" in extra:
+            pending[path] = extra["choices_by"]
+        if label_type(info.annotation) is not None:
+            desc = (info.description or docs.get(name) or "").strip()
+            ml = multilabel_field(model, path, info.annotation, info.metadata, extra, desc)
+            fields.append(replace(ml, depends_on=deps))
+            continue
+        tp = info.annotation
+        if inner is str and "choices_by" in extra:  # the choices are every value it names
+            named: Any = Literal[tuple(union_of(extra["choices_by"]))]
+            tp = named | None if optional else named
+        kind, choices, optional = _compile_annotation(model, path, tp, info.metadata)
+        choices = _with_descriptions(model, path, choices, extra.get("choice_descriptions"))  # type: ignore[arg-type]
+        if optional:
+            choices.append(_null_choice())
+        desc = (info.description or docs.get(name) or "").strip()
+        ordered = inner is int
+        fields.append(
+            FieldSpec(path, kind, desc, tuple(choices), optional, ordered, depends_on=deps)  # type: ignore[arg-type]
+        )
+    return fields
+
+
+def _nested_fields(
+    model: str,
+    path: str,
+    sub: type[BaseModel],
+    optional: bool,
+    stack: tuple[type, ...],
+    pending: dict[str, Any],
+) -> list[FieldSpec]:
+    if optional:
+        raise UnsupportedFieldError(
+            f"{_where(model, path)}: an optional nested model ({sub.__name__} | None) is not "
+            f"scoreable; accepted: a required nested model ({sub.__name__}), whose fields follow "
+            "the same rules as the top model's.",
+            model=model,
+            field=path,
+        )
+    if sub in stack or len(stack) > MAX_DEPTH:
+        chain = " -> ".join(t.__name__ for t in (*stack, sub))
+        what = "recurse" if sub in stack else f"go deeper than {MAX_DEPTH} levels"
+        raise NestingTooDeepError(
+            f"{_where(model, path)}: nested models {what} ({chain}); accepted: at most "
+            f"{MAX_DEPTH} levels of nested models, without recursion.",
+            model=model,
+            field=path,
+        )
+    if not sub.model_fields:
+        raise EmptySchemaError(
+            f"{_where(model, path)}: nested model {sub.__name__} declares no fields; "
+            "accepted: at least one field.",
+            model=model,
+            field=path,
+        )
+    return _model_fields(model, sub, path + ".", (*stack, sub), pending)

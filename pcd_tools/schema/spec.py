@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, create_model
 from pydantic import Field as PydField
 
 from ..errors import SchemaError
+from .nested import unflatten
 
 __all__ = [
     "MAX_CHOICES",
@@ -55,17 +57,40 @@ class FieldSpec:
 
     Args:
         name: The field name (a Python identifier), also the JSON key.
-        kind: `"enum"` or `"boolean"`.
+        kind: `"enum"`, `"boolean"` or `"multilabel"` (each choice is a label scored yes/no).
         description: The field's description (a prompt), possibly empty.
         choices: Candidates in declaration order; ties go to the first.
         optional: Whether a `null` ("not stated") candidate was added.
+        ordered: Whether the candidates are integers in increasing order (an int range),
+            so the result also has an `expected` value.
+        threshold: For a multi-label field, the probability a label needs to be chosen.
+        min_labels: For a multi-label field, the fewest labels in an answer.
+        max_labels: For a multi-label field, the most labels in an answer (None: all).
+        depends_on: Fields answered before this one, whose answers its pass sees written
+            in the JSON (`json_schema_extra={"depends_on": [...]}`).
+        choices_by: `(parent, allowed)`: per parent choice (in order), the indices of
+            this field's choices allowed with it (`json_schema_extra={"choices_by": ...}`).
+        branch: For a field of a discriminated union's branch: `(discriminator field,
+            index of the branch's value)`; the field is named `path[<value>].name`.
     """
 
     name: str
-    kind: Literal["enum", "boolean"]
+    kind: Literal["enum", "boolean", "multilabel"]
     description: str
     choices: tuple[Choice, ...]
     optional: bool = False
+    ordered: bool = False
+    threshold: float = 0.5
+    min_labels: int = 0
+    max_labels: int | None = None
+    depends_on: tuple[str, ...] = ()
+    choices_by: tuple[str, tuple[tuple[int, ...], ...]] | None = None
+    branch: tuple[str, int] | None = None
+
+    @property
+    def key(self) -> str:
+        """The JSON key the model sees: the name without a union branch's `[<value>]`."""
+        return re.sub(r"\[[^\]]*\]", "", self.name) if self.branch else self.name
 
     @property
     def labels(self) -> list[Any]:
@@ -124,6 +149,15 @@ class Schema:
                     "description": f.description,
                     "optional": f.optional,
                     "choices": [[c.literal, c.description] for c in f.choices],
+                    # only when set, so that the fingerprints of earlier schemas stay the same
+                    **({"ordered": True} if f.ordered else {}),
+                    **({"depends_on": list(f.depends_on)} if f.depends_on else {}),
+                    **(
+                        {"choices_by": [f.choices_by[0], [list(a) for a in f.choices_by[1]]]}
+                        if f.choices_by
+                        else {}
+                    ),
+                    **({"branch": list(f.branch)} if f.branch else {}),
                 }
                 for f in self.fields
             ],
@@ -152,14 +186,49 @@ class Schema:
                         model=self.name,
                         field=n,
                     )
-                f = FieldSpec(f.name, f.kind, f.description, kept, f.optional and None in wanted)
+                f = replace(f, choices=kept, optional=f.optional and None in wanted)
             fields.append(f)
+        fields = _untie(fields, set(choices or ()))
         model = _narrowed_model(f"{self.model.__name__}Subset", self.instructions, fields)
         return Schema(self.name, self.instructions, tuple(fields), model)
 
     def build(self, values: Mapping[str, Any]) -> BaseModel:
-        """Validates native field values into an instance of the schema's model."""
-        return self.model.model_validate(dict(values))
+        """Validates native field values into an instance of the schema's model.
+
+        Dotted names (`customer.tier`) are nested back into their models, unless the model
+        itself has the dotted field (a narrowed subset is flat).
+        """
+        data = dict(values)
+        for f in self.fields:  # a union keeps the fields of the branch it answered
+            if f.branch is not None and f.name in data:
+                kind, index = f.branch
+                taken = data.get(kind) == self.field(kind).choices[index].value
+                value = data.pop(f.name)
+                if taken and f.name not in self.model.model_fields:
+                    data[f.key] = value
+                elif taken:
+                    data[f.name] = value
+        if any("." in k and k not in self.model.model_fields for k in data):
+            data = unflatten(data)
+        return self.model.model_validate(data)
+
+
+def _untie(fields: list[FieldSpec], narrowed: set[str]) -> list[FieldSpec]:
+    """A subset's fields without ties to fields left out or narrowed (whose choice
+    indices the ties refer to): those answers are fixed elsewhere (a cascade's stage)."""
+    kept = {f.name for f in fields}
+    out = []
+    for f in fields:
+        deps = tuple(p for p in f.depends_on if p in kept)
+        by = f.choices_by
+        if by is not None and (by[0] not in kept or by[0] in narrowed or f.name in narrowed):
+            by = None
+            deps = tuple(p for p in deps if p != f.choices_by[0])  # type: ignore[index]
+        branch = f.branch if f.branch is not None and f.branch[0] in kept - narrowed else None
+        if branch is None and f.branch is not None:
+            deps = tuple(p for p in deps if p != f.branch[0])
+        out.append(replace(f, depends_on=deps, choices_by=by, branch=branch))
+    return out
 
 
 def _narrowed_model(name: str, doc: str, fields: Sequence[FieldSpec]) -> type[BaseModel]:
@@ -168,6 +237,8 @@ def _narrowed_model(name: str, doc: str, fields: Sequence[FieldSpec]) -> type[Ba
     for f in fields:
         values = tuple(c.value for c in f.choices)
         tp: Any = Literal[values] if values else bool
+        if f.kind == "multilabel":
+            tp = list[tp]
         defs[f.name] = (tp, PydField(description=f.description or None))
     return create_model(name, __doc__=doc or None, **defs)
 

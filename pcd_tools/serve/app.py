@@ -240,7 +240,7 @@ def create_app(
         decision = None
         if req.schema is not None:
             job = Job(req.schema, req.context, req.temperature, "full", tokens=tokens)
-            decision = await srv.decide(request, job)
+            decision = await srv.decide(request, job, field="state")
             tokens = decision.prompt_tokens
         return JSONResponse(build_response(req, decision, model=model_name, input_tokens=tokens))
 
@@ -254,8 +254,16 @@ def create_app(
             return req, srv.check_length(req.schema, req.context, "context")
 
         req, tokens = await run_in_threadpool(prepare)
-        job = Job(req.schema, req.context, req.temperature, req.scoring, tokens=tokens)
-        decision = await srv.decide(request, job)
+        job = Job(
+            req.schema,
+            req.context,
+            req.temperature,
+            req.scoring,
+            orders=req.orders,
+            allow_empty=req.allow_empty,
+            tokens=tokens,
+        )
+        decision = await srv.decide(request, job, field="context")
         return JSONResponse(decision.to_response())
 
     app.add_middleware(_Instrument, metrics=srv.metrics)

@@ -1,9 +1,9 @@
 """`MicroBatcher`: one model worker thread with continuous micro-batching.
 
 Requests wait in one bounded FIFO queue. Whenever the model is free, the worker takes the
-oldest request plus every queued request that has the same schema fingerprint, temperature
-and scoring (up to `max_batch` requests and `max_batch_tokens` prompt tokens), and scores
-them with one `decider.decide_many` call. While a batch runs, new requests queue up, so the
+oldest request plus every queued request that has the same schema fingerprint and options
+(temperature, scoring, orders, allow_empty), up to `max_batch` requests and
+`max_batch_tokens` prompt tokens, and scores them with one `decider.decide_many` call. While a batch runs, new requests queue up, so the
 next batch is as large as the load: batches grow with concurrency and stay at one request
 when the server is idle.
 
@@ -42,6 +42,8 @@ class Job:
         context: The text to decide on.
         temperature: Softmax temperature.
         scoring: `"full"` or `"constrained"`.
+        orders: Listing orders averaged over (`decide_many(..., orders=k)`).
+        allow_empty: Decide on an empty or whitespace-only context.
         tokens: Prompt tokens (for the per-batch token budget); 0 if unknown.
         future: Resolved with the `Decision`, or with the exception that scoring raised.
     """
@@ -50,14 +52,22 @@ class Job:
     context: str
     temperature: float = 1.0
     scoring: str = "full"
+    orders: int = 1
+    allow_empty: bool = False
     tokens: int = 0
     future: Future[Decision[Any]] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.perf_counter)
 
     @property
-    def key(self) -> tuple[str, float, str]:
+    def key(self) -> tuple[str, float, str, int, bool]:
         """Jobs with equal keys can share one `decide_many` call."""
-        return (self.schema.fingerprint(), self.temperature, self.scoring)
+        return (
+            self.schema.fingerprint(),
+            self.temperature,
+            self.scoring,
+            self.orders,
+            self.allow_empty,
+        )
 
 
 class MicroBatcher:
@@ -249,6 +259,8 @@ class MicroBatcher:
             contexts,
             temperature=job.temperature,
             scoring=job.scoring,
+            orders=job.orders,
+            allow_empty=job.allow_empty,
             batch_size=len(contexts),
         )
 

@@ -1,9 +1,13 @@
 """`POST /v1/decide`: our own schema dict plus a context, answered with the seed's dict.
 
-Body: `{"schema": S, "context": str, "temperature"?: float, "scoring"?: "full"|"constrained"}`
-where `S` is the `StructuredSchema` dict form (`{name: {"type", "choices", ...}}`), that
-form wrapped as `{"name"?, "instructions"?, "fields": {...}}`, or a list of
-`{"name", "type", ...}` objects.
+Body: `{"schema": S, "context": str, "temperature"?: float, "scoring"?: "full"|"constrained",
+"orders"?: int, "allow_empty"?: bool}` where `S` is the `StructuredSchema` dict form
+(`{name: {"type", "choices", ...}}`), that form wrapped as
+`{"name"?, "instructions"?, "fields": {...}}`, or a list of `{"name", "type", ...}` objects.
+
+`orders` (default 1) averages each field's distribution over that many listing orders
+(`Decider.decide(..., orders=k)`); the response then reports `orders` and `flip_rate`.
+An empty or whitespace-only `context` is a 422 unless `"allow_empty": true`.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SchemaError
+from ..errors import InvalidArgumentError, SchemaError
+from ..orders import check_orders
 from ..schema import Schema, StructuredSchema
 from .errors import ApiError
 from .systemone import _json_type, _temperature
@@ -21,6 +26,8 @@ from .systemone import _json_type, _temperature
 __all__ = ["DecideRequest", "parse_decide"]
 
 SCORINGS = ("full", "constrained")
+MAX_ORDERS = 16
+KEYS = ("allow_empty", "context", "orders", "schema", "scoring", "temperature")
 
 
 @dataclass(frozen=True)
@@ -32,32 +39,36 @@ class DecideRequest:
         context: The text to decide on.
         temperature: Softmax temperature (> 0).
         scoring: `"full"` or `"constrained"`.
+        orders: Listing orders averaged over (>= 1).
+        allow_empty: Decide on an empty or whitespace-only context.
     """
 
     schema: Schema
     context: str
     temperature: float
     scoring: str
+    orders: int = 1
+    allow_empty: bool = False
 
 
 def parse_decide(body: Any, *, max_questions: int = 64) -> DecideRequest:
     """Validates a `/v1/decide` body and compiles its schema.
 
     Raises:
-        ApiError: 422 naming the field (the schema error's message for a bad schema), 413
-            for more than `max_questions` fields.
+        ApiError: 422 naming the field (the schema error's message for a bad schema; an
+            empty context without `allow_empty`; `orders` not an int >= 1), 413 for more
+            than `max_questions` fields.
     """
     if not isinstance(body, dict):
         raise ApiError(
             422, "invalid_request", f"The body must be a JSON object; got {_json_type(body)}."
         )
-    extra = set(body) - {"schema", "context", "temperature", "scoring"}
+    extra = set(body) - set(KEYS)
     if extra:
         raise ApiError(
             422,
             "invalid_request",
-            f"unknown key(s) {sorted(extra)}; accepted: ['context', 'schema', 'scoring', "
-            "'temperature'].",
+            f"unknown key(s) {sorted(extra)}; accepted: {list(KEYS)}.",
         )
     context = body.get("context")
     if not isinstance(context, str):
@@ -66,6 +77,36 @@ def parse_decide(body: Any, *, max_questions: int = 64) -> DecideRequest:
             "invalid_request",
             f"context must be a string; got {_json_type(context)}.",
             field="context",
+        )
+    allow_empty = body.get("allow_empty", False)
+    if not isinstance(allow_empty, bool):
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"allow_empty must be true or false; got {_json_type(allow_empty)}.",
+            field="allow_empty",
+        )
+    if not allow_empty and not context.strip():
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"context is empty or only whitespace ({_short(context)}): there is nothing to "
+            'decide on. Send "allow_empty": true to decide anyway (the model then answers '
+            "from the schema alone).",
+            field="context",
+        )
+    try:
+        orders = check_orders(body.get("orders", 1))
+    except InvalidArgumentError as e:
+        raise ApiError(422, "invalid_request", str(e), field="orders") from e
+    if orders > MAX_ORDERS:
+        # each order is a full prefill and fields pass on the one model worker
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"orders={orders} is over this server's limit of {MAX_ORDERS}; accepted: an int "
+            f"from 1 to {MAX_ORDERS}.",
+            field="orders",
         )
     t = _temperature(body.get("temperature", 1.0))
     scoring = body.get("scoring", "full")
@@ -88,7 +129,7 @@ def parse_decide(body: Any, *, max_questions: int = 64) -> DecideRequest:
             field="schema.fields",
         )
     key = json.dumps([name, instructions, fields], ensure_ascii=False)
-    return DecideRequest(_compile(key), context, t, scoring)
+    return DecideRequest(_compile(key), context, t, scoring, orders, allow_empty)
 
 
 def _unwrap(spec: Any) -> tuple[str, str, dict[str, Any]]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 
-from ..errors import ContextTooLongError, PcdToolsError, SchemaError
+from ..errors import ContextTooLongError, InvalidContextError, PcdToolsError, SchemaError
 from .batcher import Job, MicroBatcher
 from .body import _check_unicode, read_json_body
 from .errors import ApiError
@@ -145,8 +145,20 @@ class _Server:
             raise ApiError(413, "context_too_long", str(err), field=where)
         return n
 
-    async def decide(self, request: Request, job: Job) -> Any:
-        """Queues `job` and waits for its decision; cancels it if the client leaves."""
+    async def decide(self, request: Request, job: Job, field: str = "context") -> Any:
+        """Queues `job` and waits for its decision; cancels it if the client leaves.
+
+        Args:
+            request: The HTTP request (watched for a disconnect).
+            job: The decision job.
+            field: The request field that holds the job's context (`context`, `state`),
+                named by the 422 for a context the decider refuses.
+
+        Raises:
+            ApiError: 413 for a prompt over the window, 422 for a bad schema or context,
+                the batcher's 429 / 503.
+            ClientGone: if the client disconnected first.
+        """
         fut = self.batcher.submit(job)
         afut = asyncio.wrap_future(fut)
         watcher: asyncio.Future[Any] = asyncio.ensure_future(_wait_disconnect(request))
@@ -166,6 +178,8 @@ class _Server:
             raise ApiError(413, "context_too_long", str(e)) from e
         except SchemaError as e:
             raise ApiError(422, "invalid_schema", str(e)) from e
+        except InvalidContextError as e:
+            raise ApiError(422, "invalid_request", f"{field}: {e}", field=field) from e
         except PcdToolsError as e:
             raise ApiError(422, "invalid_request", str(e)) from e
 

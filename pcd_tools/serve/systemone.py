@@ -10,6 +10,7 @@ question becomes one field of a compiled schema:
 | `score` | enum of the levels 0..n-1, each described by `criteria[i]` | `score` = Σ level·p, `legend`, `probabilities`, `confidence` |
 
 Question ids can be any string; each gets an identifier-safe field name for the prompt.
+An empty or whitespace-only `state` is a 422: there is nothing to decide on.
 A choice or score needs 2 to 255 candidates: one candidate is a 422 with the message of the
 Python API's `TooFewChoicesError` (an answer with probability 1 would say nothing).
 """
@@ -171,8 +172,8 @@ def parse_request(body: Any, *, max_questions: int = 64) -> SystemOneRequest:
         max_questions: Most questions accepted; more is a 413.
 
     Raises:
-        ApiError: 422 naming the field for an invalid request or schema, 413 for too many
-            questions.
+        ApiError: 422 naming the field for an invalid request or schema (an empty or
+            whitespace-only `state` included), 413 for too many questions.
     """
     if not isinstance(body, dict):
         raise ApiError(
@@ -196,6 +197,14 @@ def parse_request(body: Any, *, max_questions: int = 64) -> SystemOneRequest:
     if "state" not in body or body["state"] is None:
         raise ApiError(422, "invalid_request", "state is required.", field="state")
     context = state_text(body["state"])
+    if not context.strip():
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"state is empty or only whitespace ({_short(body['state'])}): there is nothing "
+            "to decide on. Send the text, JSON object or array of texts to decide about.",
+            field="state",
+        )
     temperature = _temperature(body.get("temperature", 1.0))
     questions = body.get("questions")
     if not isinstance(questions, dict) or not questions:

@@ -26,6 +26,12 @@ def test_demo_prints_a_real_decision_with_timings(capsys):
         "BLAS:",
     ):
         assert needle in out, needle
+    # Under the table: what the embedded model is, and what to load for real work.
+    note = out[out.index("value: ") :]
+    assert "135M model for trying pcd-tools offline" in note
+    assert "Qwen2.5 or Llama 3.x instruct model" in note
+    assert 'Decider.load("mlx-community/Qwen2.5-7B-Instruct-4bit")' in note
+    assert "calibration=" in note
 
 
 def test_demo_json(capsys):

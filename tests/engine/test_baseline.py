@@ -175,15 +175,16 @@ def test_bench_scenarios_errors(tmp_path):
 
     with pytest.raises(InvalidArgumentError, match="--scenarios-dir"):
         bench.load_scenarios(tmp_path)
-    assert cli.main(["bench", "--scenarios-dir", str(tmp_path), "--no-rss"]) == 1
-    assert cli.main(["bench", "--scenario", "nope", "--no-rss"]) == 1
+    # bad options are usage errors (exit 2), found before any model loads
+    assert cli.main(["bench", "--scenarios-dir", str(tmp_path), "--no-rss"]) == 2
+    assert cli.main(["bench", "--scenario", "nope", "--no-rss"]) == 2
 
 
 def test_scenarios_are_what_the_issue_promises():
     from pcd_tools.bench import load_scenarios
 
     sc = load_scenarios()
-    assert sorted(sc) == ["fraud", "security_audit", "tariff", "triage"]
+    assert sorted(sc) == ["fraud", "intake", "security_audit", "tariff", "triage"]
     shapes = {n: compile_schema(s.schema) for n, s in sc.items()}
     assert [f.cardinality for f in shapes["tariff"].fields] == [255]
     assert all(c.description for c in shapes["tariff"].fields[0].choices)
@@ -192,3 +193,10 @@ def test_scenarios_are_what_the_issue_promises():
     assert len(triage.fields) == 28
     assert {f.kind for f in triage.fields} == {"boolean", "enum"}
     assert len(shapes["fraud"].fields) == len(shapes["security_audit"].fields) == 4
+    intake = shapes["intake"]  # the issue's support intake: every second-stage kind
+    assert intake.field("category").cardinality == 8
+    assert {len(a) for a in intake.field("subcategory").choices_by[1]} == {6}
+    assert intake.field("team").depends_on == ("category", "subcategory")
+    assert (intake.field("tags").kind, intake.field("tags").cardinality) == ("multilabel", 10)
+    assert intake.field("severity").labels == [1, 2, 3, 4, 5]
+    assert intake.field("request.kind").cardinality == 4

@@ -318,13 +318,15 @@ def test_swiglu_dispatch_uses_the_native_kernel(lib, monkeypatch):
 
 
 def test_native_can_be_turned_off_by_environment(monkeypatch):
+    from pcd_tools.engine.native import load_cpu_kernels
+
     monkeypatch.setenv("PCD_NATIVE_ATTENTION", "0")
-    lib, note = K._load_native()
+    lib, note = load_cpu_kernels(gemm=1)  # any address: the switch is read first
     assert lib is False and note == "off: PCD_NATIVE_ATTENTION=0"
 
 
 def test_compile_c_reports_a_failed_build(tmp_path, monkeypatch):
-    from pcd_tools.engine import platform as P
+    from pcd_tools.engine import native as N
     from pcd_tools.errors import NativeBuildError
 
     monkeypatch.setenv("PCD_CACHE_DIR", str(tmp_path))
@@ -332,10 +334,10 @@ def test_compile_c_reports_a_failed_build(tmp_path, monkeypatch):
     bad.write_text("int f(void) { return 1 }\n")  # a syntax error
     if shutil.which("cc") or shutil.which("gcc"):
         with pytest.raises(NativeBuildError, match=r"compiling bad\.c with .* failed"):
-            P.compile_c(bad, "bad")
+            N.compile_c(bad, "bad")
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     with pytest.raises(NativeBuildError, match=r"compiling bad\.c with .*no-such-compiler failed"):
-        P.compile_c(bad, "bad2")
+        N.compile_c(bad, "bad2")
     assert not list((tmp_path / "native").glob("*.so"))  # nothing half-written is left
 
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pcd_tools import StructuredSchema
-from pcd_tools.engine.scorer import _pack, _split_trie
+from pcd_tools.engine.pack import pack_parts, split_trie
 from pcd_tools.schema import compile_schema
 from tests.conftest import tiny_decider
 
@@ -61,13 +61,13 @@ def schemas(draw):
     return StructuredSchema(spec).schema
 
 
-contexts = st.text(min_size=0, max_size=40)
+contexts = st.text(min_size=0, max_size=40)  # empty text too: decided with allow_empty=True
 
 
 @SETTINGS
 @given(schema=schemas(), context=contexts, temperature=st.floats(0.05, 20.0))
 def test_probabilities_are_finite_sum_to_one_and_values_are_declared(schema, context, temperature):
-    d = decider().decide(schema, context, temperature=temperature)
+    d = decider().decide(schema, context, temperature=temperature, allow_empty=True)
     for f in schema.fields:
         r = d.fields[f.name]
         probs = np.array(list(r.distribution.values()))
@@ -84,9 +84,11 @@ def test_probabilities_are_finite_sum_to_one_and_values_are_declared(schema, con
 @SETTINGS
 @given(schema=schemas(), context=contexts, t1=st.floats(0.01, 50.0), t2=st.floats(0.01, 50.0))
 def test_argmax_does_not_depend_on_temperature(schema, context, t1, t2):
-    decider().decide(schema, context)  # warm the prefix cache: both calls then run the same graph
-    a = decider().decide(schema, context, temperature=t1)
-    b = decider().decide(schema, context, temperature=t2)
+    decider().decide(
+        schema, context, allow_empty=True
+    )  # warm the prefix cache: both calls then run the same graph
+    a = decider().decide(schema, context, temperature=t1, allow_empty=True)
+    b = decider().decide(schema, context, temperature=t2, allow_empty=True)
     for f in schema.fields:
         assert a.fields[f.name].label == b.fields[f.name].label
         np.testing.assert_allclose(
@@ -102,9 +104,9 @@ def _dists(d):
 @given(schema=schemas(), context=contexts, seed=st.integers(0, 1000))
 def test_result_does_not_depend_on_pass_arrangement(schema, context, seed):
     dec = decider()
-    ref = _dists(dec.decide(schema, context, mode="sequential"))
+    ref = _dists(dec.decide(schema, context, mode="sequential", allow_empty=True))
     for mode in ("packed", "batched"):
-        got = _dists(dec.decide(schema, context, mode=mode))
+        got = _dists(dec.decide(schema, context, mode=mode, allow_empty=True))
         for n in ref:
             np.testing.assert_allclose(got[n], ref[n], atol=1e-4)
     # packed with the fields in a random order, and split one chunk per field
@@ -114,18 +116,20 @@ def test_result_does_not_depend_on_pass_arrangement(schema, context, seed):
     order = [int(i) for i in rng.permutation(len(plan.tries))]
     try:
         whole = [[(i, list(range(plan.tries[i].n_nodes)))] for i in order]
-        split = [[(i, part)] for i in order for part in _split_trie(plan.tries[i], 3)]
+        split = [[(i, part)] for i in order for part in split_trie(plan.tries[i], 3)]
         one_chunk = [[p for g in whole for p in g]]
         one_chunk_split = [[p for g in split for p in g]]
         for layout in (one_chunk, whole, split, one_chunk_split):
-            plan.chunks = [_pack(plan.tries, g) for g in layout]
-            got = _dists(dec.decide(schema, context, mode="packed"))
+            plan.chunks = [pack_parts(plan.tries, g) for g in layout]
+            got = _dists(dec.decide(schema, context, mode="packed", allow_empty=True))
             for n in ref:
                 np.testing.assert_allclose(got[n], ref[n], atol=1e-4)
     finally:
         plan.chunks = saved
     # inside decide_many, next to other contexts of other lengths
-    many = dec.decide_many(schema, ["other", context, "a longer neighbour " * 3], batch_size=3)
+    many = dec.decide_many(
+        schema, ["other", context, "a longer neighbour " * 3], batch_size=3, allow_empty=True
+    )
     got = _dists(many[1])
     for n in ref:
         np.testing.assert_allclose(got[n], ref[n], atol=1e-4)

@@ -79,8 +79,10 @@ def test_value_types_response_and_seed_api(real):
 
 def test_unicode_and_empty_contexts(real):
     for ctx in ("", "Ünïcødé ✓ 日本語のチケット 🚨🔥 — «urgent»\n\t\u200b", "\x00 control \x7f"):
-        d = real.decide(Ticket, ctx)
+        d = real.decide(Ticket, ctx, allow_empty=True)
         assert all(np.isfinite(list(f.distribution.values())).all() for f in d.fields.values())
+    with pytest.raises(InvalidContextError, match="allow_empty=True"):
+        real.decide(Ticket, "")
 
 
 def test_context_too_long_states_both_lengths_and_never_truncates(real):
@@ -147,4 +149,5 @@ def test_model_load_errors_name_the_source_and_the_fix(tmp_path):
         Decider.load(str(empty))
     with pytest.raises(ModelLoadError) as e:
         Decider.load("mlx-community/definitely-not-a-real-model-pcd-tools")
-    assert "definitely-not-a-real-model" in str(e.value) and "local directory" in str(e.value)
+    assert "definitely-not-a-real-model" in str(e.value)
+    assert "Load a local model instead" in str(e.value) and ".gguf" in str(e.value)

@@ -25,15 +25,19 @@ class FakeDecider:
 
     def __init__(self):
         self.calls: list[tuple[str, list[str]]] = []
+        self.options: list[dict] = []
         self.gate = threading.Event()
         self.gate.set()
         self.started = threading.Event()
         self.engine = SimpleNamespace(lock=threading.RLock())
 
-    def decide_many(self, schema, contexts, *, temperature, scoring, batch_size):
+    def decide_many(
+        self, schema, contexts, *, temperature, scoring, batch_size, orders=1, allow_empty=False
+    ):
         self.started.set()
         self.gate.wait(10)
         self.calls.append((schema.field_names[0], list(contexts)))
+        self.options.append({"orders": orders, "allow_empty": allow_empty})
         if "boom" in contexts:
             raise ValueError("boom")
         return [f"{schema.field_names[0]}:{c}" for c in contexts]
@@ -78,6 +82,40 @@ def test_max_batch_splits_and_different_temperatures_do_not_mix(fake):
         f.result(5)
     b.stop()
     assert [c for _, c in fake.calls[1:]] == [["c0", "c1"], ["c2"], ["hot"]]
+
+
+def test_different_orders_and_allow_empty_never_share_a_batch(fake):
+    b = MicroBatcher(fake, max_batch=8)
+    b.start()
+    _blocked(fake, b)
+    jobs = [
+        Job(A, "o1"),
+        Job(A, "o2", orders=2),
+        Job(A, "o1-again"),
+        Job(A, "o2-again", orders=2),
+        Job(A, "o3", orders=3),
+        Job(A, " ", allow_empty=True),
+        Job(A, "o2-empty-ok", orders=2, allow_empty=True),
+    ]
+    futs = [b.submit(j) for j in jobs]
+    fake.gate.set()
+    for f in futs:
+        f.result(5)
+    b.stop()
+    assert [c for _, c in fake.calls[1:]] == [
+        ["o1", "o1-again"],
+        ["o2", "o2-again"],
+        ["o3"],
+        [" "],
+        ["o2-empty-ok"],
+    ]
+    assert fake.options[1:] == [
+        {"orders": 1, "allow_empty": False},
+        {"orders": 2, "allow_empty": False},
+        {"orders": 3, "allow_empty": False},
+        {"orders": 1, "allow_empty": True},
+        {"orders": 2, "allow_empty": True},
+    ]
 
 
 def test_full_queue_refuses_with_retry_after(fake):

@@ -1,4 +1,4 @@
-"""The engine worker: one long-lived thread per engine runs every model call of this layer.
+"""The engine worker: one long-lived thread per engine runs every queued model call.
 
 Why one thread:
 
@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-__all__ = ["call_model", "engine_session", "run_on_worker"]
+__all__ = ["call_model", "engine_session", "run_on_worker", "submit_to_worker"]
 
 R = TypeVar("R")
 
@@ -123,3 +123,18 @@ async def run_on_worker(decider: Any, fn: Callable[..., R], /, *args: Any, **kwa
         return fn(*args, **kwargs)
     fut = _worker(decider).submit(_job(decider, fn, args, kwargs))
     return await asyncio.wrap_future(fut)
+
+
+def submit_to_worker(decider: Any, fn: Callable[[], R], /) -> Future[R]:
+    """Queues `fn()` on `decider`'s engine worker without waiting; returns its future.
+
+    A stand-in decider without an engine (tests, fakes) runs it inline.
+    """
+    if _engine(decider) is None:
+        fut: Future[R] = Future()
+        try:
+            fut.set_result(fn())
+        except BaseException as exc:  # handed to whoever reads the future
+            fut.set_exception(exc)
+        return fut
+    return _worker(decider).submit(_job(decider, fn, (), {}))

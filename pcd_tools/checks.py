@@ -1,0 +1,102 @@
+"""Argument checks shared by every decision call (`decide`, `decide_many`, async).
+
+Bad input gets a typed error naming what was given and what is accepted; nothing is
+silently defaulted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from .errors import InvalidArgumentError, InvalidContextError
+from .orders import check_orders
+from .schema import Schema, compile_schema
+
+__all__ = ["Scoring", "check_batch_size", "check_context", "check_contexts", "check_options"]
+
+Scoring = Literal["full", "constrained"]
+
+
+def _check_temperature(temperature: Any) -> float:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise InvalidArgumentError(
+            f"temperature must be a number > 0; got {type(temperature).__name__} {temperature!r}."
+        )
+    t = float(temperature)
+    if not math.isfinite(t) or t <= 0:
+        raise InvalidArgumentError(f"temperature must be finite and > 0; got {temperature!r}.")
+    return t
+
+
+def _check_scoring(scoring: Any) -> Scoring:
+    if scoring not in ("full", "constrained"):
+        raise InvalidArgumentError(f"unknown scoring {scoring!r}; accepted: 'full', 'constrained'.")
+    return scoring
+
+
+def check_context(context: Any, index: int | None = None, allow_empty: bool = False) -> str:
+    where = f" #{index}" if index is not None else ""
+    if not isinstance(context, str):
+        raise InvalidContextError(
+            f"context{where} must be a str; got {type(context).__name__}. Serialise structured "
+            "input (e.g. json.dumps) before deciding."
+        )
+    if not allow_empty and not context.strip():
+        raise InvalidContextError(
+            f"context{where} is empty or only whitespace ({context!r}): there is nothing to "
+            "decide on. Pass allow_empty=True to decide on no text anyway (the model then "
+            "answers from the schema alone)."
+        )
+    return context
+
+
+def check_contexts(contexts: Any, allow_empty: bool) -> list[str]:
+    if isinstance(contexts, str) or not isinstance(contexts, Sequence):
+        raise InvalidContextError(f"contexts must be a list of str; got {type(contexts).__name__}.")
+    many = len(contexts) > 1
+    return [check_context(c, i if many else None, allow_empty) for i, c in enumerate(contexts)]
+
+
+def check_batch_size(batch_size: Any) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidArgumentError(f"batch_size must be an int >= 1; got {batch_size!r}.")
+    return batch_size
+
+
+def check_options(
+    schema: Any,
+    temperature: Any,
+    scoring: Any,
+    mode: Any,
+    choice_order: Mapping[str, Sequence[int]] | None,
+    orders: Any,
+    allow_empty: Any,
+) -> tuple[Schema, dict[str, Any]]:
+    """Compiles the schema and checks every option of a decision call.
+
+    Returns:
+        The compiled schema and the options, normalised, as keyword arguments.
+
+    Raises:
+        SchemaError: if the schema is invalid.
+        InvalidArgumentError: for a bad temperature, scoring, `orders`, or `orders > 1`
+            with a `choice_order`.
+    """
+    compiled = compile_schema(schema)
+    k = check_orders(orders)
+    if k > 1 and choice_order:
+        raise InvalidArgumentError(
+            "choice_order and orders > 1 cannot be combined: orders=k lists the values "
+            "in k rotations of the declared order; pass one or the other."
+        )
+    options = {
+        "temperature": _check_temperature(temperature),
+        "scoring": _check_scoring(scoring),
+        "mode": mode,
+        "choice_order": {n: list(o) for n, o in choice_order.items()} if choice_order else None,
+        "orders": k,
+        "allow_empty": bool(allow_empty),
+    }
+    return compiled, options

@@ -1,0 +1,456 @@
+"""`Engine`: the PCD algorithm on one loaded model. Prefill once, then score every field's
+candidates in one shared pass (DESIGN §2).
+
+The engine coordinates the pieces: the cached `Plan` of a schema (`pack`), the
+schema-prefix KV cache (`prefix_cache`), the model passes (`passes`) and the CPU stream
+workers that run independent parts at once (`workers`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from ..errors import ContextTooLongError, InvalidArgumentError
+from ..prompt import Question
+from ..schema import Schema
+from . import cpu_kernels as _kernels
+from .pack import Plan, build_plan, plan_key, question_plan
+from .passes import PACKABLE, LayerKV, Passes, packed_result
+from .platform import import_mlx, set_blas_threads
+from .prefix_cache import PrefixCache
+from .trie import FieldTrie
+from .workers import ALL_THREADS, row_groups, run_on_workers
+
+if TYPE_CHECKING:
+    import mlx.nn as nn
+
+mx = import_mlx()
+
+__all__ = ["Engine", "FollowUp", "PassMode", "ScoredBatch"]
+
+PassMode = Literal["packed", "batched", "sequential"]
+# Given each context's scored (question, trie, edge log p) so far, its next questions
+# ([] when it is done): how dependent fields ask for later waves on the same KV cache.
+FollowUp = Callable[[list[tuple[Question, FieldTrie, np.ndarray]]], list[Question]]
+_PLANS_KEPT = 64
+
+
+@dataclass
+class ScoredBatch:
+    """Raw scores for a batch of contexts.
+
+    Args:
+        edge_logp: Per context, per field: full-vocabulary log p of every trie edge.
+        prompt_tokens: Per context, prompt length in tokens.
+        prefill_ms: Wall time of the prefill(s).
+        suffix_eval_ms: Wall time of the fields pass.
+        sequential_forward_passes: Model calls that ran one after another.
+        prefix_cache_hit: Whether the schema part came from the cache.
+        questions: Per context, the question each `edge_logp` entry answers; empty when
+            every context ran only the plan's own pass (`Plan.questions`).
+        tries: Per context, the trie of each entry, alongside `questions`.
+    """
+
+    edge_logp: list[list[np.ndarray]]
+    prompt_tokens: list[int]
+    prefill_ms: float
+    suffix_eval_ms: float
+    sequential_forward_passes: int
+    prefix_cache_hit: bool
+    questions: list[list[Question]] = field(default_factory=list)
+    tries: list[list[FieldTrie]] = field(default_factory=list)
+
+
+class Engine:
+    """Scores compiled schemas on one loaded model. Thread-safe: one pass at a time.
+
+    Args:
+        model: An mlx-lm model (callable as `model(tokens, cache=[...])`).
+        tokenizer: A `TextTokenizer` (encode, decode, apply_chat_template).
+        context_window: Maximum positions the model supports.
+        device: `"cpu"`, `"metal"` or `"cuda"`.
+        model_type: mlx-lm model type, used to decide whether packing is safe.
+        bos_token_id: Prepended to the prompt when `add_bos` is set.
+        add_bos: Whether the model expects a BOS token.
+        pack_budget: Tokens per packed chunk (CPU); GPU runs one chunk.
+        streams: CPU streams to spread chunks over.
+        prefix_cache_size: Schema prefixes kept (LRU).
+        prefix_cache_bytes: Byte budget for cached prefix K/V.
+        stream_blas_threads: BLAS threads while several CPU streams run at once.
+        batch_tokens: Padded context tokens per row group when several contexts are
+            scored together (CPU); groups run concurrently on the stream workers.
+        cpu_kernels: Run attention softmax and SiLU in numpy (`cpu_kernels` module) on
+            CPU; default on for CPU engines unless `PCD_CPU_KERNELS=0`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        *,
+        context_window: int,
+        device: str = "cpu",
+        model_type: str = "",
+        bos_token_id: int | None = None,
+        add_bos: bool = False,
+        pack_budget: int = 256,
+        streams: int = 2,
+        prefix_cache_size: int = 16,
+        prefix_cache_bytes: int = 1 << 30,
+        stream_blas_threads: int = 1,
+        cpu_kernels: bool | None = None,
+        batch_tokens: int = 1024,
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.context_window = int(context_window)
+        self.device = device
+        self.model_type = model_type
+        self.bos_token_id = bos_token_id
+        self.add_bos = add_bos
+        self.pack_budget = pack_budget if device == "cpu" else 1 << 30
+        self.stream_blas_threads = stream_blas_threads
+        self.batch_tokens = batch_tokens if device == "cpu" else 1 << 30
+        self.lock = threading.RLock()
+        self._plans: OrderedDict[Any, Plan] = OrderedDict()
+        self.prefix_cache = PrefixCache(prefix_cache_size, prefix_cache_bytes)
+        self.passes = Passes(model, model_type)
+        self.packable = self.passes.packable
+        self.n_streams = max(1, streams) if device == "cpu" else 1
+        self._local = threading.local()
+        self.default_mode: PassMode = "packed" if self.packable else "batched"
+        self.stats = {"prefix_hits": 0, "prefix_misses": 0}
+        if cpu_kernels is None:
+            cpu_kernels = device == "cpu" and os.environ.get("PCD_CPU_KERNELS", "1") != "0"
+        self.cpu_kernels = bool(cpu_kernels) and device == "cpu" and _kernels.install(model)
+
+    # --- threads and streams --------------------------------------------------------------
+
+    def kernels(self) -> Any:
+        """Context manager: this engine's kernel choice for model calls on this thread."""
+        return _kernels.active(self.cpu_kernels, threads=ALL_THREADS)
+
+    @property
+    def stream(self) -> Any:
+        """This thread's stream for this engine (MLX streams belong to their thread)."""
+        stream = getattr(self._local, "stream", None)
+        if stream is None:
+            if self.device == "cpu":
+                stream = mx.new_stream(mx.cpu)
+            else:
+                stream = mx.default_stream(mx.default_device())
+            self._local.stream = stream
+        return stream
+
+    def _parallel(self, jobs: list[Callable[[], Any]]) -> list[Any]:
+        """Runs jobs at once, each on a stream worker thread with its own CPU stream (MLX
+        evaluation and numpy release the GIL). A single job runs on this thread."""
+        if len(jobs) == 1:
+            with mx.stream(self.stream), self.kernels():
+                return [jobs[0]()]
+        return run_on_workers(
+            jobs, self.n_streams, kernels=self.cpu_kernels, blas_threads=self.stream_blas_threads
+        )
+
+    # --- plans and the prefix cache -------------------------------------------------------
+
+    def encode_ids(self, text: str) -> list[int]:
+        """Token ids of `text` (no BOS)."""
+        return list(self.tokenizer.encode(text))
+
+    def plan(self, schema: Schema, choice_order: dict[str, Sequence[int]] | None = None) -> Plan:
+        """The cached token plan of a schema (prompt pieces, tries, pack chunks)."""
+        key = plan_key(schema, choice_order)
+        with self.lock:
+            hit = self._plans.get(key)
+            if hit is not None:
+                self._plans.move_to_end(key)
+                return hit
+        plan = build_plan(
+            self.tokenizer,
+            schema,
+            choice_order,
+            bos_token_id=self.bos_token_id if self.add_bos else None,
+            pack_budget=self.pack_budget,
+            streams=self.n_streams if self.device == "cpu" else 1,
+        )
+        with self.lock:
+            self._plans[key] = plan
+            while len(self._plans) > _PLANS_KEPT:
+                self._plans.popitem(last=False)
+        return plan
+
+    def clear_cache(self) -> None:
+        """Drops cached schema prefixes and plans."""
+        with self.lock:
+            self.prefix_cache.clear()
+            self._plans.clear()
+
+    def check_length(self, plan: Plan, ctx_ids: list[int], index: int | None = None) -> int:
+        """Prompt length; raises `ContextTooLongError` if the passes would overflow."""
+        n = len(plan.head_ids) + len(ctx_ids) + len(plan.tail_ids)
+        need = n + plan.extra_tokens
+        if need > self.context_window:
+            where = f" (context #{index})" if index is not None else ""
+            raise ContextTooLongError(
+                need,
+                self.context_window,
+                detail=f"Prompt {n} tokens{where}: schema part {len(plan.head_ids)}, context "
+                f"{len(ctx_ids)}, answer start {len(plan.tail_ids)}; field passes need "
+                f"{plan.extra_tokens} more.",
+            )
+        return n
+
+    # --- scoring --------------------------------------------------------------------------
+
+    def score(
+        self,
+        schema: Schema,
+        contexts: Sequence[str],
+        *,
+        mode: PassMode | None = None,
+        choice_order: dict[str, Sequence[int]] | None = None,
+        use_prefix_cache: bool = True,
+        follow_up: FollowUp | None = None,
+    ) -> ScoredBatch:
+        """Scores every field of `schema` for each context.
+
+        Args:
+            schema: Compiled schema.
+            contexts: One or more context strings.
+            mode: Fields pass layout; default packed where supported, else batched.
+            choice_order: Per-field listing order of allowed values in the prompt.
+            use_prefix_cache: Reuse (and fill) the schema-prefix KV cache.
+            follow_up: For schemas with dependent fields: asked after each pass for every
+                context's next questions; each later wave is one more pass on the same
+                KV cache, one per group of contexts that ask the same questions.
+        """
+        mode = mode or self.default_mode
+        if mode == "packed" and not self.packable:
+            raise InvalidArgumentError(
+                f"mode='packed' is not available for model type {self.model_type!r}; "
+                f"accepted: 'batched' or 'sequential' (packing is verified for {sorted(PACKABLE)})."
+            )
+        if mode not in ("packed", "batched", "sequential"):
+            raise InvalidArgumentError(
+                f"unknown mode {mode!r}; accepted: 'packed', 'batched', 'sequential'"
+            )
+        plan = self.plan(schema, choice_order)
+        ctx_ids = [self.encode_ids(c) for c in contexts]
+        lengths = [
+            self.check_length(plan, c, i if len(contexts) > 1 else None)
+            for i, c in enumerate(ctx_ids)
+        ]
+        with self.lock:
+            return self._score_locked(plan, ctx_ids, lengths, mode, use_prefix_cache, follow_up)
+
+    def _score_locked(
+        self,
+        plan: Plan,
+        ctx_ids: list[list[int]],
+        lengths: list[int],
+        mode: PassMode,
+        use_cache: bool,
+        follow_up: FollowUp | None = None,
+    ) -> ScoredBatch:
+        t0 = time.perf_counter()
+        passes = 0
+        head = plan.head_ids
+        prefix = self.prefix_cache.get(head) if use_cache else None
+        hit = prefix is not None
+        self.stats["prefix_hits" if hit else "prefix_misses"] += 1
+        rows = [c + plan.tail_ids for c in ctx_ids]
+        valid = [len(head) + len(r) for r in rows]
+        set_blas_threads(ALL_THREADS)
+        if prefix is None and len(rows) == 1:
+            kv = self._parallel([lambda: self.passes.prefill([head + rows[0]], None)])[0]
+            passes += 1
+            if use_cache:
+                self.prefix_cache.put(
+                    head, [(k[:, :, : len(head)], v[:, :, : len(head)]) for k, v in kv]
+                )
+            kvs = [kv]
+        else:
+            if prefix is None:
+                prefix = self._parallel([lambda: self.passes.prefill([head], None)])[0]
+                passes += 1
+                if use_cache:
+                    self.prefix_cache.put(head, prefix)
+            groups = (
+                [list(range(len(rows)))]  # waves need every row's KV after the first pass
+                if follow_up is not None
+                else row_groups(
+                    rows,
+                    sum(len(c.tokens) for c in plan.chunks),
+                    batch_tokens=self.batch_tokens,
+                    n_streams=self.n_streams,
+                )
+                if mode == "packed"
+                else [list(range(len(rows)))]
+            )
+            if len(groups) > 1:
+                return self._score_groups(
+                    plan, rows, valid, prefix, groups, lengths, t0, passes, hit
+                )
+            kvs = self._parallel([lambda: self.passes.prefill(rows, prefix)])
+            passes += 1
+        t1 = time.perf_counter()
+        edge, n = self._fields_pass(plan, kvs[0], valid, mode)
+        passes += n
+        asked: list[list[Question]] = []
+        tries: list[list[FieldTrie]] = []
+        if follow_up is not None:
+            asked = [list(plan.questions) for _ in rows]
+            tries = [list(plan.tries) for _ in rows]
+            passes += self._waves(plan, kvs[0], valid, lengths, mode, follow_up, edge, asked, tries)
+        t2 = time.perf_counter()
+        return ScoredBatch(
+            edge_logp=edge,
+            prompt_tokens=lengths,
+            prefill_ms=(t1 - t0) * 1e3,
+            suffix_eval_ms=(t2 - t1) * 1e3,
+            sequential_forward_passes=passes,
+            prefix_cache_hit=hit,
+            questions=asked,
+            tries=tries,
+        )
+
+    def _fields_pass(
+        self, plan: Plan, kv: LayerKV, valid: list[int], mode: PassMode
+    ) -> tuple[list[list[np.ndarray]], int]:
+        """One fields pass over every row of `kv`: per row, per question edge log p; and
+        the model calls that ran one after another."""
+        if mode == "packed":
+            # One row group: its chunks are spread over the stream workers.
+            n_jobs = min(self.n_streams, len(plan.chunks))
+            jobs = [plan.chunks[j::n_jobs] for j in range(n_jobs)]
+            done = self._parallel(
+                [
+                    lambda chunks=chunks: self.passes.packed(plan, kv, valid, chunks)  # type: ignore[misc]
+                    for chunks in jobs
+                ]
+            )
+            outs = [o for d in done for o in d]
+            return packed_result(plan, outs, len(valid)), max(len(chunks) for chunks in jobs)
+        with self.kernels():
+            if mode == "batched":
+                return self.passes.batched(plan, kv, valid, self.pack_budget)
+            return self.passes.sequential(plan, kv, valid)
+
+    def _waves(
+        self,
+        plan: Plan,
+        kv: LayerKV,
+        valid: list[int],
+        lengths: list[int],
+        mode: PassMode,
+        follow_up: FollowUp,
+        edge: list[list[np.ndarray]],
+        asked: list[list[Question]],
+        tries: list[list[FieldTrie]],
+    ) -> int:
+        """Later waves on the rows' KV: each wave is one pass per group of rows that ask
+        the same questions (their earlier answers agree); appends to `edge`, `asked` and
+        `tries` in place and returns the model calls that ran one after another."""
+        passes = 0
+        while True:
+            groups: dict[tuple[Question, ...], list[int]] = {}
+            for r in range(len(valid)):
+                nxt = follow_up(list(zip(asked[r], tries[r], edge[r])))
+                if nxt:
+                    groups.setdefault(tuple(nxt), []).append(r)
+            if not groups:
+                return passes
+            for qs, idx in groups.items():
+                sub = self.wave_plan(plan, qs)
+                need = max(lengths[r] for r in idx) + sub.extra_tokens
+                if need > self.context_window:
+                    raise ContextTooLongError(
+                        need,
+                        self.context_window,
+                        detail=f"A later wave ({', '.join(q.key for q in qs)}) writes the "
+                        f"earlier answers first and needs {sub.extra_tokens} tokens after the "
+                        "prompt.",
+                    )
+                rows_kv = kv
+                if len(idx) < len(valid):
+                    sel = mx.array(idx)
+                    rows_kv = [(k[sel], v[sel]) for k, v in kv]
+                got, n = self._fields_pass(sub, rows_kv, [valid[r] for r in idx], mode)
+                passes += n
+                for j, r in enumerate(idx):
+                    edge[r] = [*edge[r], *got[j]]
+                    asked[r] = [*asked[r], *sub.questions]
+                    tries[r] = [*tries[r], *sub.tries]
+
+    def wave_plan(self, plan: Plan, qs: Sequence[Question]) -> Plan:
+        """The cached plan of a later wave's questions after `plan`'s prompt."""
+        key = ("wave", plan.schema.fingerprint(), len(plan.head_ids), len(plan.tail_ids), tuple(qs))
+        with self.lock:
+            hit = self._plans.get(key)
+            if hit is not None:
+                self._plans.move_to_end(key)
+                return hit
+        sub = question_plan(
+            self.tokenizer,
+            plan,
+            qs,
+            pack_budget=self.pack_budget,
+            streams=self.n_streams if self.device == "cpu" else 1,
+        )
+        with self.lock:
+            self._plans[key] = sub
+            while len(self._plans) > _PLANS_KEPT:
+                self._plans.popitem(last=False)
+        return sub
+
+    def _score_groups(
+        self,
+        plan: Plan,
+        rows: list[list[int]],
+        valid: list[int],
+        prefix: LayerKV,
+        groups: list[list[int]],
+        lengths: list[int],
+        t0: float,
+        passes: int,
+        hit: bool,
+    ) -> ScoredBatch:
+        """Several row groups: each job prefills its rows and runs their fields passes;
+        the stream workers take jobs as they free up."""
+        t1 = time.perf_counter()
+        done = self._parallel(
+            [
+                lambda g=g: self.passes.group_job(  # type: ignore[misc]
+                    plan, [rows[i] for i in g], [valid[i] for i in g], prefix
+                )
+                for g in groups
+            ]
+        )
+        pre_s = sum(d[1] for d in done)
+        all_s = pre_s + sum(d[2] for d in done)
+        edge: list[list[np.ndarray]] = [[] for _ in rows]
+        for g, (fields, _, _) in zip(groups, done):
+            for r, f in zip(g, fields):
+                edge[r] = f
+        t2 = time.perf_counter()
+        # prefill and fields passes overlap: split the wall time by compute time
+        share = pre_s / all_s if all_s > 0 else 0.5
+        return ScoredBatch(
+            edge_logp=edge,
+            prompt_tokens=lengths,
+            prefill_ms=(t1 - t0) * 1e3 + (t2 - t1) * 1e3 * share,
+            suffix_eval_ms=(t2 - t1) * 1e3 * (1 - share),
+            sequential_forward_passes=passes
+            + math.ceil(len(groups) / self.n_streams) * (1 + len(plan.chunks)),
+            prefix_cache_hit=hit,
+        )

@@ -1,0 +1,127 @@
+"""Native code built on this machine: the compile cache, and the CPU kernels library.
+
+`compile_c` builds a C file into a shared library once per source, flags and machine, in
+the pcd-tools cache. `load_cpu_kernels` builds `_cpu_kernels.c` that way and loads it
+with its C signatures declared; `cpu_kernels` dispatches to it and `platform.doctor`
+reports on it. This module imports neither mlx nor the other engine modules, so both can
+use it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pcd_tools.errors import NativeBuildError
+
+__all__ = ["cache_dir", "compile_c", "load_cpu_kernels"]
+
+_KERNELS_SOURCE = Path(__file__).with_name("_cpu_kernels.c")
+
+
+def cache_dir() -> Path:
+    """Return `$PCD_CACHE_DIR`, else `$XDG_CACHE_HOME/pcd-tools`, else `~/.cache/pcd-tools`."""
+    if os.environ.get("PCD_CACHE_DIR"):
+        return Path(os.environ["PCD_CACHE_DIR"]).expanduser()
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "pcd-tools"
+    return Path.home() / ".cache" / "pcd-tools"
+
+
+def compile_c(
+    source: Path,
+    name: str,
+    flags: tuple[str, ...] = (),
+    libs: tuple[str, ...] = (),
+    subdir: str = "native",
+) -> tuple[Path, str]:
+    """Compile a C file into a shared library in the cache once (atomically).
+
+    The cached file is keyed by the source, the flags and the machine, so an edited
+    source or another architecture gets its own build.
+
+    Args:
+        source: The C file.
+        name: Stem of the cached library (`<cache>/<subdir>/<name>-<digest>.so`).
+        flags: Extra compiler flags.
+        libs: Libraries to link, as `-l` arguments.
+        subdir: Folder under the cache directory.
+
+    Returns:
+        The library's path and a note saying whether it was compiled or reused.
+
+    Raises:
+        NativeBuildError: No C compiler, an unwritable cache, or a failed compile.
+    """
+    key = source.read_bytes() + "\0".join([*flags, *libs, platform.machine()]).encode()
+    digest = hashlib.sha256(key).hexdigest()[:16]
+    out = cache_dir() / subdir / f"{name}-{digest}.so"
+    if out.exists():
+        return out, f"reused cached {name} {out}"
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise NativeBuildError(f"no C compiler (cc/gcc) on PATH, so {source.name} cannot be built")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so.tmp", dir=out.parent)
+        os.close(fd)
+    except OSError as exc:
+        raise NativeBuildError(
+            f"cannot write {source.name}'s build under {out.parent}: {exc}"
+        ) from exc
+    try:
+        cmd = [cc, "-O2", *flags, "-shared", "-fPIC", str(source), "-o", tmp, *libs]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            err = proc.stderr.strip()[-300:]
+            raise NativeBuildError(f"compiling {source.name} with {cc} failed: {err}")
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, out)  # atomic: a concurrent process sees no or a whole library
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise NativeBuildError(f"compiling {source.name} with {cc} failed: {exc}") from exc
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out, f"compiled {name} {out}"
+
+
+def load_cpu_kernels(gemm: int | None) -> tuple[Any, str]:
+    """Build (once, on disk) and load `_cpu_kernels.c`, its functions declared.
+
+    Args:
+        gemm: Address of the bound fast `cblas_sgemm` the kernels call
+            (`platform.sgemm_address()`); None when there is none.
+
+    Returns:
+        The ctypes library, or False where `PCD_NATIVE_ATTENTION=0`, there is no fast
+        BLAS or no working C compiler; and a note (`on (...)` or `off: why`).
+    """
+    if os.environ.get("PCD_NATIVE_ATTENTION", "1") == "0":
+        return False, "off: PCD_NATIVE_ATTENTION=0"
+    if not gemm:
+        return False, "off: no fast BLAS was bound before mlx was imported"
+    try:
+        path, note = compile_c(
+            _KERNELS_SOURCE, "cpu_kernels", flags=("-O3", "-fno-math-errno"), libs=("-lpthread",)
+        )
+        lib = ctypes.CDLL(str(path))
+    except (NativeBuildError, OSError) as exc:
+        return False, f"off: {exc}"
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    lib.pcd_attention.argtypes = [p, p, p, p, p, p, p, i64, *[i32] * 6, ctypes.c_float]
+    lib.pcd_attention.argtypes += [i32, i32, i32]
+    lib.pcd_attention.restype = i32
+    lib.pcd_attention_simd_width.restype = i32
+    lib.pcd_swiglu.argtypes = [p, p, p, i64, i32, i32]
+    lib.pcd_swiglu.restype = i32
+    lib.pcd_softmax_row.argtypes = [i32, p, p, i32, i32]
+    lib.pcd_softmax_row.restype = ctypes.c_float
+    lib.gemm = gemm  # type: ignore[attr-defined]
+    return lib, f"on ({lib.pcd_attention_simd_width()}-bit softmax): {note}"

@@ -1,0 +1,377 @@
+"""The model passes of a request: the prefill, the packed fields pass, and the batched and
+sequential reference passes, all exact (DESIGN §2).
+
+- ``packed``: all field stems and trie nodes of a chunk in one sequence with a block
+  mask and per-token positions (see `pack`).
+- ``batched``: one row per trie path, right-padded, the prefix broadcast over rows.
+- ``sequential``: one model call per row, trimming an mlx-lm ``KVCache`` after each; the
+  slow reference.
+
+The model's own modules run every pass. Two small adapters make that possible: a cache
+object that serves the fixed prefix keys and values with a given mask, and a RoPE wrapper
+that accepts one position per token by moving the token axis into the batch axis.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from .pack import Chunk, Edges, Plan
+from .platform import import_mlx
+from .trie import FieldTrie
+
+mx = import_mlx()
+import mlx.nn as nn  # noqa: E402
+
+__all__ = ["PACKABLE", "PassCache", "Passes", "PerTokenRoPE"]
+
+# Architectures whose attention reads positions only through `rope(x, offset=cache.offset)`
+# and keys through `cache.update_and_fetch`: the packed layout is verified for these.
+PACKABLE = {"llama", "qwen2", "qwen3", "mistral", "smollm3"}
+
+# Per layer, (keys, values) of a pass, (B, kv_heads, tokens, head_dim).
+LayerKV = list[tuple[Any, Any]]
+
+
+class PassCache:
+    """One layer's cache for a pass: fixed prefix K/V, the pass's positions and mask.
+
+    Args:
+        k: Prefix keys, or None when the pass starts at position 0.
+        v: Prefix values, or None.
+        offset: The pass's positions: an int, or a (B, L) array (per-token RoPE).
+        mask: What `make_mask` hands the attention: None, "causal" or an array.
+        keep: Keep this layer's K/V after the call (a prefill); a fields pass drops
+            them as soon as they are used.
+    """
+
+    def __init__(self, k: Any, v: Any, offset: Any, mask: Any, keep: bool = True):
+        self.pk, self.pv = k, v
+        self.offset = offset
+        self.mask = mask
+        self.keep = keep
+        self.keys: Any = None
+        self.values: Any = None
+
+    def update_and_fetch(self, keys: Any, values: Any) -> tuple[Any, Any]:
+        """The prefix K/V followed by this call's (the mlx-lm cache protocol)."""
+        if self.pk is not None:
+            keys = mx.concatenate([self.pk, keys], axis=2)
+            values = mx.concatenate([self.pv, values], axis=2)
+        if self.keep:
+            self.keys, self.values = keys, values
+        return keys, values
+
+    def make_mask(self, n: int, return_array: bool = False, window_size: Any = None) -> Any:
+        """The pass's mask, whatever the model asks for."""
+        return self.mask
+
+
+class PerTokenRoPE(nn.Module):
+    """Wraps a model's RoPE so `offset` may be a (batch, length) array of positions."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def __call__(self, x: Any, offset: Any = 0) -> Any:
+        if isinstance(offset, mx.array) and offset.ndim == 2:
+            b, h, n, d = x.shape
+            y = x.transpose(0, 2, 1, 3).reshape(b * n, h, 1, d)
+            y = self.inner(y, offset=offset.reshape(-1))
+            return y.reshape(b, n, h, d).transpose(0, 2, 1, 3)
+        return self.inner(x, offset=offset)
+
+
+def _hidden_and_head(model: nn.Module) -> tuple[Any, Any]:
+    """(inner transformer, head) if the model splits that way, else (None, None)."""
+    inner = getattr(model, "model", None)
+    if inner is None or not callable(inner):
+        return None, None
+    if hasattr(model, "lm_head"):
+        return inner, model.lm_head
+    args = getattr(model, "args", None)
+    if getattr(args, "tie_word_embeddings", False) and hasattr(inner, "embed_tokens"):
+        return inner, inner.embed_tokens.as_linear
+    return None, None
+
+
+def _install_rope(inner: Any) -> bool:
+    """Wraps every layer's RoPE in `PerTokenRoPE`; False at the first layer without one."""
+    for layer in inner.layers:
+        attn = getattr(layer, "self_attn", None)
+        rope = getattr(attn, "rope", None)
+        if attn is None or rope is None:
+            return False
+        if not isinstance(rope, PerTokenRoPE):
+            attn.rope = PerTokenRoPE(rope)
+    return True
+
+
+class Passes:
+    """The passes of one loaded model over a prefix KV cache.
+
+    Args:
+        model: An mlx-lm model (callable as `model(tokens, cache=[...])`).
+        model_type: mlx-lm model type; the packed pass is offered for `PACKABLE` ones.
+
+    Attributes:
+        packable: Whether the packed pass is available (per-token RoPE installed).
+    """
+
+    def __init__(self, model: nn.Module, model_type: str = "") -> None:
+        self.model = model
+        self.inner, self.head = _hidden_and_head(model)
+        self.packable = model_type in PACKABLE and self.inner is not None
+        if self.packable:
+            self.packable = _install_rope(self.inner)
+
+    # --- model calls ----------------------------------------------------------------------
+
+    def run(self, tokens: Any, caches: list[PassCache]) -> Any:
+        """Hidden states (split models) or logits (others) for `tokens` (B, L)."""
+        if self.inner is not None:
+            return self.inner(tokens, cache=caches)
+        return self.model(tokens, cache=caches)
+
+    def logits_at(self, out: Any, rows: Any, cols: Any) -> Any:
+        """Logits at (row, col) pairs of a pass's output, in float32."""
+        picked = out[rows, cols]
+        if self.inner is not None:
+            picked = self.head(picked)
+        return picked.astype(mx.float32)
+
+    def layers(self) -> list[Any]:
+        """The model's transformer layers."""
+        inner: Any = (
+            self.inner if self.inner is not None else getattr(self.model, "model", self.model)
+        )
+        return list(inner.layers)
+
+    def prefill(self, tokens: list[list[int]], prefix: LayerKV | None) -> LayerKV:
+        """Runs the prefill of right-padded rows after an optional shared prefix; returns
+        each layer's K/V, evaluated."""
+        width = max(len(r) for r in tokens)
+        arr = np.zeros((len(tokens), width), dtype=np.int32)
+        for i, r in enumerate(tokens):
+            arr[i, : len(r)] = r
+        b = len(tokens)
+        mask = "causal" if width > 1 else None
+        caches = []
+        for li in range(len(self.layers())):
+            if prefix is None:
+                caches.append(PassCache(None, None, 0, mask))
+            else:
+                k, v = prefix[li]
+                offset = int(k.shape[2])
+                if b > 1 and k.shape[0] == 1:
+                    k = mx.broadcast_to(k, (b, *k.shape[1:]))
+                    v = mx.broadcast_to(v, (b, *v.shape[1:]))
+                caches.append(PassCache(k, v, offset, mask))
+        self.run(mx.array(arr), caches)
+        kv = [(c.keys, c.values) for c in caches]
+        mx.eval([x for pair in kv for x in pair])
+        return kv
+
+    # --- the packed fields pass -----------------------------------------------------------
+
+    def packed(self, plan: Plan, kv: LayerKV, valid: list[int], chunks: list[Chunk]) -> list[Edges]:
+        """Runs the packed passes of `chunks` one after another on the current stream;
+        returns the edge log-probabilities each chunk scored. A chunk's full-vocabulary
+        logits (B, slots, V) are reduced as soon as it is evaluated, so at most one
+        chunk's logits per stream are alive (tariff: 6 x 48 MB otherwise)."""
+        b = len(valid)
+        width = kv[0][0].shape[2]
+        prefix_ok = np.arange(width)[None, :] < np.array(valid)[:, None]  # (B, K)
+        outs: list[Edges] = []
+        for ch in chunks:
+            t = len(ch.tokens)
+            mask = np.concatenate(
+                [
+                    np.broadcast_to(prefix_ok[:, None, :], (b, t, width)),
+                    np.broadcast_to(ch.allow, (b, t, t)),
+                ],
+                axis=2,
+            )[:, None]
+            pos = (np.array(valid)[:, None] + ch.rel_pos[None, :]).astype(np.int32)
+            pos_a, mask_a = mx.array(pos), mx.array(mask)
+            caches = [PassCache(k, v, pos_a, mask_a, keep=False) for k, v in kv]
+            toks = mx.array(np.broadcast_to(ch.tokens, (b, t)).astype(np.int32))
+            out = self.run(toks, caches)
+            logits = self.logits_at(out, slice(None), mx.array(ch.slots))
+            mx.eval(logits)
+            outs.append(chunk_edges(plan, ch, np.asarray(logits)))  # zero-copy view
+            del out, logits, caches
+        return outs
+
+    def group_job(
+        self, plan: Plan, rows: list[list[int]], valid: list[int], prefix: LayerKV | None
+    ) -> tuple[list[list[np.ndarray]], float, float]:
+        """Prefills `rows` after the prefix and runs all their fields passes; returns the
+        per-row edge scores and the seconds spent on each phase."""
+        t0 = time.perf_counter()
+        kv = self.prefill(rows, prefix)
+        t1 = time.perf_counter()
+        outs = self.packed(plan, kv, valid, plan.chunks)
+        fields = packed_result(plan, outs, len(rows))
+        return fields, t1 - t0, time.perf_counter() - t1
+
+    # --- the reference passes -------------------------------------------------------------
+
+    def batched(
+        self, plan: Plan, kv: LayerKV, valid: list[int], pack_budget: int
+    ) -> tuple[list[list[np.ndarray]], int]:
+        """One row per trie path, right-padded, the prefix broadcast over the rows.
+
+        Returns:
+            Per context row, per field edge log-probabilities; and the model calls run.
+        """
+        rows = _reference_rows(plan)
+        result: list[list[np.ndarray]] = []
+        passes = 0
+        for r, n_valid in enumerate(valid):
+            pre = [(k[r : r + 1, :, :n_valid], v[r : r + 1, :, :n_valid]) for k, v in kv]
+            node_logits: dict[tuple[int, int], Any] = {}
+            budget = max(1, pack_budget * 4 // max(len(t) for _, t, _ in rows))
+            for start in range(0, len(rows), budget):
+                group = rows[start : start + budget]
+                width = max(len(t) for _, t, _ in group)
+                arr = np.zeros((len(group), width), dtype=np.int32)
+                for i, (_, t, _) in enumerate(group):
+                    arr[i, : len(t)] = t
+                g = len(group)
+                caches = [
+                    PassCache(
+                        mx.broadcast_to(k, (g, *k.shape[1:])),
+                        mx.broadcast_to(v, (g, *v.shape[1:])),
+                        n_valid,
+                        "causal" if width > 1 else None,
+                    )
+                    for k, v in pre
+                ]
+                out = self.run(mx.array(arr), caches)
+                ri, ci, keys = [], [], []
+                seen = set(node_logits)
+                for i, (fi, _, nodes) in enumerate(group):
+                    for node, p in nodes:
+                        if (fi, node) not in seen:
+                            seen.add((fi, node))
+                            ri.append(i)
+                            ci.append(p)
+                            keys.append((fi, node))
+                logits = self.logits_at(out, mx.array(ri), mx.array(ci))
+                mx.eval(logits)
+                passes += 1
+                for j, key in enumerate(keys):
+                    node_logits[key] = logits[j]
+            result.append(_fields_from_nodes(plan, node_logits))
+        return result, passes
+
+    def sequential(
+        self, plan: Plan, kv: LayerKV, valid: list[int]
+    ) -> tuple[list[list[np.ndarray]], int]:
+        """One model call per trie path, trimming an mlx-lm `KVCache` after each.
+
+        Returns:
+            Per context row, per field edge log-probabilities; and the model calls run.
+        """
+        from mlx_lm.models.cache import KVCache, trim_prompt_cache
+
+        rows = _reference_rows(plan)
+        result: list[list[np.ndarray]] = []
+        passes = 0
+        for r, n_valid in enumerate(valid):
+            cache = []
+            for k, v in kv:
+                c = KVCache()
+                c.state = (k[r : r + 1, :, :n_valid], v[r : r + 1, :, :n_valid], n_valid)
+                cache.append(c)
+            node_logits: dict[tuple[int, int], Any] = {}
+            for fi, toks, nodes in rows:
+                logits = self.model(mx.array([toks]), cache=cache)[0].astype(mx.float32)
+                for node, p in nodes:
+                    node_logits.setdefault((fi, node), logits[p])
+                mx.eval(list(node_logits.values()))
+                trim_prompt_cache(cache, len(toks))
+                passes += 1
+            result.append(_fields_from_nodes(plan, node_logits))
+        return result, passes
+
+
+# --- from logits to edge log-probabilities --------------------------------------------------
+
+
+def chunk_edges(plan: Plan, ch: Chunk, logits: np.ndarray) -> Edges:
+    """(field, edge indices, (B, edges) log p) for every trie edge scored by `ch`, from
+    its slot logits (B, slots, V)."""
+    lse = logsumexp(logits)  # (B, slots)
+    found = []
+    for fi, nodes, rows in zip(ch.fields, ch.part_nodes, ch.node_rows):
+        trie = plan.tries[fi]
+        row_of = np.full(trie.n_nodes, -1)
+        row_of[nodes] = rows
+        sel = np.nonzero(row_of[trie.edge_node] >= 0)[0]
+        r = row_of[trie.edge_node[sel]]
+        found.append((fi, sel, logits[:, r, trie.edge_token[sel]] - lse[:, r]))
+    return found
+
+
+def packed_result(plan: Plan, outs: list[Edges], b: int) -> list[list[np.ndarray]]:
+    """Per row, per field edge log-probabilities from the chunks' scored edges."""
+    acc = [np.full((b, len(t.edge_node)), np.nan) for t in plan.tries]
+    for found in outs:
+        for fi, sel, logp in found:
+            acc[fi][:, sel] = logp
+    if any(np.isnan(a).any() for a in acc):  # pragma: no cover - a packing bug
+        raise RuntimeError("internal error: a trie edge was not evaluated")
+    return [[acc[fi][r] for fi in range(len(plan.tries))] for r in range(b)]
+
+
+def logsumexp(logits: np.ndarray, block_bytes: int = 4 << 20) -> np.ndarray:
+    """Log-sum-exp over the last axis, returned in float64 (numpy's exp is vectorised,
+    MLX's CPU exp is not). Works through about `block_bytes` of rows at a time, so the
+    temporaries stay small next to the (B, slots, V) logits (33 MB per triage chunk)."""
+    lg = logits.astype(np.float32, copy=False)
+    flat = lg.reshape(-1, lg.shape[-1])
+    out = np.empty(flat.shape[0], dtype=np.float64)
+    step = max(1, block_bytes // max(1, flat.shape[1] * 4))
+    for i in range(0, flat.shape[0], step):
+        rows = flat[i : i + step]
+        m = rows.max(axis=-1, keepdims=True)
+        tmp = rows - m
+        np.exp(tmp, out=tmp)
+        out[i : i + step] = np.log(tmp.sum(axis=-1)) + m[:, 0]
+    return out.reshape(lg.shape[:-1])
+
+
+def _reference_rows(plan: Plan) -> list[tuple[int, list[int], list[tuple[int, int]]]]:
+    """The reference passes' rows: (field, tokens, [(node, position in row)])."""
+    rows = []
+    for fi, trie in enumerate(plan.tries):
+        s = len(trie.stem)
+        for path in trie.paths():
+            toks = list(trie.stem) + [trie.node_tokens[n] for n in path]
+            nodes = [(0, s - 1)] + [(n, s - 1 + trie.node_depth[n]) for n in path]
+            rows.append((fi, toks, nodes))
+    return rows
+
+
+def _fields_from_nodes(plan: Plan, node_logits: dict[tuple[int, int], Any]) -> list[np.ndarray]:
+    """Per field edge log-probabilities from each (field, trie node)'s logits."""
+    out = []
+    for fi, trie in enumerate(plan.tries):
+        stacked = mx.stack([node_logits[(fi, n)] for n in range(trie.n_nodes)])[None]
+        out.append(_edge_logp(np.asarray(stacked), trie)[0])
+    return out
+
+
+def _edge_logp(logits: np.ndarray, trie: FieldTrie) -> np.ndarray:
+    """(rows, nodes, V) logits -> (rows, edges) full-vocabulary log p, in numpy.
+
+    numpy's vectorised exp is several times faster than MLX's CPU exp for this reduction.
+    """
+    lse = logsumexp(logits)
+    return logits[:, trie.edge_node, trie.edge_token].astype(np.float64) - lse[:, trie.edge_node]

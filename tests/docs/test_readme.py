@@ -1,0 +1,132 @@
+"""Every Python block of the README runs as written, and shows what it really prints.
+
+A line's `# -> text` comment (on the statement, or on comment lines right after it) is
+the output that statement prints on the embedded model; the test runs each top-level
+statement, captures what it prints and compares, line by line. Two blocks cannot run
+exactly as written here, and the test says how it bends them:
+
+- the "for real work" block loads model files that CI does not have: `Decider.load` is
+  replaced by a stand-in that checks each call against the real signature and returns
+  the embedded model;
+- the `typesafe-sdk` block talks to `http://127.0.0.1:8000`: the test serves the
+  embedded model on a free port and points that address there.
+
+The "Scale out" section's Ray Data block runs in `tests/ray/test_readme_scale_out.py`.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pcd_tools import Decider
+from tests.serve.live import live_server
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def _section(start: str, end: str) -> str:
+    return README.split(start)[1].split(end)[0]
+
+
+QUICK = _blocks(README.split("<!-- agents:start -->")[0])
+AGENTS = _blocks(_section("<!-- agents:start -->", "<!-- agents:end -->"))
+SERVE = _blocks(_section("<!-- serve:start -->", "<!-- serve:end -->"))
+# Run by tests/ray/test_readme_scale_out.py, on a local Ray instance.
+SCALE = _blocks(_section("<!-- scale:start -->", "<!-- scale:end -->"))
+# Run by tests/ray/test_readme_scale_out.py (it needs the ray extra and a Ray instance).
+SCALE = _blocks(_section("<!-- scale:start -->", "<!-- scale:end -->"))
+
+
+def run_checked(src: str, ns: dict[str, Any], label: str) -> list[str]:
+    """Runs `src` statement by statement in `ns`; checks every `# ->` output."""
+    lines = src.splitlines()
+    body = ast.parse(src).body
+    checked = []
+    for i, node in enumerate(body):
+        stop = body[i + 1].lineno - 1 if i + 1 < len(body) else len(lines)
+        segment = lines[node.lineno - 1 : stop]
+        expected = [ln.split("# -> ", 1)[1].rstrip() for ln in segment if "# -> " in ln]
+        code = compile(ast.Module([node], []), f"README.md ({label})", "exec", dont_inherit=True)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(code, ns)
+        if expected:
+            got = [ln.rstrip() for ln in out.getvalue().splitlines()]
+            assert got == expected, f"{label}, line {node.lineno}: printed {got}"
+            checked.extend(expected)
+    return checked
+
+
+def test_the_readme_blocks_are_all_run_here():
+    assert len(_blocks(README)) == len(QUICK) + len(AGENTS) + len(SERVE) + len(SCALE)
+    assert len(QUICK) == 3 and len(AGENTS) == 5 and len(SERVE) == 1 and len(SCALE) == 1
+
+
+def test_quick_start_runs_as_written(real, monkeypatch):
+    ns: dict[str, Any] = {"__name__": "readme"}
+    checked = run_checked(QUICK[0], ns, "quick start")
+    assert len(checked) >= 5
+    assert ns["d"].fields["priority"].label in {"P0_CRITICAL", "P1_HIGH", "P2_NORMAL", "P3_LOW"}
+
+    # The "for real work" block: each load must be a valid call of the real `Decider.load`.
+    signature = inspect.signature(Decider.load.__func__)
+    loads: list[inspect.BoundArguments] = []
+
+    def stand_in(cls: type, *args: Any, **kwargs: Any) -> Decider:
+        loads.append(signature.bind(cls, *args, **kwargs))
+        return real
+
+    monkeypatch.setattr(Decider, "load", classmethod(stand_in))
+    run_checked(QUICK[1], ns, "for real work")
+    sources = [b.arguments["source"] for b in loads]
+    assert len(sources) == 3
+    assert sources[0].endswith(".gguf") and sources[2].endswith(".gguf")
+    assert sources[1].startswith("mlx-community/")
+    assert loads[2].arguments["calibration"] == "cal.json"
+    assert ns["d"].orders == 2
+
+
+def test_schemas_section_runs_as_written(real):
+    ns: dict[str, Any] = {"__name__": "readme", "decider": real}
+    checked = run_checked(QUICK[2], ns, "schemas")
+    assert len(checked) == 4
+    table = ns["d"].joint[("category", "subcategory")]
+    assert sum(table.values()) == pytest.approx(1.0)
+
+
+@pytest.mark.langchain
+def test_agents_section_runs_on_the_embedded_model(real, monkeypatch):
+    # `Decider.load()` in the README is the embedded model; reuse the session's copy.
+    monkeypatch.setattr(Decider, "load", classmethod(lambda cls, *a, **k: real))
+    ns: dict[str, Any] = {"__name__": "readme"}
+    for i, block in enumerate(AGENTS):
+        run_checked(block, ns, f"agents block {i + 1}")
+    assert ns["out"]["pcd_decision"]["route"] in {"billing", "engineering", "accounts", "human"}
+    assert ns["result"].value.topic in {"payment", "bug", "login"}
+
+
+@pytest.mark.serve
+def test_typesafe_client_block_against_a_live_server(real):
+    pytest.importorskip("typesafe_sdk")
+    from pcd_tools.serve.app import create_app
+
+    with live_server(create_app(real, api_key="s3cret")) as url:
+        src = SERVE[0].replace("http://127.0.0.1:8000", url)
+        assert src != SERVE[0]
+        checked = run_checked(src, {"__name__": "readme"}, "typesafe-sdk")
+    assert len(checked) == 2

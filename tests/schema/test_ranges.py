@@ -1,0 +1,99 @@
+"""Integer ranges: bounded `int` fields compile to an ordered field of the integers."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import numpy as np
+import pytest
+from pydantic import BaseModel, Field, conint
+
+from pcd_tools.errors import TooFewChoicesError, TooManyChoicesError, UnsupportedFieldError
+from pcd_tools.result import FieldResult
+from pcd_tools.schema import compile_schema
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_spelling_of_a_bounded_int_compiles_to_its_integers_in_order():
+    class M(BaseModel):
+        a: int = Field(ge=1, le=5)
+        b: Annotated[int, Field(ge=0, lt=3)]
+        c: conint(gt=0, le=4)  # type: ignore[valid-type]
+        d: int = Field(ge=0, le=20, multiple_of=5)
+        e: int | None = Field(default=None, ge=1, le=3)
+
+    s = compile_schema(M)
+    assert [f.labels for f in s.fields] == [
+        [1, 2, 3, 4, 5],
+        [0, 1, 2],
+        [1, 2, 3, 4],
+        [0, 5, 10, 15, 20],
+        [1, 2, 3, None],
+    ]
+    assert [f.ordered for f in s.fields] == [True] * 5
+    assert s.field("a").choices[0].literal == "1"
+    assert s.field("e").optional is True
+    assert s.build({"a": 3, "b": 0, "c": 4, "d": 15, "e": None}) == M(a=3, b=0, c=4, d=15)
+
+
+def test_a_range_changes_the_fingerprint_only_by_its_values_and_order_flag():
+    class Lit(BaseModel):
+        a: int = Field(ge=1, le=2)
+
+    spec = compile_schema(Lit).to_spec()["fields"][0]
+    assert spec["ordered"] is True
+    assert spec["choices"] == [["1", None], ["2", None]]
+
+
+def test_a_range_over_255_values_names_the_range():
+    class Big(BaseModel):
+        amount: int = Field(ge=0, le=1000)
+
+    with pytest.raises(TooManyChoicesError) as e:
+        compile_schema(Big)
+    msg = str(e.value)
+    assert msg.startswith("Big.amount: the int range 0..1000 in annotation int has 1001 values")
+    assert "accepted: 2 to 255 values" in msg
+    assert (e.value.model, e.value.field) == ("Big", "amount")
+
+
+def test_255_values_is_accepted():
+    class Edge(BaseModel):
+        n: int = Field(ge=1, le=255)
+
+    assert compile_schema(Edge).field("n").cardinality == 255
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "missing"), [({}, "lower or upper"), ({"ge": 1}, "upper"), ({"le": 3}, "lower")]
+)
+def test_a_free_int_is_refused_naming_the_missing_bound(kwargs, missing):
+    class Free(BaseModel):
+        n: int = Field(**kwargs)
+
+    with pytest.raises(UnsupportedFieldError) as e:
+        compile_schema(Free)
+    assert f"Free.n: annotation int has no {missing} bound" in str(e.value)
+    assert "accepted: an int with both bounds" in str(e.value)
+
+
+def test_a_single_value_range_is_too_few():
+    class One(BaseModel):
+        n: int = Field(ge=3, le=3)
+
+    with pytest.raises(TooFewChoicesError, match=r"One.n: the int range 3..3 .* has 1 value"):
+        compile_schema(One)
+
+
+def test_expected_is_the_mean_over_the_integers_and_ignores_not_stated():
+    class R(BaseModel):
+        n: int | None = Field(default=None, ge=1, le=3)
+        flag: bool
+
+    s = compile_schema(R)
+    probs = np.array([0.2, 0.2, 0.4, 0.2])
+    res = FieldResult.from_probs(s.field("n"), probs, np.log(probs))
+    assert res.expected == pytest.approx((1 * 0.2 + 2 * 0.2 + 3 * 0.4) / 0.8)
+    flag = FieldResult.from_probs(s.field("flag"), np.array([0.5, 0.5]), np.zeros(2))
+    assert flag.expected is None

@@ -1,0 +1,259 @@
+"""The package's layout: layers point down, no import loops, modules stay small.
+
+The import graph is read with `ast` (nothing is imported), so the test sees every import,
+also those inside functions. The layers, bottom to top:
+
+    errors → schema → {prompt, result, calibration, orders, checks, joint, waves} → engine
+           → {decider, worker, aio} → {agents, serve, eval, bench, batch, ray, shims} → cli
+
+An import at module level may only point to the same layer or one below it. An import
+inside a function may point up only where `LAZY_UP` names the edge: a thin hook that
+exists for that wrapper (`Decider.as_tool`), or a deprecation shim. Imports under
+`if TYPE_CHECKING:` are for type hints and are not edges.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2] / "pcd_tools"
+
+# Module (or package) name prefix → layer. The longest matching prefix wins.
+LAYERS: dict[str, int] = {
+    "pcd_tools.errors": 0,
+    "pcd_tools.schema": 1,
+    "pcd_tools.prompt": 2,
+    "pcd_tools.result": 2,
+    "pcd_tools.calibration": 2,
+    "pcd_tools.orders": 2,
+    "pcd_tools.checks": 2,
+    "pcd_tools.joint": 2,
+    "pcd_tools.waves": 2,
+    "pcd_tools.engine": 3,
+    "pcd_tools.decider": 4,
+    "pcd_tools.worker": 4,
+    "pcd_tools.aio": 4,
+    "pcd_tools": 4,  # the package's own lazy surface sits just above the decider
+    "pcd_tools.agents": 5,
+    "pcd_tools.serve": 5,
+    "pcd_tools.eval": 5,
+    "pcd_tools.bench": 5,
+    "pcd_tools.batch": 5,
+    "pcd_tools.ray": 5,
+    "pcd_tools.evaluate": 5,  # deprecated shims re-exporting pcd_tools.eval
+    "pcd_tools.metrics": 5,
+    "pcd_tools.datasets": 5,
+    "pcd_tools.cli": 6,
+    "pcd_tools.__main__": 6,
+}
+
+# Wrappers on the same layer stay independent of each other at module level.
+WRAPPERS = ("agents", "serve", "eval", "bench", "batch", "ray")
+
+# Upward imports allowed inside a function: (importer prefix, imported prefix).
+LAZY_UP: set[tuple[str, str]] = {
+    # `Model.decide()` on a `@decision` class calls the process-wide default decider.
+    ("pcd_tools.schema", "pcd_tools.decider"),
+    # `Decider.as_tool` / `Decider.with_structured_output`: thin hooks into the extra.
+    ("pcd_tools.decider", "pcd_tools.agents.tools"),
+    ("pcd_tools.decider", "pcd_tools.agents.structured"),
+    # Deprecated names on the old `pcd_tools.calibration` path, for one release.
+    ("pcd_tools.calibration", "pcd_tools.eval"),
+    # `pcd_tools.ray` runs the other wrappers on a cluster: the `pcd batch` file job (same
+    # columns and checkpoint) and the `pcd serve` app (as a Ray Serve deployment).
+    ("pcd_tools.ray", "pcd_tools.batch"),
+    ("pcd_tools.ray", "pcd_tools.serve"),
+}
+
+MAX_LINES = 500
+# One idea that cannot be cut, with the reason in the module's docstring.
+LONG_MODULES: set[str] = set()
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for sub in node.body:
+                for n in ast.walk(sub):
+                    if hasattr(n, "lineno"):
+                        lines.add(n.lineno)
+    return lines
+
+
+def _function_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            for n in ast.walk(node):
+                if hasattr(n, "lineno"):
+                    lines.add(n.lineno)
+    return lines
+
+
+def _resolve(importer: str, is_pkg: bool, node: ast.ImportFrom, known: set[str]) -> list[str]:
+    if node.level:
+        base = importer.split(".") if is_pkg else importer.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        target = ".".join([*base, *([node.module] if node.module else [])])
+    else:
+        target = node.module or ""
+    if not target.startswith("pcd_tools"):
+        return []
+    # `from .engine import cpu_kernels` imports the submodule, not just the package.
+    subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in known]
+    return subs or [target]
+
+
+def import_edges() -> list[tuple[str, str, bool, int]]:
+    """Every (importer, imported, lazy, line) edge inside `pcd_tools`."""
+    mods = _modules()
+    known = set(mods)
+    edges: list[tuple[str, str, bool, int]] = []
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        typing_only = _type_checking_lines(tree)
+        in_function = _function_lines(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                targets = _resolve(name, path.name == "__init__.py", node, known)
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.startswith("pcd_tools")]
+            else:
+                continue
+            if node.lineno in typing_only:
+                continue
+            for t in targets:
+                if t != name:
+                    edges.append((name, t, node.lineno in in_function, node.lineno))
+    return edges
+
+
+def layer(module: str) -> int:
+    best = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len)
+    return LAYERS[best]
+
+
+def _wrapper(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in WRAPPERS else None
+
+
+def _allowed_lazy(importer: str, imported: str) -> bool:
+    return any(
+        (importer == a or importer.startswith(a + "."))
+        and (imported == b or imported.startswith(b + "."))
+        for a, b in LAZY_UP
+    )
+
+
+def test_the_graph_is_read() -> None:
+    edges = import_edges()
+    pairs = {(a, b) for a, b, _, _ in edges}
+    # Known edges, so that a broken reader cannot pass the tests below by finding nothing.
+    assert ("pcd_tools.decider", "pcd_tools.result") in pairs
+    assert ("pcd_tools.engine.cpu_kernels", "pcd_tools.engine.platform") in pairs
+    assert any(a.startswith("pcd_tools.cli") for a, _, _, _ in edges)
+    assert len(edges) > 100
+
+
+def test_no_upward_edge() -> None:
+    bad = []
+    for a, b, lazy, line in import_edges():
+        if b == "pcd_tools" and a.startswith("pcd_tools."):
+            continue  # `import pcd_tools` from inside: the package's lazy surface
+        up = layer(b) > layer(a)
+        sideways = _wrapper(a) is not None and _wrapper(b) not in (None, _wrapper(a))
+        if (up or sideways) and not (lazy and _allowed_lazy(a, b)):
+            kind = "lazy" if lazy else "module-level"
+            bad.append(f"{a}:{line} imports {b} ({kind}, layer {layer(a)} -> {layer(b)})")
+    assert bad == []
+
+
+def test_no_import_loop() -> None:
+    graph: dict[str, set[str]] = {}
+    for a, b, lazy, _ in import_edges():
+        if lazy and _allowed_lazy(a, b):
+            continue
+        graph.setdefault(a, set()).add(b)
+    loops: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def visit(n: str) -> None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                loops.append([*stack[stack.index(m) :], m])
+            elif m not in state:
+                visit(m)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n)
+    assert loops == []
+
+
+def test_core_never_imports_a_wrapper_at_module_level() -> None:
+    bad = [
+        f"{a}:{line} imports {b}"
+        for a, b, lazy, line in import_edges()
+        if not lazy and layer(a) <= 4 and layer(b) >= 5
+    ]
+    assert bad == []
+
+
+def test_argparse_only_in_cli() -> None:
+    bad = []
+    for name, path in _modules().items():
+        if name.startswith("pcd_tools.cli"):
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if "argparse" in names:
+                bad.append(f"{name}:{node.lineno}")
+    assert bad == []
+
+
+def test_modules_stay_small() -> None:
+    long = {
+        name: n
+        for name, path in _modules().items()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES and name not in LONG_MODULES
+    }
+    assert long == {}
+
+
+def test_the_layer_table_catches_an_upward_edge() -> None:
+    # The rule itself: an engine module importing the decider at module level is refused.
+    assert layer("pcd_tools.engine.passes") < layer("pcd_tools.decider")
+    assert layer("pcd_tools.eval.calibration") > layer("pcd_tools.calibration")
+    assert layer("pcd_tools.cli.eval") > layer("pcd_tools.eval.evaluate")
+    assert not _allowed_lazy("pcd_tools.engine.engine", "pcd_tools.decider")
+    assert _allowed_lazy("pcd_tools.decider", "pcd_tools.agents.tools")
