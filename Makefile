@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= dev,langchain,serve,bench
+EXTRAS ?= dev,langchain,serve,bench,batch,ray
 STAMP  := $(VENV)/.pcd-setup-$(shell echo "$(EXTRAS)" | tr ',' '-')
 
 .PHONY: setup demo test bench lint typecheck clean

@@ -213,3 +213,7 @@ class CheckpointMismatchError(BatchError, ValueError):
 
 class BatchLockedError(BatchError):
     """Another process is writing the same output."""
+
+
+class InputNotFoundError(BatchError, FileNotFoundError):
+    """A batch job's input file does not exist."""

@@ -31,6 +31,7 @@ SUBCOMMANDS: tuple[tuple[str, str, bool], ...] = (
     ("serve", "pcd_tools.cli.serve", True),
     ("eval", "pcd_tools.cli.eval", True),
     ("calibrate", "pcd_tools.cli.calibrate", False),
+    ("batch", "pcd_tools.cli.batch", True),
 )
 
 # Optional dependencies (import name → extra), for the message when one is missing.

@@ -73,6 +73,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="info",
         help=f"uvicorn log level: {', '.join(LOG_LEVELS)} (default %(default)s)",
     )
+    ray = parser.add_argument_group("ray serve (the `ray` extra)")
+    ray.add_argument(
+        "--ray",
+        nargs="?",
+        const="auto",
+        default=None,
+        metavar="ADDRESS",
+        help="serve on Ray Serve: `auto` (the running cluster, else a local one; the "
+        "default), `local` or a cluster address",
+    )
+    ray.add_argument(
+        "--replicas",
+        default="1",
+        metavar="N|MIN:MAX",
+        help="with --ray: a fixed replica count or an autoscaling range (default %(default)s)",
+    )
+    ray.add_argument(
+        "--num-cpus-per-replica",
+        type=float,
+        default=2.0,
+        help="with --ray: CPUs per replica; its threads follow (default %(default)s)",
+    )
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -90,12 +112,72 @@ def check_args(args: argparse.Namespace) -> None:
         args, 1, "max_queue", "max_batch", "max_batch_tokens", "max_body_bytes", "max_questions"
     )
     check_at_least(args, 0, "batch_wait_ms")
+    check_at_least(args, 0.01, "num_cpus_per_replica")
+    args.replica_range = _replicas(args.replicas)
     if args.batch_wait_ms == float("inf"):
         raise UsageError(f"--batch-wait-ms must be a finite number >= 0; got {args.batch_wait_ms}.")
     level = str(args.log_level).lower()
     if level not in LOG_LEVELS:
         raise UsageError(f"--log-level must be one of {list(LOG_LEVELS)}; got {args.log_level!r}.")
     args.log_level = level
+
+
+def _replicas(value: str) -> tuple[int, int]:
+    lo, sep, hi = str(value).partition(":")
+    try:
+        lo_n, hi_n = (int(lo), int(hi)) if sep else (int(lo), int(lo))
+    except ValueError:
+        raise UsageError(f"--replicas takes N or MIN:MAX (e.g. 2 or 1:4); got {value!r}.") from None
+    if lo_n < (0 if sep else 1) or hi_n < max(lo_n, 1):
+        raise UsageError(f"--replicas needs N >= 1, or 0 <= MIN <= MAX, MAX >= 1; got {value!r}.")
+    return lo_n, hi_n
+
+
+def _serve_on_ray(args: argparse.Namespace, key: str | None) -> int:
+    try:
+        import ray.serve  # noqa: F401
+    except ImportError:
+        print_error(
+            "`pcd serve --ray` needs 'ray'; install it with `pip install 'pcd-tools[ray]'`."
+        )
+        return 2
+    from ..ray import run_server
+
+    lo, hi = args.replica_range
+    scale: dict[str, Any] = (
+        {"num_replicas": lo}
+        if lo == hi
+        else {"autoscaling_config": {"min_replicas": lo, "max_replicas": hi}}
+    )
+
+    def announce(info: dict[str, Any]) -> None:
+        print(
+            json.dumps(info)
+            if args.json
+            else f"pcd serve: {info['model']} on Ray Serve at {info['url']} "
+            f"(replicas {info['replicas']}, auth {'on' if info['auth'] else 'off'})",
+            file=sys.stderr,
+        )
+
+    run_server(
+        args.model,
+        address=args.ray,
+        host=args.host,
+        port=args.port,
+        on_ready=announce,
+        api_key=key,
+        calibration=args.calibration or None,
+        num_cpus_per_replica=args.num_cpus_per_replica,
+        max_queue=args.max_queue,
+        max_batch=args.max_batch,
+        max_batch_tokens=args.max_batch_tokens,
+        batch_wait_ms=args.batch_wait_ms,
+        max_body_bytes=args.max_body_bytes,
+        max_questions=args.max_questions,
+        warmup=not args.no_warmup,
+        **scale,
+    )
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -117,6 +199,8 @@ def run(args: argparse.Namespace) -> int:
             "--allow-remote-without-key."
         )
         return 2
+    if args.ray is not None:
+        return _serve_on_ray(args, key)
     from ..serve import serve
 
     def announce(info: dict[str, Any]) -> None:

