@@ -18,16 +18,19 @@ __all__ = [
     "InvalidContextError",
     "InvalidFieldNameError",
     "InvalidFieldOptionError",
+    "InvalidJsonSchemaError",
     "ModelLoadError",
     "NativeBuildError",
     "NestingTooDeepError",
     "PcdToolsError",
     "SchemaError",
+    "SchemaTooLargeError",
     "TooFewChoicesError",
     "TooManyChoicesError",
     "UnknownKeyError",
     "UnknownParentError",
     "UnsupportedFieldError",
+    "UnsupportedSchemaKeywordError",
     "UnsupportedUnionError",
 ]
 
@@ -127,6 +130,58 @@ class NestingTooDeepError(SchemaError):
     """Nested models go deeper than the limit, or a model contains itself."""
 
 
+class UnsupportedSchemaKeywordError(UnsupportedFieldError):
+    """A JSON schema uses a keyword (or a `type`) PCD cannot score, e.g. free text or numbers.
+
+    Attributes:
+        keyword: The JSON-schema keyword, e.g. `"pattern"`, `"type"` or `"anyOf"`.
+        path: Where it is, as a JSON pointer into the schema, e.g.
+            `/properties/customer/properties/name` (`""` is the schema's top).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        keyword: str,
+        path: str,
+        model: str | None = None,
+        field: str | None = None,
+    ):
+        super().__init__(message, model=model, field=field)
+        self.keyword = keyword
+        self.path = path
+
+
+class InvalidJsonSchemaError(SchemaError):
+    """A JSON schema is malformed: not an object, `properties` not an object, a `$ref`
+    that points nowhere, an `enum` that is not a list...
+
+    Attributes:
+        path: Where the problem is, as a JSON pointer into the schema (`""` is the top).
+    """
+
+    def __init__(
+        self, message: str, *, path: str, model: str | None = None, field: str | None = None
+    ):
+        super().__init__(message, model=model, field=field)
+        self.path = path
+
+
+class SchemaTooLargeError(SchemaError):
+    """A schema has more fields than the caller's limit (`max_fields`).
+
+    Attributes:
+        count: The number of fields the schema compiles to.
+        limit: The most fields accepted.
+    """
+
+    def __init__(self, message: str, *, count: int, limit: int, model: str | None = None):
+        super().__init__(message, model=model)
+        self.count = count
+        self.limit = limit
+
+
 # --- inputs -------------------------------------------------------------------------------
 
 
@@ -217,3 +272,26 @@ class BatchLockedError(BatchError):
 
 class InputNotFoundError(BatchError, FileNotFoundError):
     """A batch job's input file does not exist."""
+
+
+class InvalidExampleError(SchemaError):
+    """A few-shot example does not fit its schema (a missing or unknown key, a value that
+    is not an allowed answer, an empty input).
+
+    Attributes:
+        index: The example's position in the list it was given in.
+        source: Where the list came from (`model_config`, `@decision(examples=...)`, ...).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        index: int,
+        source: str,
+        model: str | None = None,
+        field: str | None = None,
+    ):
+        super().__init__(message, model=model, field=field)
+        self.index = index
+        self.source = source

@@ -19,8 +19,12 @@ The package holds one idea per module:
 - `choices`: validating a field's candidate values and their descriptions;
 - `models`: a Pydantic model (annotations, docstrings) -> `Schema`;
 - `dict_form`: the seed-compatible `StructuredSchema` and `FieldDefinition`;
+- `json_schema`: a JSON schema (`Model.model_json_schema()`, OpenAI's strict form, a tool's
+  `parameters`) -> `Schema`, via a Pydantic model it builds (`compile_json_schema`);
+  `json_schema_values` holds its leaves, errors and model building;
 - `compile`: `compile_schema`, the one entry point for every accepted form;
-- `decorator`: the `@decision` class decorator.
+- `decorator`: the `@decision` class decorator;
+- `examples`: few-shot examples, checked against the compiled schema.
 
 The errors live in `pcd_tools.errors`.
 """
@@ -30,7 +34,8 @@ from __future__ import annotations
 from .compile import compile_schema
 from .decorator import decision
 from .dict_form import FieldDefinition, StructuredSchema
-from .spec import MAX_CHOICES, Choice, FieldSpec, Schema
+from .examples import with_examples
+from .spec import MAX_CHOICES, Choice, Example, FieldSpec, Schema
 
 # Also importable from here, as before the split (not in `__all__`).
 from .spec import MIN_CHOICES as MIN_CHOICES
@@ -40,10 +45,12 @@ from .spec import iter_labels as iter_labels
 __all__ = [
     "MAX_CHOICES",
     "Choice",
+    "Example",
     "FieldDefinition",
     "FieldSpec",
     "Schema",
     "StructuredSchema",
     "compile_schema",
     "decision",
+    "with_examples",
 ]

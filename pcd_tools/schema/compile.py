@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from ..errors import SchemaError
 from .dict_form import StructuredSchema
+from .json_schema import compile_json_schema, is_json_schema
 from .models import _from_model
 from .spec import Schema
 
@@ -21,8 +22,9 @@ def compile_schema(obj: Any) -> Schema:
     """Compiles any accepted schema form into a `Schema`.
 
     Args:
-        obj: A `Schema`, a Pydantic `BaseModel` subclass, a `StructuredSchema`, a dict spec
-            or a list of `FieldDefinition`.
+        obj: A `Schema`, a Pydantic `BaseModel` subclass, a `StructuredSchema`, a dict spec,
+            a list of `FieldDefinition`, or a JSON schema (`{"type": "object",
+            "properties": {...}}`, e.g. `Model.model_json_schema()`: `compile_json_schema`).
 
     Raises:
         SchemaError: (or a subclass) naming the model, the field, what was given and what
@@ -42,9 +44,12 @@ def compile_schema(obj: Any) -> Schema:
             hit = _from_model(obj)
             _CACHE[key] = hit
         return hit
+    if is_json_schema(obj):
+        return compile_json_schema(obj)
     if isinstance(obj, (Mapping, list, tuple)):
         return StructuredSchema(obj).schema
     raise SchemaError(
         f"cannot build a schema from {type(obj).__name__}; accepted: a Pydantic BaseModel "
-        "subclass, a StructuredSchema, a dict of field specs or a list of FieldDefinition."
+        "subclass, a StructuredSchema, a dict of field specs, a list of FieldDefinition or "
+        "a JSON schema."
     )

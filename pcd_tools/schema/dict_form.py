@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, create_model
@@ -16,6 +16,8 @@ from pydantic import Field as PydField
 
 from ..errors import EmptySchemaError, SchemaError, UnknownKeyError, UnsupportedFieldError
 from .choices import _enum_choices
+from .examples import with_wrapper_examples
+from .json_schema import compile_json_schema, is_json_schema
 from .models import _check_name, _from_model
 from .spec import Schema, _where
 
@@ -71,7 +73,9 @@ class StructuredSchema:
 
     Args:
         fields: Mapping of name -> `{"type", "description", "choices", "choice_descriptions",
-            "optional"}`, or a list of `FieldDefinition`.
+            "optional"}`, or a list of `FieldDefinition`, or a JSON schema (`{"type":
+            "object", "properties": {...}}`, compiled by `compile_json_schema`; it has no
+            `definitions`).
         name: A name for the schema, used in messages.
         instructions: Task instructions for the model.
     """
@@ -83,12 +87,22 @@ class StructuredSchema:
         name: str | None = None,
         instructions: str | None = None,
     ):
-        _check_wrapper_keys(fields)
+        if not is_json_schema(fields):
+            _check_wrapper_keys(fields)
+        wrapper: Mapping[str, Any] | None = None
         if _is_wrapper(fields):  # {"name": ..., "instructions": ..., "fields": {...}}
-            wrapper: Mapping[str, Any] = fields  # type: ignore[assignment]
-            name = name if name is not None else wrapper.get("name")
-            instructions = instructions if instructions is not None else wrapper.get("instructions")
-            fields = wrapper["fields"]
+            given_wrapper: Mapping[str, Any] = fields  # type: ignore[assignment]
+            wrapper = given_wrapper
+            name = name if name is not None else given_wrapper.get("name")
+            instructions = (
+                instructions if instructions is not None else given_wrapper.get("instructions")
+            )
+            fields = given_wrapper["fields"]
+        json_schema = None
+        if is_json_schema(fields):  # {"type": "object", "properties": {...}, ...}
+            given = name if isinstance(name, str) and name else None
+            json_schema = compile_json_schema(fields, name=given)  # type: ignore[arg-type]
+            name, instructions = json_schema.name, instructions or json_schema.instructions
         name = name if isinstance(name, str) and name else "StructuredSchema"
         instructions = instructions or ""
         if not isinstance(instructions, str):
@@ -98,8 +112,14 @@ class StructuredSchema:
             )
         self.name = name
         self.instructions = instructions
+        if json_schema is not None:  # no `FieldDefinition`s: nested models, unions...
+            self.definitions: list[FieldDefinition] = []
+            compiled = replace(json_schema, instructions=instructions)
+            self._compiled = with_wrapper_examples(compiled, wrapper)
+            return
         self.definitions = _normalise_definitions(name, fields)
-        self._compiled = _from_definitions(name, instructions, self.definitions)
+        compiled = _from_definitions(name, instructions, self.definitions)
+        self._compiled = with_wrapper_examples(compiled, wrapper)
 
     @property
     def schema(self) -> Schema:
@@ -112,7 +132,7 @@ class StructuredSchema:
         return self._compiled.model
 
     def __repr__(self) -> str:
-        return f"StructuredSchema({[d.name for d in self.definitions]})"
+        return f"StructuredSchema({self._compiled.field_names})"
 
 
 _DICT_KEYS = {
@@ -130,7 +150,7 @@ _DICT_KEYS = {
     "choices_by",
 }
 _OPTIONS = ("ge", "le", "threshold", "min_length", "max_length", "depends_on", "choices_by")
-_WRAPPER_KEYS = ("fields", "instructions", "name")
+_WRAPPER_KEYS = ("examples", "fields", "instructions", "name")
 
 
 def _closest(key: Any, accepted: Sequence[str]) -> str | None:
@@ -184,17 +204,18 @@ def _check_wrapper_keys(obj: Any) -> None:
 
 
 def _is_wrapper(obj: Any) -> bool:
-    """Whether `obj` is `{"fields": {...} | [...], "name"?: str, "instructions"?: str}`.
+    """Whether `obj` is `{"fields": {...} | [...], "name"?: str, "instructions"?: str,
+    "examples"?: [...]}`.
 
     A field that happens to be called `fields` has a spec dict with a `type` key, so it is
-    never mistaken for the wrapper.
+    never mistaken for the wrapper. The inner `fields` may also be a JSON schema.
     """
     if not isinstance(obj, Mapping) or "fields" not in obj:
         return False
-    if not set(obj) <= {"fields", "name", "instructions"}:
+    if not set(obj) <= set(_WRAPPER_KEYS):
         return False
     inner = obj["fields"]
-    if isinstance(inner, (list, tuple)):
+    if isinstance(inner, (list, tuple)) or is_json_schema(inner):
         return True
     return isinstance(inner, Mapping) and all(isinstance(v, Mapping) for v in inner.values())
 

@@ -29,6 +29,7 @@ from ..errors import (
 from .choices import _bool_choices, _enum_choices, _null_choice, _with_descriptions
 from .conditional import resolve_choices_by, union_of
 from .dependencies import parse_depends_on, resolve_dependencies, waves
+from .examples import model_config_examples, with_examples
 from .multilabel import label_type, multilabel_field
 from .nested import MAX_DEPTH, is_model
 from .ranges import int_range_choices
@@ -129,7 +130,11 @@ def _from_model(cls: type[BaseModel]) -> Schema:
     doc = cls.__doc__ or ""
     if doc.startswith(f"{model}(") or doc == BaseModel.__doc__:
         doc = ""
-    return Schema(model, inspect.cleandoc(doc), tuple(fields), cls)
+    schema = Schema(model, inspect.cleandoc(doc), tuple(fields), cls)
+    raw = model_config_examples(cls)
+    if raw is not None:  # only the top model's: a nested model's would answer a part
+        schema = with_examples(schema, raw, "model_config['json_schema_extra']['examples']")
+    return schema
 
 
 def _model_fields(

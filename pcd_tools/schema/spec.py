@@ -24,6 +24,7 @@ __all__ = [
     "MIN_CHOICES",
     "NOT_STATED",
     "Choice",
+    "Example",
     "FieldSpec",
     "Schema",
     "iter_labels",
@@ -103,6 +104,32 @@ class FieldSpec:
         return len(self.choices)
 
 
+# A field's answer in an example: a choice index, or a multi-label field's chosen labels.
+Answer = int | tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Example:
+    """A few-shot example, checked against its schema (`pcd_tools.schema.examples`).
+
+    Args:
+        input: The example's text, shown as an earlier user turn.
+        answers: `(field name, answer)` in schema order: a choice index, or for a
+            multi-label field the indices of the labels that apply. The fields of a
+            union branch the example did not take are absent.
+    """
+
+    input: str
+    answers: tuple[tuple[str, Answer], ...]
+
+    def answer(self, name: str) -> Answer | None:
+        """The answer of field `name`, or None when the example does not answer it."""
+        for n, a in self.answers:
+            if n == name:
+                return a
+        return None
+
+
 @dataclass(frozen=True)
 class Schema:
     """A compiled PCD schema: instructions plus fields, with the Pydantic model to build.
@@ -112,12 +139,15 @@ class Schema:
         instructions: Task instructions (the model docstring), possibly empty.
         fields: Compiled fields in declaration order.
         model: The Pydantic model whose instances results are validated into.
+        examples: Few-shot examples, rendered as earlier turns in the cached schema part
+            of the prompt; part of the schema's identity (`fingerprint`).
     """
 
     name: str
     instructions: str
     fields: tuple[FieldSpec, ...]
     model: type[BaseModel] = field(compare=False)
+    examples: tuple[Example, ...] = ()
 
     def field(self, name: str) -> FieldSpec:
         """Returns the field called `name`.
@@ -161,7 +191,20 @@ class Schema:
                 }
                 for f in self.fields
             ],
+            # only when set, so that the fingerprints of schemas without examples stay
+            **(
+                {"examples": [self._example_spec(e) for e in self.examples]}
+                if self.examples
+                else {}
+            ),
         }
+
+    def _example_spec(self, example: Example) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, a in example.answers:
+            choices = self.field(name).choices
+            out[name] = [choices[i].label for i in a] if isinstance(a, tuple) else choices[a].label
+        return {"input": example.input, "output": out}
 
     def fingerprint(self) -> str:
         """A stable SHA-256 of everything that reaches the prompt (16 hex digits)."""
@@ -171,7 +214,12 @@ class Schema:
     def subset(
         self, names: Sequence[str], *, choices: Mapping[str, Sequence[Any]] | None = None
     ) -> Schema:
-        """A schema with only `names`, optionally narrowing each field to some labels."""
+        """A schema with only `names`, optionally narrowing each field to some labels.
+
+        Examples keep their answers for the kept fields (a multi-label field's kept
+        labels); an example whose answer of a narrowed field is not kept is left out, as
+        it would show an answer the subset does not allow.
+        """
         fields = []
         for n in names:
             f = self.field(n)
@@ -190,7 +238,10 @@ class Schema:
             fields.append(f)
         fields = _untie(fields, set(choices or ()))
         model = _narrowed_model(f"{self.model.__name__}Subset", self.instructions, fields)
-        return Schema(self.name, self.instructions, tuple(fields), model)
+        examples = tuple(
+            e for e in (_project(self, fields, ex) for ex in self.examples) if e is not None
+        )
+        return Schema(self.name, self.instructions, tuple(fields), model, examples)
 
     def build(self, values: Mapping[str, Any]) -> BaseModel:
         """Validates native field values into an instance of the schema's model.
@@ -229,6 +280,26 @@ def _untie(fields: list[FieldSpec], narrowed: set[str]) -> list[FieldSpec]:
             deps = tuple(p for p in deps if p != f.branch[0])
         out.append(replace(f, depends_on=deps, choices_by=by, branch=branch))
     return out
+
+
+def _project(schema: Schema, fields: Sequence[FieldSpec], example: Example) -> Example | None:
+    """An example's answers re-indexed onto a subset's fields; None if one is not kept."""
+    answers: list[tuple[str, Answer]] = []
+    for f in fields:
+        a = example.answer(f.name)
+        if a is None:
+            continue
+        old = schema.field(f.name).choices
+        kept = [c.label for c in f.choices]
+        if isinstance(a, tuple):
+            answers.append(
+                (f.name, tuple(kept.index(old[i].label) for i in a if old[i].label in kept))
+            )
+        elif old[a].label in kept:
+            answers.append((f.name, kept.index(old[a].label)))
+        else:
+            return None
+    return Example(example.input, tuple(answers))
 
 
 def _narrowed_model(name: str, doc: str, fields: Sequence[FieldSpec]) -> type[BaseModel]:

@@ -112,7 +112,7 @@ def test_wrapper_key_typo_names_the_key_and_suggests_the_closest(spec, typo, sug
     assert isinstance(e.value, SchemaError)
     assert f"unknown key {typo!r}" in msg
     assert f"did you mean {suggestion!r}?" in msg
-    assert "accepted: ['fields', 'instructions', 'name']" in msg
+    assert "accepted: ['examples', 'fields', 'instructions', 'name']" in msg
     # the message blames the typo, not a correctly spelled neighbour
     assert "spec must be a dict" not in msg
 
