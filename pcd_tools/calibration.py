@@ -5,6 +5,11 @@ A calibration holds per-field temperatures (and optional per-value biases) for o
 its raw log scores `z`. `Decider.with_calibration` applies it; `Calibration.save` and
 `Calibration.load` write and read the file (format `FORMAT`).
 
+When the scores had a label-free correction first (contextual calibration or
+`scoring="pmi"`, `pcd_tools.contextual`), `z` is the corrected score and the file's
+`label_free` names the correction; a decision applies the calibration only after that
+same correction.
+
 Fitting a calibration on labelled data, choosing thresholds, reliability diagrams and the
 order-bias measurement live in `pcd_tools.eval` (`pcd_tools.eval.calibration.calibrate`).
 Their old names here still resolve for one release, with a `DeprecationWarning`.
@@ -30,6 +35,9 @@ __all__ = ["Calibration", "CalibrationError", "CalibrationMismatchError"]
 FORMAT = "pcd-tools.calibration/1"
 # The fitting methods a calibration file may name (`pcd_tools.eval.calibration.fit_field`).
 METHODS = ("temperature", "temperature_bias", "auto")
+# The label-free correction the raw scores had before fitting (`pcd_tools.contextual`):
+# none, contextual calibration, or domain-conditional PMI (`scoring="pmi"`).
+LABEL_FREE = ("none", "contextual", "pmi")
 
 
 class CalibrationError(PcdToolsError, ValueError):
@@ -81,6 +89,10 @@ class Calibration:
         thresholds: Optional per-field confidence thresholds (see
             `pcd_tools.eval.thresholds.choose_threshold`).
         scoring: The scoring mode the raw scores used.
+        label_free: The label-free correction the scores were fitted on top of: `none`,
+            `contextual` (`calibration="contextual"`) or `pmi` (`scoring="pmi"`). A
+            decision applies the fitted temperatures and biases after that same
+            correction, and refuses another one. Files without it are `none`.
         objective: The loss the temperatures minimise (see
             `pcd_tools.eval.calibration.fit_temperature`).
         created: ISO timestamp.
@@ -99,6 +111,7 @@ class Calibration:
     created: str = ""
     biases: dict[str, list[float]] = field(default_factory=dict)
     method: str = "temperature"
+    label_free: str = "none"
     path: str | None = None
 
     def temperature(self, field_name: str) -> float:
@@ -143,8 +156,18 @@ class Calibration:
             raise CalibrationMismatchError(
                 f"calibration {self.path or ''!s} was fitted for schema {self.schema_name!r} "
                 f"(fingerprint {self.schema_fingerprint}), but this decision uses "
-                f"{compiled.name!r} (fingerprint {fp}); descriptions, choices and their order all "
-                "reach the prompt, so refit with `pcd calibrate`."
+                f"{compiled.name!r} (fingerprint {fp}); descriptions, choices, their order and the "
+                "few-shot examples all reach the prompt, so refit with `pcd calibrate`."
+            )
+
+    def check_label_free(self, used: str) -> None:
+        """Raises `CalibrationMismatchError` unless the decision's label-free correction
+        (`none`, `contextual` or `pmi`) is the one this calibration was fitted on top of."""
+        if used != self.label_free:
+            raise CalibrationMismatchError(
+                f"calibration {self.path or ''!s} was fitted on top of label-free correction "
+                f"{self.label_free!r}, but this decision uses {used!r}; decide with "
+                f"{_HOW[self.label_free]}, or fit a calibration for {used!r}."
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -197,10 +220,22 @@ class Calibration:
             raise CalibrationError(
                 f"{str(path)!r}: unknown method {raw.get('method')!r}; accepted: {list(METHODS)}."
             )
+        if raw.get("label_free", "none") not in LABEL_FREE:
+            raise CalibrationError(
+                f"{str(path)!r}: unknown label_free {raw.get('label_free')!r}; accepted: "
+                f"{list(LABEL_FREE)}."
+            )
         known = {f for f in cls.__dataclass_fields__ if f != "path"}
         cal = cls(**{k: v for k, v in raw.items() if k in known})
         cal.path = str(path)
         return cal
+
+
+_HOW = {
+    "none": "calibration='none' and scoring 'full' or 'constrained'",
+    "contextual": "calibration='contextual'",
+    "pmi": "scoring='pmi'",
+}
 
 
 # --- names that moved to pcd_tools.eval, kept for one release ------------------------------

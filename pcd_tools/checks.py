@@ -12,11 +12,23 @@ from typing import Any, Literal
 
 from .errors import InvalidArgumentError, InvalidContextError
 from .orders import check_orders
-from .schema import Schema, compile_schema
+from .schema import Schema, compile_schema, with_examples
 
-__all__ = ["Scoring", "check_batch_size", "check_context", "check_contexts", "check_options"]
+__all__ = [
+    "LabelFree",
+    "Scoring",
+    "check_batch_size",
+    "check_calibration",
+    "check_context",
+    "check_contexts",
+    "check_options",
+]
 
-Scoring = Literal["full", "constrained"]
+Scoring = Literal["full", "constrained", "pmi"]
+SCORINGS = ("full", "constrained", "pmi")
+# A decision call's label-free calibration: the decider's own (None), or one for the call.
+LabelFree = Literal["none", "contextual"]
+LABEL_FREE = ("none", "contextual")
 
 
 def _check_temperature(temperature: Any) -> float:
@@ -31,9 +43,29 @@ def _check_temperature(temperature: Any) -> float:
 
 
 def _check_scoring(scoring: Any) -> Scoring:
-    if scoring not in ("full", "constrained"):
-        raise InvalidArgumentError(f"unknown scoring {scoring!r}; accepted: 'full', 'constrained'.")
-    return scoring
+    if not isinstance(scoring, str) or scoring not in SCORINGS:
+        raise InvalidArgumentError(
+            f"unknown scoring {scoring!r}; accepted: 'full', 'constrained', 'pmi'."
+        )
+    return scoring  # type: ignore[return-value]
+
+
+def check_calibration(calibration: Any) -> LabelFree | None:
+    """Validates a decision call's `calibration=` (the label-free method).
+
+    Raises:
+        InvalidArgumentError: unless it is None (the decider's own), `"contextual"` or
+            `"none"`.
+    """
+    if calibration is None:
+        return None
+    if not isinstance(calibration, str) or calibration not in LABEL_FREE:
+        raise InvalidArgumentError(
+            f"unknown calibration {calibration!r} for a decision call; accepted: None (the "
+            "decider's own), 'contextual' (content-free calibration) or 'none'. A fitted "
+            "calibration file goes on the decider: Decider.with_calibration(path)."
+        )
+    return calibration  # type: ignore[return-value]
 
 
 def check_context(context: Any, index: int | None = None, allow_empty: bool = False) -> str:
@@ -73,18 +105,37 @@ def check_options(
     choice_order: Mapping[str, Sequence[int]] | None,
     orders: Any,
     allow_empty: Any,
+    *,
+    examples: Any = None,
+    calibration: Any = None,
 ) -> tuple[Schema, dict[str, Any]]:
     """Compiles the schema and checks every option of a decision call.
 
+    Args:
+        schema: Any accepted schema form.
+        temperature: The softmax temperature.
+        scoring: `"full"`, `"constrained"` or `"pmi"`.
+        mode: The fields pass layout (checked by the engine).
+        choice_order: Per-field listing order, or None.
+        orders: Listing orders to average over.
+        allow_empty: Whether an empty context is decided on.
+        examples: Few-shot examples replacing the schema's own (None keeps them); they
+            become part of the compiled schema.
+        calibration: The call's label-free calibration (see `check_calibration`).
+
     Returns:
-        The compiled schema and the options, normalised, as keyword arguments.
+        The compiled schema (with the call's examples) and the options, normalised, as
+        keyword arguments.
 
     Raises:
         SchemaError: if the schema is invalid.
-        InvalidArgumentError: for a bad temperature, scoring, `orders`, or `orders > 1`
-            with a `choice_order`.
+        InvalidExampleError: if an example does not fit the schema.
+        InvalidArgumentError: for a bad temperature, scoring, calibration, `orders`, or
+            `orders > 1` with a `choice_order`.
     """
     compiled = compile_schema(schema)
+    if examples is not None:
+        compiled = with_examples(compiled, examples)
     k = check_orders(orders)
     if k > 1 and choice_order:
         raise InvalidArgumentError(
@@ -98,5 +149,6 @@ def check_options(
         "choice_order": {n: list(o) for n, o in choice_order.items()} if choice_order else None,
         "orders": k,
         "allow_empty": bool(allow_empty),
+        "calibration": check_calibration(calibration),
     }
     return compiled, options

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .checks import Scoring, check_batch_size, check_context, check_contexts, check_options
+from .checks import LabelFree, Scoring, check_batch_size, check_contexts, check_options
+from .contextual import ContentFreeScores, check_method, method_with, resolve_method
+from .deciding import decide_in_order, prompt_preview
 from .errors import InvalidArgumentError
-from .joint import answers
 from .orders import average, orderings
-from .prompt import PromptPreview, field_suffix
-from .result import BatchTiming, Decision
+from .prompt import PromptPreview
+from .result import Decision
 from .schema import Schema, compile_schema
-from .waves import WaveAnswers, has_waves
 
 if TYPE_CHECKING:
     from .engine.engine import Engine, PassMode, ScoredBatch
@@ -56,6 +55,10 @@ class Decider:
             **engine,
         )
         self.calibration: Any = None
+        self.label_free = "none"  # the label-free calibration of calls that name none
+        self.content_free = ContentFreeScores(
+            self.engine, max_plans=self.engine.prefix_cache.max_entries
+        )
 
     @classmethod
     def load(
@@ -72,7 +75,9 @@ class Decider:
             source: `None` for the embedded SmolLM2-135M-Instruct, a `.gguf` file (llama or
                 qwen2, any quant type), an MLX model directory or a Hugging Face repo id.
             dtype: `"auto"` picks float32 on CPU (fast path) and keeps stored weights on GPU.
-            calibration: A `Calibration` or the path of a calibration JSON file.
+            calibration: `"contextual"` (label-free contextual calibration on every
+                decision, `pcd_tools.contextual`), a fitted `Calibration` or the path of
+                its JSON file; see `with_calibration`.
             **engine: Engine options.
 
         Raises:
@@ -107,13 +112,30 @@ class Decider:
     # --- calibration ----------------------------------------------------------------------
 
     def with_calibration(self, calibration: Any) -> Decider:
-        """A decider sharing this one's model that applies per-field temperatures.
+        """A decider sharing this one's model and caches, with another calibration.
 
         Args:
-            calibration: A `pcd_tools.calibration.Calibration` or the path of its JSON file.
+            calibration: `"contextual"` (label-free contextual calibration by default on
+                every decision) or `"none"` (no label-free calibration by default); or a
+                fitted `pcd_tools.calibration.Calibration` or the path of its JSON file
+                (a file named `contextual` or `none` goes as a `Path`), applied after the
+                label-free correction. A calibration fitted on top of contextual
+                calibration turns it on.
+
+        Raises:
+            CalibrationError: if the file cannot be read.
+            CalibrationMismatchError: if the calibration was fitted for another model, or
+                on top of another label-free correction than this decider's.
         """
         from .calibration import Calibration
 
+        clone = object.__new__(Decider)
+        clone.__dict__.update(self.__dict__)
+        if isinstance(calibration, str) and calibration in ("contextual", "none"):
+            if self.calibration is not None:
+                check_method(calibration, self.calibration)
+            clone.label_free = calibration
+            return clone
         cal = (
             Calibration.load(calibration)
             if isinstance(calibration, (str, os.PathLike))
@@ -121,13 +143,34 @@ class Decider:
         )
         if not isinstance(cal, Calibration):
             raise InvalidArgumentError(
-                f"calibration must be a Calibration or a path; got {type(calibration).__name__}."
+                f"calibration must be 'contextual', 'none', a Calibration or a path; got "
+                f"{type(calibration).__name__}."
             )
         cal.check_model(self.model_id)
-        clone = object.__new__(Decider)
-        clone.loaded = self.loaded
-        clone.engine = self.engine
+        clone.label_free = method_with(self.label_free, cal)
         clone.calibration = cal
+        return clone
+
+    def with_content_free(self, inputs: Sequence[str], *, mean: str = "geometric") -> Decider:
+        """A decider sharing this one's model whose contextual calibration measures the
+        answer prior on `inputs` instead of `pcd_tools.contextual.CONTENT_FREE`.
+
+        Args:
+            inputs: Texts that say nothing about the answer (e.g. `["N/A"]`, or a few
+                in-domain texts with the content removed).
+            mean: How their distributions are averaged: `"geometric"` (mean
+                log-probability; cancels an input-independent logit bias exactly) or
+                `"arithmetic"` (mean probability, as in Zhao et al. 2021).
+
+        Raises:
+            InvalidArgumentError: unless `inputs` is a non-empty list of distinct str and
+                `mean` one of those two.
+        """
+        clone = object.__new__(Decider)
+        clone.__dict__.update(self.__dict__)
+        clone.content_free = ContentFreeScores(
+            self.engine, inputs, max_plans=self.content_free.max_plans, mean=mean
+        )
         return clone
 
     # --- LangChain (the `langchain` extra, imported lazily) -----------------------------
@@ -174,6 +217,8 @@ class Decider:
         choice_order: Mapping[str, Sequence[int]] | None = None,
         orders: int = 1,
         allow_empty: bool = False,
+        examples: Sequence[Any] | None = None,
+        calibration: LabelFree | None = None,
     ) -> Decision[Any]:
         """Scores every field of `schema` for `context`.
 
@@ -182,7 +227,9 @@ class Decider:
             context: The text to decide on (any Unicode; never truncated).
             temperature: Softmax temperature (> 0); changes confidence, never the answer.
             scoring: `"full"` (model probability of each candidate given that it answers
-                with one) or `"constrained"` (renormalised at each trie node).
+                with one), `"constrained"` (renormalised at each trie node) or `"pmi"`
+                (domain-conditional PMI: the full log-probability minus that with an
+                empty context; see `pcd_tools.contextual`).
             mode: `"packed"`, `"batched"` or `"sequential"`; default is the fastest exact one.
             choice_order: Per-field order (indices) in which allowed values are listed.
             orders: Average each field's distribution over this many evenly spaced
@@ -191,15 +238,26 @@ class Decider:
                 rotation's schema prefix is cached). The decision reports `orders` and
                 each field's `flip_rate`.
             allow_empty: Decide on an empty or whitespace-only context instead of raising.
+            examples: Few-shot examples for this call, replacing the schema's own (`[]`
+                for none; None keeps them): `(text, answer)` or `{"input": text,
+                "output": answer}`, the answer a dict of the fields or a model instance
+                (see `pcd_tools.schema.examples`). They are earlier turns in the cached
+                schema part of the prompt.
+            calibration: The label-free calibration of this call: `"contextual"`,
+                `"none"`, or None for the decider's own (`with_calibration`).
 
         Returns:
             A `Decision` whose `.value` is an instance of the schema's model.
 
         Raises:
             SchemaError: if the schema is invalid.
+            InvalidExampleError: if an example does not fit the schema.
             InvalidContextError: if `context` is not a str, or is empty and `allow_empty`
                 is not set.
-            InvalidArgumentError: for a bad temperature, scoring, mode or `orders`.
+            InvalidArgumentError: for a bad temperature, scoring, mode, calibration or
+                `orders`, or `scoring="pmi"` with contextual calibration.
+            CalibrationMismatchError: if the decider's fitted calibration was fitted for
+                another schema or on top of another label-free correction.
             ContextTooLongError: if the prompt does not fit the model's window.
         """
         return self.decide_many(
@@ -211,6 +269,8 @@ class Decider:
             choice_order=choice_order,
             orders=orders,
             allow_empty=allow_empty,
+            examples=examples,
+            calibration=calibration,
             batch_size=1,
         )[0]
 
@@ -225,6 +285,8 @@ class Decider:
         choice_order: Mapping[str, Sequence[int]] | None = None,
         orders: int = 1,
         allow_empty: bool = False,
+        examples: Sequence[Any] | None = None,
+        calibration: LabelFree | None = None,
         batch_size: int = 32,
     ) -> list[Decision[Any]]:
         """Scores `schema` for several contexts, batching them for throughput.
@@ -242,11 +304,21 @@ class Decider:
             choice_order: As for `decide`.
             orders: As for `decide`.
             allow_empty: As for `decide`.
+            examples: As for `decide`.
+            calibration: As for `decide`.
             batch_size: Contexts handed to the engine at once; it splits them into row
                 groups of similar length (`batch_tokens`) that run concurrently.
         """
         compiled, options = check_options(
-            schema, temperature, scoring, mode, choice_order, orders, allow_empty
+            schema,
+            temperature,
+            scoring,
+            mode,
+            choice_order,
+            orders,
+            allow_empty,
+            examples=examples,
+            calibration=calibration,
         )
         ctxs = check_contexts(contexts, allow_empty)
         size = check_batch_size(batch_size)
@@ -264,55 +336,20 @@ class Decider:
         choice_order: dict[str, Sequence[int]] | None,
         orders: int,
         allow_empty: bool,
+        calibration: LabelFree | None,
     ) -> list[Decision[Any]]:
+        method = resolve_method(self.label_free, calibration, scoring)
         if orders > 1:
             runs = [
-                self._decide_in_order(
-                    compiled, ctxs, batch_size, temperature, scoring, mode, dict(o)
+                decide_in_order(
+                    self, compiled, ctxs, batch_size, temperature, scoring, mode, o, method
                 )
                 for o in orderings(compiled, orders)
             ]
             return average(compiled, runs)
-        return self._decide_in_order(
-            compiled, ctxs, batch_size, temperature, scoring, mode, choice_order
+        return decide_in_order(
+            self, compiled, ctxs, batch_size, temperature, scoring, mode, choice_order, method
         )
-
-    def _decide_in_order(
-        self,
-        compiled: Schema,
-        ctxs: list[str],
-        batch_size: int,
-        temperature: float,
-        scoring: Scoring,
-        mode: PassMode | None,
-        order: Mapping[str, Sequence[int]] | None,
-    ) -> list[Decision[Any]]:
-        order = dict(order) if order is not None else None
-        # Batch contexts of similar length together (less padding); answer in input order.
-        by_len = sorted(range(len(ctxs)), key=lambda i: len(ctxs[i]))
-        out: list[Decision[Any] | None] = [None] * len(ctxs)
-        for start in range(0, len(ctxs), batch_size):
-            idx = by_len[start : start + batch_size]
-            t0 = time.perf_counter()
-            follow_up = (
-                WaveAnswers(compiled, temperature, scoring, self.calibration).next_questions
-                if has_waves(compiled)
-                else None
-            )
-            batch = self.engine.score(
-                compiled, [ctxs[i] for i in idx], mode=mode, choice_order=order, follow_up=follow_up
-            )
-            timing = BatchTiming(
-                size=len(idx),
-                elapsed_ms=(time.perf_counter() - t0) * 1e3,
-                prefill_ms=batch.prefill_ms,
-                suffix_eval_ms=batch.suffix_eval_ms,
-            )
-            for j, i in enumerate(idx):
-                out[i] = self._decision(
-                    compiled, batch, j, temperature, scoring, timing, mode, order
-                )
-        return [d for d in out if d is not None]
 
     async def adecide(
         self,
@@ -325,12 +362,15 @@ class Decider:
         choice_order: Mapping[str, Sequence[int]] | None = None,
         orders: int = 1,
         allow_empty: bool = False,
+        examples: Sequence[Any] | None = None,
+        calibration: LabelFree | None = None,
     ) -> Decision[Any]:
         """`decide` for async code: awaits the engine worker, never blocks the event loop.
 
-        Concurrent awaiters with the same schema and options are micro-batched into one
-        `decide_many` call on the engine's worker thread (see `pcd_tools.aio`). Arguments
-        are checked before anything is queued, so a bad one raises here at once.
+        Concurrent awaiters with the same schema (examples included) and options are
+        micro-batched into one `decide_many` call on the engine's worker thread (see
+        `pcd_tools.aio`). Arguments are checked before anything is queued, so a bad one
+        raises here at once.
 
         Takes the same arguments as `decide`.
         """
@@ -344,6 +384,8 @@ class Decider:
                 choice_order=choice_order,
                 orders=orders,
                 allow_empty=allow_empty,
+                examples=examples,
+                calibration=calibration,
             )
         )[0]
 
@@ -358,6 +400,8 @@ class Decider:
         choice_order: Mapping[str, Sequence[int]] | None = None,
         orders: int = 1,
         allow_empty: bool = False,
+        examples: Sequence[Any] | None = None,
+        calibration: LabelFree | None = None,
     ) -> list[Decision[Any]]:
         """`decide_many` for async code; the contexts join the engine worker's queue.
 
@@ -367,8 +411,17 @@ class Decider:
         from .aio import gather, queue_for
 
         compiled, options = check_options(
-            schema, temperature, scoring, mode, choice_order, orders, allow_empty
+            schema,
+            temperature,
+            scoring,
+            mode,
+            choice_order,
+            orders,
+            allow_empty,
+            examples=examples,
+            calibration=calibration,
         )
+        resolve_method(self.label_free, options["calibration"], options["scoring"])
         ctxs = check_contexts(contexts, allow_empty)
         return await gather(queue_for(self).submit(compiled, ctxs, options))
 
@@ -382,6 +435,7 @@ class Decider:
         context: str,
         *,
         choice_order: Mapping[str, Sequence[int]] | None = None,
+        examples: Sequence[Any] | None = None,
     ) -> PromptPreview:
         """The exact prompt the model sees for `schema` and `context`, and its token count.
 
@@ -389,74 +443,18 @@ class Decider:
             schema: As for `decide`.
             context: The text to decide on.
             choice_order: As for `decide`.
+            examples: As for `decide`; they show as earlier user/assistant turns.
 
         Returns:
             A `PromptPreview`: the text (decoded from the very token ids the engine runs,
-            up to the answer's opening `{`), its token counts per part, and the JSON text
-            each field's pass continues with.
+            up to the answer's opening `{`), its token counts per part (the examples are
+            in the schema part), and the JSON text each field's pass continues with.
 
         Raises:
+            InvalidExampleError: if an example does not fit the schema.
             ContextTooLongError: if the prompt does not fit the model's window.
         """
-        compiled = compile_schema(schema)
-        ctx = check_context(context, allow_empty=True)
-        order: dict[str, Sequence[int]] | None = (
-            {n: list(o) for n, o in choice_order.items()} if choice_order else None
-        )
-        plan = self.engine.plan(compiled, order)
-        ctx_ids = self.engine.encode_ids(ctx)
-        self.engine.check_length(plan, ctx_ids)
-        ids = [*plan.head_ids, *ctx_ids, *plan.tail_ids]
-        return PromptPreview(
-            text=self.loaded.tokenizer.decode(ids),
-            token_ids=tuple(ids),
-            schema_tokens=len(plan.head_ids),
-            context_tokens=len(ctx_ids),
-            answer_start_tokens=len(plan.tail_ids),
-            field_suffixes={f.name: field_suffix(f) for f in compiled.fields},
-        )
-
-    def _decision(
-        self,
-        schema: Schema,
-        batch: ScoredBatch,
-        i: int,
-        temperature: float,
-        scoring: Scoring,
-        timing: BatchTiming,
-        mode: PassMode | None,
-        choice_order: dict[str, Sequence[int]] | None = None,
-    ) -> Decision[Any]:
-        plan = self.engine.plan(schema, choice_order)
-        cal = self.calibration
-        if cal is not None:
-            cal.check_schema(schema)
-        asked = batch.questions[i] if batch.questions else plan.questions
-        tries = batch.tries[i] if batch.tries else plan.tries
-        logz = [
-            trie.score(edge, constrained=scoring == "constrained")
-            for trie, edge in zip(tries, batch.edge_logp[i])
-        ]
-        fields, joint = answers(schema, asked, logz, temperature, cal)
-        return Decision(
-            value=schema.build({n: f.value for n, f in fields.items()}),
-            fields=fields,
-            prefill_ms=timing.prefill_ms / timing.size,
-            suffix_eval_ms=timing.suffix_eval_ms / timing.size,
-            elapsed_ms=timing.elapsed_ms / timing.size,
-            sequential_forward_passes=batch.sequential_forward_passes,
-            prompt_tokens=batch.prompt_tokens[i],
-            prefix_cache_hit=batch.prefix_cache_hit,
-            model_id=self.model_id,
-            device=self.device,
-            temperature=temperature,
-            scoring=scoring,
-            mode=mode or self.engine.default_mode,
-            calibrated=cal is not None,
-            calibration_file=getattr(cal, "path", None) if cal is not None else None,
-            batch=timing,
-            joint=joint,
-        )
+        return prompt_preview(self, schema, context, choice_order, examples)
 
 
 _DEFAULT: Decider | None = None

@@ -3,6 +3,7 @@
 Layout (see DESIGN §2)::
 
     [system: instructions + every field, its description and allowed values]  <- cached
+    [user: example input, assistant: its JSON answer] per few-shot example     <- cached
     [user: the context]
     [assistant: "{"]
     per field, scored in parallel:  '\\n  "name": ' + <candidate JSON literal> + terminator
@@ -18,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .schema import FieldSpec, Schema
+from .schema import Example, FieldSpec, Schema
 
 __all__ = [
     "PromptParts",
@@ -26,6 +27,7 @@ __all__ = [
     "Question",
     "TextTokenizer",
     "build_prompt",
+    "example_answer",
     "field_suffix",
     "questions",
     "render_system",
@@ -112,6 +114,7 @@ class PromptPreview:
         answer_start_tokens: Tokens after the context, up to the answer's `{`.
         field_suffixes: Per field, the JSON text its pass continues the prompt with before
             the candidates are scored.
+        examples: Few-shot examples in the schema part (earlier user/assistant turns).
     """
 
     text: str
@@ -120,6 +123,7 @@ class PromptPreview:
     context_tokens: int
     answer_start_tokens: int
     field_suffixes: dict[str, str]
+    examples: int = 0
 
     @property
     def token_count(self) -> int:
@@ -138,23 +142,56 @@ def build_prompt(
 ) -> PromptParts:
     """Renders the chat template around a sentinel context and splits it.
 
-    Models without a chat template get a plain-text layout.
+    The schema's few-shot examples are earlier user/assistant turns between the system
+    turn and the context's user turn, so they are part of the cached head. Models without
+    a chat template get a plain-text layout, with each example as a message and its
+    answer.
     """
     system = render_system(schema, choice_order)
-    messages = [{"role": "system", "content": system}, {"role": "user", "content": _SENTINEL}]
+    shots = [(e.input, example_answer(schema, e)) for e in schema.examples]
+    turns = [
+        {"role": role, "content": text}
+        for user, answer in shots
+        for role, text in (("user", user), ("assistant", answer))
+    ]
+    messages = [
+        {"role": "system", "content": system},
+        *turns,
+        {"role": "user", "content": _SENTINEL},
+    ]
     rendered: str | None = None
     try:
         rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-    except Exception:  # a template that rejects system turns: fold it into the user turn
-        merged = [{"role": "user", "content": system + "\n\n" + _SENTINEL}]
+    except Exception:  # a template that rejects system turns: fold it into the first user turn
+        merged = [*turns, {"role": "user", "content": _SENTINEL}]
+        merged[0] = {"role": "user", "content": system + "\n\n" + merged[0]["content"]}
         try:
             rendered = tokenizer.apply_chat_template(merged, add_generation_prompt=True)
         except Exception:
             rendered = None
     if not rendered or rendered.count(_SENTINEL) != 1:
-        rendered = f"{system}\n\nMessage:\n{_SENTINEL}\n\nJSON answer:\n"
+        shown = "".join(f"Message:\n{u}\n\nJSON answer:\n{a}\n\n" for u, a in shots)
+        rendered = f"{system}\n\n{shown}Message:\n{_SENTINEL}\n\nJSON answer:\n"
     head, tail = rendered.split(_SENTINEL)
     return PromptParts(head=head, tail=tail + "{")
+
+
+def example_answer(schema: Schema, example: Example) -> str:
+    """An example's answer as the fields pass writes JSON: `{`, then per answered field
+    its suffix (`\\n  "key": `) and value, joined by commas, then `\\n}`. A multi-label
+    field is an object of every label with `true` or `false`."""
+    parts = []
+    for name, a in example.answers:
+        f = schema.field(name)
+        if isinstance(a, tuple):
+            flags = ", ".join(
+                f"{json.dumps(str(c.label), ensure_ascii=False)}: {'true' if i in a else 'false'}"
+                for i, c in enumerate(f.choices)
+            )
+            parts.append(f"{field_suffix(f)}{{{flags}}}")
+        else:
+            parts.append(field_suffix(f) + f.choices[a].literal)
+    return "{" + ",".join(parts) + "\n}"
 
 
 def field_suffix(f: FieldSpec) -> str:

@@ -45,7 +45,9 @@ class FieldResult:
         label: JSON value of the answer.
         probability: Probability of the answer.
         distribution: Every candidate's JSON value -> probability, in declaration order.
-        log_scores: Each candidate's log score `z_c` before temperature.
+        log_scores: Each candidate's log score `z_c` before temperature, after the
+            decision's label-free correction if any (`z_c - log p_cf(c)` for contextual
+            calibration, `z_c - z_c(empty context)` for `scoring="pmi"`).
         spec: The compiled field.
         flip_rate: With `decide(..., orders=k)`: the fraction of the k listing orders
             whose own answer differs from the averaged one; `None` for one order.
@@ -221,12 +223,16 @@ class BatchTiming:
         elapsed_ms: Wall time of the whole call.
         prefill_ms: Wall time of its prefill.
         suffix_eval_ms: Wall time of its fields pass.
+        content_free_ms: Wall time of the content-free passes the call ran for a
+            label-free correction (included in `elapsed_ms`); 0.0 when they came from the
+            decider's cache.
     """
 
     size: int
     elapsed_ms: float
     prefill_ms: float
     suffix_eval_ms: float
+    content_free_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict, times rounded to microseconds."""
@@ -235,6 +241,7 @@ class BatchTiming:
             "elapsed_ms": round(self.elapsed_ms, 3),
             "prefill_ms": round(self.prefill_ms, 3),
             "suffix_eval_ms": round(self.suffix_eval_ms, 3),
+            "content_free_ms": round(self.content_free_ms, 3),
         }
 
 
@@ -256,10 +263,15 @@ class Decision(Generic[T]):
         model_id: The model that scored it.
         device: `cpu`, `metal` or `cuda`.
         temperature: Softmax temperature used (calibrated temperatures are per field).
-        scoring: `"full"` or `"constrained"`.
+        scoring: `"full"`, `"constrained"` or `"pmi"` (domain-conditional PMI).
         mode: Layout of the fields pass.
         calibrated: Whether per-field temperatures from a calibration file were applied.
         calibration_file: That file, if any.
+        calibration_method: The label-free calibration applied before any fitted one:
+            `"contextual"` or `"none"` (PMI is a `scoring`).
+        examples: Few-shot examples in the prompt's schema part.
+        content_free_ms: This decision's share of the content-free passes its call ran
+            (0.0 when the decider had them cached); included in `elapsed_ms`.
         batch: The engine call that scored it: its size and total times.
         orders: Listing orders averaged over (`decide(..., orders=k)`); timings and
             `sequential_forward_passes` are then sums over the k orders.
@@ -285,6 +297,9 @@ class Decision(Generic[T]):
     batch: BatchTiming | None = None
     orders: int = 1
     joint: dict[tuple[str, str], dict[tuple[Any, Any], float]] = field(default_factory=dict)
+    calibration_method: str = "none"
+    examples: int = 0
+    content_free_ms: float = 0.0
 
     @property
     def flip_rate(self) -> float | None:
@@ -342,6 +357,9 @@ class Decision(Generic[T]):
             "prefix_cache_hit": self.prefix_cache_hit,
             "calibrated": self.calibrated,
             "calibration_file": self.calibration_file,
+            "calibration_method": self.calibration_method,
+            "examples": self.examples,
+            "content_free_ms": round(self.content_free_ms, 3),
             "batch": self.batch.to_dict() if self.batch is not None else None,
             "orders": self.orders,
             "flip_rate": self.flip_rate,

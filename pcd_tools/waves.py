@@ -35,19 +35,25 @@ class WaveAnswers:
     Args:
         schema: The compiled schema.
         temperature: The decision's temperature.
-        scoring: `"full"` or `"constrained"`.
+        scoring: `"full"`, `"constrained"` or `"pmi"` (whose raw scores are full ones).
         calibration: The decider's calibration, if any (biases can change an answer).
+        correction: The decision's label-free correction, if any: called with the
+            questions and their log scores, it returns the corrected scores
+            (`pcd_tools.contextual.Correction`).
     """
 
     schema: Schema
     temperature: float
     scoring: str
     calibration: Any = None
+    correction: Any = None
 
     def results(self, scored: Sequence[tuple[Question, Any, np.ndarray]]) -> dict[str, FieldResult]:
         """The field results of a context's scored questions so far."""
         qs = [q for q, _, _ in scored]
         logz = [t.score(e, constrained=self.scoring == "constrained") for _, t, e in scored]
+        if self.correction is not None:
+            logz = self.correction(qs, logz)
         return answers(self.schema, qs, logz, self.temperature, self.calibration)[0]
 
     def next_questions(self, scored: Sequence[tuple[Question, Any, np.ndarray]]) -> list[Question]:

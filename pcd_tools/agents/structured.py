@@ -137,7 +137,8 @@ def structured_runnable(decider: Any, schema: Any, include_raw: bool = False, **
         include_raw: Return `{"raw": AIMessage, "parsed": ..., "parsing_error": None}`.
         **kwargs: `temperature`, `scoring`, `orders` (average over k listing orders, as
             `Decider.decide`; `raw.response_metadata["flip_rate"]` then reports the
-            flips), `threshold` (raise `LowConfidenceError` when
+            flips), `examples` and `calibration` (few-shot examples held in the cached
+            prefix, and `"contextual"`, as `Decider.decide`), `threshold` (raise `LowConfidenceError` when
             the decision's confidence is below it, for `with_fallbacks`), and
             `use_system_messages` (default True: system messages become instructions).
 
@@ -151,7 +152,15 @@ def structured_runnable(decider: Any, schema: Any, include_raw: bool = False, **
 
     compiled = compile_schema(schema)
     as_model = isinstance(schema, type) and issubclass(schema, BaseModel)
-    known = {"temperature", "scoring", "orders", "threshold", "use_system_messages"}
+    known = {
+        "calibration",
+        "examples",
+        "temperature",
+        "scoring",
+        "orders",
+        "threshold",
+        "use_system_messages",
+    }
     unknown = set(kwargs) - known
     if unknown:
         raise InvalidArgumentError(
@@ -160,7 +169,12 @@ def structured_runnable(decider: Any, schema: Any, include_raw: bool = False, **
         )
     if "orders" in kwargs:
         check_orders(kwargs["orders"])
-    decide_kw = {k: kwargs[k] for k in ("temperature", "scoring", "orders") if k in kwargs}
+    if "examples" in kwargs:  # checked now, not at the first call
+        from ..schema.examples import with_examples
+
+        compiled = with_examples(compiled, kwargs["examples"], "with_structured_output(examples=)")
+    opts = ("temperature", "scoring", "orders", "calibration")
+    decide_kw = {k: kwargs[k] for k in opts if k in kwargs}
     threshold = kwargs.get("threshold")
     use_system = kwargs.get("use_system_messages", True)
 

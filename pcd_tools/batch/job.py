@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..checks import SCORINGS
 from ..errors import BatchError, InvalidArgumentError
 from ..schema import Schema, compile_schema
 from .checkpoint import Checkpoint
@@ -119,8 +120,8 @@ def check_job_options(temperature: Any, scoring: Any, batch_size: Any, chunk_row
         raise InvalidArgumentError(f"temperature must be a number > 0; got {temperature!r}.")
     if not (math.isfinite(temperature) and temperature > 0):
         raise InvalidArgumentError(f"temperature must be finite and > 0; got {temperature!r}.")
-    if scoring not in ("full", "constrained"):
-        raise InvalidArgumentError(f"unknown scoring {scoring!r}; accepted: 'full', 'constrained'.")
+    if scoring not in SCORINGS:
+        raise InvalidArgumentError(f"unknown scoring {scoring!r}; accepted: {list(SCORINGS)}.")
     for name, v in (("batch_size", batch_size), ("chunk_rows", chunk_rows)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InvalidArgumentError(f"{name} must be an int >= 1; got {v!r}.")

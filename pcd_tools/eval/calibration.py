@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..calibration import METHODS, Calibration, CalibrationError, _softmax
-from ..schema import Schema, compile_schema
-from .datasets import label_index
+from ..schema import compile_schema
+from .fit_data import field_arrays, fitted_field
 from .metrics import ece, nll
 from .runner import run_pcd
 
@@ -286,34 +286,6 @@ def fit_field(
 # --- fitting a Calibration ------------------------------------------------------------------
 
 
-def field_arrays(
-    schema: Schema, decisions: Sequence[Decision[Any]], labels: Sequence[Mapping[str, Any]]
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per field: raw log scores `(m, K)` and gold indices of the labelled items.
-
-    Args:
-        schema: The compiled schema the decisions were made with.
-        decisions: One decision per example.
-        labels: `{field: label}` per example; a field missing from an example is skipped.
-
-    Raises:
-        DatasetError: if a label is not one of its field's choices.
-    """
-    out = {}
-    for spec in schema.fields:
-        rows = [
-            (d.fields[spec.name].log_scores, label_index(spec, lab[spec.name]))
-            for d, lab in zip(decisions, labels)
-            if spec.name in lab
-        ]
-        if rows:
-            out[spec.name] = (
-                np.array([r[0] for r in rows], dtype=np.float64),
-                np.array([r[1] for r in rows], dtype=np.int64),
-            )
-    return out
-
-
 def calibration_from_decisions(
     schema: Any,
     decisions: Sequence[Decision[Any]],
@@ -333,9 +305,17 @@ def calibration_from_decisions(
         objective: `"nll"` or `"top_label_nll"` (see `fit_temperature`).
         method: `"temperature"`, `"temperature_bias"` or `"auto"` (see `calibrate`).
     """
+    from ..contextual import label_free
+
     compiled = compile_schema(schema)
     if not decisions:
         raise CalibrationError("calibrate needs at least one labelled example.")
+    used = {label_free(d.calibration_method, d.scoring) for d in decisions}
+    if len(used) > 1:
+        raise CalibrationError(
+            f"the decisions were made with different label-free corrections {sorted(used)}; "
+            "fit a calibration on decisions made one way."
+        )
     return calibration_from_scores(
         compiled,
         field_arrays(compiled, decisions, labels),
@@ -344,6 +324,7 @@ def calibration_from_decisions(
         fitted_on={"n": len(decisions), **dict(fitted_on or {})},
         objective=objective,
         method=method,
+        label_free=used.pop(),
     )
 
 
@@ -356,6 +337,7 @@ def calibration_from_scores(
     fitted_on: Mapping[str, Any] | None = None,
     objective: str = "nll",
     method: str = "temperature",
+    label_free: str = "none",
 ) -> Calibration:
     """Fits per-field calibration from raw log scores, without running the model.
 
@@ -368,6 +350,8 @@ def calibration_from_scores(
         objective: `"nll"` or `"top_label_nll"` (for the biased methods it sets the
             final temperature; see `fit_field`).
         method: `"temperature"`, `"temperature_bias"` or `"auto"` (see `calibrate`).
+        label_free: The label-free correction the scores already had (`"none"`,
+            `"contextual"` or `"pmi"`); a decider applies the calibration after it.
 
     Raises:
         CalibrationError: on an unknown method or field, or mis-shaped scores.
@@ -379,11 +363,17 @@ def calibration_from_scores(
     biases: dict[str, list[float]] = {}
     metrics: dict[str, dict[str, Any]] = {}
     for name, (zz, gg) in arrays.items():
-        spec = compiled.field(name)
-        z, g = np.asarray(zz, dtype=np.float64), np.asarray(gg, dtype=np.int64)
-        if z.ndim != 2 or z.shape[1] != spec.cardinality or g.shape != (len(z),):
+        try:
+            _, classes = fitted_field(compiled, name)
+        except KeyError as e:
             raise CalibrationError(
-                f"field {name!r}: need ({len(g)}, {spec.cardinality}) log scores and "
+                f"{name!r} is not a field of {compiled.name} (nor `field[label]` of a "
+                f"multi-label field); fields: {compiled.field_names}."
+            ) from e
+        z, g = np.asarray(zz, dtype=np.float64), np.asarray(gg, dtype=np.int64)
+        if z.ndim != 2 or z.shape[1] != classes or g.shape != (len(z),):
+            raise CalibrationError(
+                f"field {name!r}: need ({len(g)}, {classes}) log scores and "
                 f"({len(g)},) gold indices; got {z.shape} and {g.shape}."
             )
         t, b, how = fit_field(z, g, method, objective)
@@ -416,6 +406,7 @@ def calibration_from_scores(
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         biases=biases,
         method=method,
+        label_free=label_free,
     )
 
 

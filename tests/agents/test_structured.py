@@ -108,3 +108,19 @@ def test_low_confidence_error_drives_with_fallbacks(to_joke):
     assert chain.invoke("Tell me a joke").step == "story"
     chain = sure.with_fallbacks([fallback], exceptions_to_handle=(LowConfidenceError,))
     assert chain.invoke("Tell me a joke").step == "joke"
+
+
+def test_examples_and_contextual_calibration_pass_through(tiny_agents):
+    from pcd_tools.errors import InvalidExampleError
+
+    examples = [("Tell me a joke", {"step": "joke"})]
+    text = "Please route this message."
+    runnable = tiny_agents.with_structured_output(
+        Route, include_raw=True, examples=examples, calibration="contextual"
+    )
+    out = runnable.invoke(text)
+    want = tiny_agents.decide(Route, text, examples=examples, calibration="contextual")
+    assert out["parsed"] == want.value
+    assert want.examples == 1 and want.calibration_method == "contextual"
+    with pytest.raises(InvalidExampleError, match="step"):
+        tiny_agents.with_structured_output(Route, examples=[("x", {"step": "song"})])

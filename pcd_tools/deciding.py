@@ -1,0 +1,175 @@
+"""One listing order's decisions: the engine's scored batches turned into `Decision`s.
+
+`Decider.decide_many` calls `decide_in_order` once per listing order. It batches the
+contexts by length, runs the engine (with the waves of dependent fields), applies the
+label-free correction (`pcd_tools.contextual`), then the decider's fitted calibration,
+and builds each `Decision` with its share of the call's times.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .checks import check_context
+from .contextual import Correction, label_free
+from .joint import answers
+from .prompt import PromptPreview, field_suffix
+from .result import BatchTiming, Decision
+from .schema import Schema, compile_schema, with_examples
+from .waves import WaveAnswers, has_waves
+
+if TYPE_CHECKING:
+    from .checks import Scoring
+    from .decider import Decider
+    from .engine.engine import PassMode, ScoredBatch
+
+__all__ = ["decide_in_order", "prompt_preview"]
+
+
+def decide_in_order(
+    decider: Decider,
+    compiled: Schema,
+    ctxs: list[str],
+    batch_size: int,
+    temperature: float,
+    scoring: Scoring,
+    mode: PassMode | None,
+    order: Mapping[str, Sequence[int]] | None,
+    method: str,
+) -> list[Decision[Any]]:
+    """The decisions of `ctxs` under one listing order, in input order.
+
+    Args:
+        decider: The decider (engine, fitted calibration, content-free scores).
+        compiled: The compiled schema, with its examples.
+        ctxs: The checked contexts.
+        batch_size: Contexts per engine call.
+        temperature: The softmax temperature.
+        scoring: `"full"`, `"constrained"` or `"pmi"`.
+        mode: The fields pass layout, or None for the engine's default.
+        order: The listing order of the prompt, or None for the declared one.
+        method: The label-free calibration, `"contextual"` or `"none"`.
+
+    Raises:
+        CalibrationMismatchError: if the decider's calibration was fitted for another
+            schema or on top of another label-free correction.
+    """
+    plan_order = dict(order) if order is not None else None
+    cal = decider.calibration
+    if cal is not None and ctxs:
+        cal.check_schema(compiled)
+        cal.check_label_free(label_free(method, scoring))
+    # Batch contexts of similar length together (less padding); answer in input order.
+    by_len = sorted(range(len(ctxs)), key=lambda i: len(ctxs[i]))
+    out: list[Decision[Any] | None] = [None] * len(ctxs)
+    for start in range(0, len(ctxs), batch_size):
+        idx = by_len[start : start + batch_size]
+        t0 = time.perf_counter()
+        corr = Correction.make(decider.content_free, compiled, plan_order, method, scoring)
+        if corr is not None:
+            corr.prepare(decider.engine.plan(compiled, plan_order).questions)
+        follow_up = (
+            WaveAnswers(compiled, temperature, scoring, cal, corr).next_questions
+            if has_waves(compiled)
+            else None
+        )
+        batch = decider.engine.score(
+            compiled,
+            [ctxs[i] for i in idx],
+            mode=mode,
+            choice_order=plan_order,
+            follow_up=follow_up,
+        )
+        logz = [
+            _log_scores(decider, compiled, batch, j, scoring, plan_order, corr)
+            for j in range(len(idx))
+        ]
+        timing = BatchTiming(
+            size=len(idx),
+            elapsed_ms=(time.perf_counter() - t0) * 1e3,
+            prefill_ms=batch.prefill_ms,
+            suffix_eval_ms=batch.suffix_eval_ms,
+            content_free_ms=corr.ms if corr is not None else 0.0,
+        )
+        for j, i in enumerate(idx):
+            asked, z = logz[j]
+            fields, joint = answers(compiled, asked, z, temperature, cal)
+            out[i] = Decision(
+                value=compiled.build({n: f.value for n, f in fields.items()}),
+                fields=fields,
+                prefill_ms=timing.prefill_ms / timing.size,
+                suffix_eval_ms=timing.suffix_eval_ms / timing.size,
+                elapsed_ms=timing.elapsed_ms / timing.size,
+                sequential_forward_passes=batch.sequential_forward_passes,
+                prompt_tokens=batch.prompt_tokens[j],
+                prefix_cache_hit=batch.prefix_cache_hit,
+                model_id=decider.model_id,
+                device=decider.device,
+                temperature=temperature,
+                scoring=scoring,
+                mode=mode or decider.engine.default_mode,
+                calibrated=cal is not None,
+                calibration_file=getattr(cal, "path", None) if cal is not None else None,
+                batch=timing,
+                joint=joint,
+                calibration_method=method,
+                examples=len(compiled.examples),
+                content_free_ms=timing.content_free_ms / timing.size,
+            )
+    return [d for d in out if d is not None]
+
+
+def _log_scores(
+    decider: Decider,
+    schema: Schema,
+    batch: ScoredBatch,
+    i: int,
+    scoring: Scoring,
+    order: dict[str, Sequence[int]] | None,
+    correction: Correction | None,
+) -> tuple[list[Any], list[np.ndarray]]:
+    """Row `i`'s questions and their candidate log scores, corrected if asked."""
+    plan = decider.engine.plan(schema, order)
+    asked = batch.questions[i] if batch.questions else plan.questions
+    tries = batch.tries[i] if batch.tries else plan.tries
+    logz = [
+        trie.score(edge, constrained=scoring == "constrained")
+        for trie, edge in zip(tries, batch.edge_logp[i])
+    ]
+    if correction is not None:
+        logz = correction(asked, logz)
+    return list(asked), logz
+
+
+def prompt_preview(
+    decider: Decider,
+    schema: Any,
+    context: str,
+    choice_order: Mapping[str, Sequence[int]] | None,
+    examples: Sequence[Any] | None,
+) -> PromptPreview:
+    """`Decider.prompt`: the prompt's text and token counts, from the engine's own ids."""
+    compiled = compile_schema(schema)
+    if examples is not None:
+        compiled = with_examples(compiled, examples)
+    ctx = check_context(context, allow_empty=True)
+    order: dict[str, Sequence[int]] | None = (
+        {n: list(o) for n, o in choice_order.items()} if choice_order else None
+    )
+    plan = decider.engine.plan(compiled, order)
+    ctx_ids = decider.engine.encode_ids(ctx)
+    decider.engine.check_length(plan, ctx_ids)
+    ids = [*plan.head_ids, *ctx_ids, *plan.tail_ids]
+    return PromptPreview(
+        text=decider.loaded.tokenizer.decode(ids),
+        token_ids=tuple(ids),
+        schema_tokens=len(plan.head_ids),
+        context_tokens=len(ctx_ids),
+        answer_start_tokens=len(plan.tail_ids),
+        field_suffixes={f.name: field_suffix(f) for f in compiled.fields},
+        examples=len(compiled.examples),
+    )
