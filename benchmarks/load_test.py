@@ -3,7 +3,8 @@
 Phases:
 1. **sequential**: the request pool sent one at a time (the baseline, and the reference
    answers), and
-2. **concurrent**: N clients for T seconds, mixing `/v1/systemone` and `/v1/decide`;
+2. **concurrent**: N clients for T seconds, mixing `/v1/systemone`, `/v1/decide` and
+   `/v1/chat/completions` (a `response_format` JSON schema, as the `openai` client sends);
    each response must echo its request id and match the sequential answer of the same
    input. Phases 1 and 2 alternate in `--rounds` rounds, so that both see the same
    background load on a shared machine;
@@ -80,12 +81,49 @@ SUBJECTS = [
 ]
 
 
+CHAT_SCHEMA = {
+    "title": "Triage",
+    "description": SCHEMA["instructions"],
+    "type": "object",
+    "properties": {
+        "priority": {
+            "enum": SCHEMA["fields"]["priority"]["choices"],
+            "type": "string",
+            "description": SCHEMA["fields"]["priority"]["description"],
+        },
+        "requires_escalation": {
+            "type": "boolean",
+            "description": SCHEMA["fields"]["requires_escalation"]["description"],
+        },
+        "department": {
+            "enum": SCHEMA["fields"]["department"]["choices"],
+            "type": "string",
+            "description": SCHEMA["fields"]["department"]["description"],
+        },
+    },
+    "required": ["priority", "requires_escalation", "department"],
+    "additionalProperties": False,
+}
+
+
 def make_pool(size: int) -> list[dict[str, Any]]:
-    """Distinct requests, alternating System One and /v1/decide."""
+    """Distinct requests, cycling System One, /v1/decide and /v1/chat/completions."""
     pool = []
     for i in range(size):
         text = SUBJECTS[i % len(SUBJECTS)].format(n=100 + 7 * i)
-        if i % 2 == 0:
+        if i % 3 == 2:
+            fmt = {"type": "json_schema", "json_schema": {"name": "Triage", "schema": CHAT_SCHEMA}}
+            pool.append(
+                {
+                    "path": "/v1/chat/completions",
+                    "json": {
+                        "model": "pcd",
+                        "messages": [{"role": "user", "content": text}],
+                        "response_format": fmt,
+                    },
+                }
+            )
+        elif i % 3 == 0:
             pool.append(
                 {
                     "path": "/v1/systemone",
@@ -107,6 +145,10 @@ def probabilities(path: str, body: dict[str, Any]) -> dict[str, float]:
             else:
                 for k, p in a["probabilities"].items():
                     out[f"{qid}.{k}"] = p
+    elif path == "/v1/chat/completions":
+        for name, f in body["choices"][0]["pcd"]["fields"].items():
+            for k, p in f["distribution"].items():
+                out[f"{name}.{k}"] = p
     else:
         for name, t in body["field_telemetry"].items():
             for c in t["top_choices"]:
@@ -289,6 +331,36 @@ def fault_cases(max_body: int) -> list[tuple[str, str, bytes, dict[str, str], se
             {422},
         ),
         ("unknown encoding", "/v1/decide", b"{}", {"content-encoding": "br"}, {415}),
+        (
+            "plain chat, no response_format",
+            "/v1/chat/completions",
+            j({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+            {},
+            {400},
+        ),
+        (
+            "chat schema with a free-text field",
+            "/v1/chat/completions",
+            j(
+                {
+                    "model": "m",
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "response_format": {
+                        "type": "json_schema",
+                        "json_schema": {
+                            "name": "T",
+                            "schema": {
+                                "type": "object",
+                                "properties": {"why": {"type": "string"}},
+                                "required": ["why"],
+                            },
+                        },
+                    },
+                }
+            ),
+            {},
+            {422},
+        ),
         (
             "unicode-heavy state",
             "/v1/systemone",

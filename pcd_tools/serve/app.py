@@ -1,4 +1,5 @@
-"""The FastAPI app: System One, `/v1/decide`, models, health, readiness and metrics.
+"""The FastAPI app: System One, `/v1/decide`, OpenAI chat completions, models, health,
+readiness and metrics.
 
 `create_app(decider, ...)` builds it; `pcd serve` runs it under uvicorn. Every decision
 request is validated and length-checked on arrival, then queued for the one model worker
@@ -17,7 +18,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -25,6 +26,8 @@ from .batcher import Job
 from .errors import ApiError, error_body
 from .metrics import Metrics
 from .native import parse_decide
+from .openai_chat import parse_chat
+from .openai_reply import build_completion, sse_chunks
 from .server import ClientGone, _Server
 from .systemone import build_response, parse_request
 
@@ -39,7 +42,16 @@ ASGIApp = Callable[
     [Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]
 ]
 
-ENDPOINTS = ("/v1/systemone", "/v1/decide", "/v1/models", "/health", "/ready", "/metrics")
+ENDPOINTS = (
+    "/v1/systemone",
+    "/v1/decide",
+    "/v1/chat/completions",
+    "/v1/models",
+    "/health",
+    "/ready",
+    "/metrics",
+)
+CHAT = "/v1/chat/completions"
 
 
 class _Instrument:
@@ -161,7 +173,10 @@ def create_app(
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+        body = exc.body()
+        if request.url.path == CHAT:  # OpenAI clients read `param` and `code`
+            body["error"].update(param=exc.field, code=exc.type)
+        return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(ClientGone)
     async def _gone(request: Request, exc: ClientGone) -> Response:
@@ -203,16 +218,23 @@ def create_app(
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         srv.authorize(request)
+        description = (
+            f"{model_name} served by pcd-tools (parallel constrained decoding on "
+            f"{decider.device}); every model name in a request is answered by this model."
+        )
         return {
-            "models": [
+            # System One's shape ...
+            "models": [{"name": model_name, "description": description, "release_date": release}],
+            # ... and OpenAI's list shape, in the same body
+            "object": "list",
+            "data": [
                 {
-                    "name": model_name,
-                    "description": f"{model_name} served by pcd-tools (parallel constrained "
-                    f"decoding on {decider.device}); every model name in a request is "
-                    "answered by this model.",
-                    "release_date": release,
+                    "id": model_name,
+                    "object": "model",
+                    "created": int(srv.started),
+                    "owned_by": "pcd-tools",
                 }
-            ]
+            ],
         }
 
     @app.get("/metrics")
@@ -261,10 +283,37 @@ def create_app(
             req.scoring,
             orders=req.orders,
             allow_empty=req.allow_empty,
+            calibration=req.calibration,
             tokens=tokens,
         )
         decision = await srv.decide(request, job, field="context")
         return JSONResponse(decision.to_response())
+
+    @app.post(CHAT)
+    async def chat_completions(request: Request) -> Response:
+        srv.authorize(request)
+        body = await srv.read_json(request)
+        tokenizer = srv.batcher.worker_decider.engine.tokenizer
+
+        def prepare() -> Any:
+            req = parse_chat(body, tokenizer, max_questions=srv.max_questions)
+            return req, srv.check_length(req.schema, req.context, "messages")
+
+        req, tokens = await run_in_threadpool(prepare)
+        job = Job(
+            req.schema,
+            req.context,
+            req.pcd_temperature,
+            req.scoring,
+            orders=req.orders,
+            allow_empty=req.allow_empty,
+            tokens=tokens,
+        )
+        decision = await srv.decide(request, job, field="messages")
+        answer = build_completion(req, decision, model=model_name, tokenizer=tokenizer)
+        if req.stream:
+            return StreamingResponse(sse_chunks(answer), media_type="text/event-stream")
+        return JSONResponse(answer.body())
 
     app.add_middleware(_Instrument, metrics=srv.metrics)
     return app

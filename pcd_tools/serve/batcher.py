@@ -2,7 +2,7 @@
 
 Requests wait in one bounded FIFO queue. Whenever the model is free, the worker takes the
 oldest request plus every queued request that has the same schema fingerprint and options
-(temperature, scoring, orders, allow_empty), up to `max_batch` requests and
+(temperature, scoring, orders, allow_empty, calibration), up to `max_batch` requests and
 `max_batch_tokens` prompt tokens, and scores them with one `decider.decide_many` call. While a batch runs, new requests queue up, so the
 next batch is as large as the load: batches grow with concurrency and stay at one request
 when the server is idle.
@@ -44,6 +44,8 @@ class Job:
         scoring: `"full"` or `"constrained"`.
         orders: Listing orders averaged over (`decide_many(..., orders=k)`).
         allow_empty: Decide on an empty or whitespace-only context.
+        calibration: `"contextual"` or `"none"` for this request, or None for the
+            decider's own setting (`Decider.decide(..., calibration=)`).
         tokens: Prompt tokens (for the per-batch token budget); 0 if unknown.
         future: Resolved with the `Decision`, or with the exception that scoring raised.
     """
@@ -54,12 +56,13 @@ class Job:
     scoring: str = "full"
     orders: int = 1
     allow_empty: bool = False
+    calibration: str | None = None
     tokens: int = 0
     future: Future[Decision[Any]] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.perf_counter)
 
     @property
-    def key(self) -> tuple[str, float, str, int, bool]:
+    def key(self) -> tuple[str, float, str, int, bool, str | None]:
         """Jobs with equal keys can share one `decide_many` call."""
         return (
             self.schema.fingerprint(),
@@ -67,6 +70,7 @@ class Job:
             self.scoring,
             self.orders,
             self.allow_empty,
+            self.calibration,
         )
 
 
@@ -254,6 +258,8 @@ class MicroBatcher:
                         job.future.set_exception(e)
 
     def _decide_many(self, job: Job, contexts: list[str]) -> list[Decision[Any]]:
+        # only when asked: the decider's own setting applies otherwise
+        extra = {} if job.calibration is None else {"calibration": job.calibration}
         return self.worker_decider.decide_many(
             job.schema,
             contexts,
@@ -262,6 +268,7 @@ class MicroBatcher:
             orders=job.orders,
             allow_empty=job.allow_empty,
             batch_size=len(contexts),
+            **extra,
         )
 
     def _run(self, jobs: list[Job]) -> None:

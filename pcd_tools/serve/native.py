@@ -1,13 +1,18 @@
 """`POST /v1/decide`: our own schema dict plus a context, answered with the seed's dict.
 
-Body: `{"schema": S, "context": str, "temperature"?: float, "scoring"?: "full"|"constrained",
-"orders"?: int, "allow_empty"?: bool}` where `S` is the `StructuredSchema` dict form
+Body: `{"schema": S, "context": str, "temperature"?: float, "scoring"?:
+"full"|"constrained"|"pmi", "orders"?: int, "allow_empty"?: bool, "calibration"?:
+"contextual"|"none", "examples"?: [...]}` where `S` is the `StructuredSchema` dict form
 (`{name: {"type", "choices", ...}}`), that form wrapped as
-`{"name"?, "instructions"?, "fields": {...}}`, or a list of `{"name", "type", ...}` objects.
+`{"name"?, "instructions"?, "fields": {...}, "examples"?: [...]}`, a list of `{"name", "type", ...}` objects,
+or a JSON schema (`{"type": "object", "properties": ...}`, compiled by
+`compile_json_schema`).
 
 `orders` (default 1) averages each field's distribution over that many listing orders
 (`Decider.decide(..., orders=k)`); the response then reports `orders` and `flip_rate`.
 An empty or whitespace-only `context` is a 422 unless `"allow_empty": true`.
+`examples` (`[{"input": text, "output": {field: value}}, ...]`) are few-shot turns held in
+the cached schema prefix; a bad one is a 422 naming the example and the field.
 """
 
 from __future__ import annotations
@@ -25,9 +30,19 @@ from .systemone import _json_type, _temperature
 
 __all__ = ["DecideRequest", "parse_decide"]
 
-SCORINGS = ("full", "constrained")
+SCORINGS = ("full", "constrained", "pmi")
+CALIBRATIONS = ("contextual", "none")
 MAX_ORDERS = 16
-KEYS = ("allow_empty", "context", "orders", "schema", "scoring", "temperature")
+KEYS = (
+    "allow_empty",
+    "calibration",
+    "context",
+    "examples",
+    "orders",
+    "schema",
+    "scoring",
+    "temperature",
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +56,7 @@ class DecideRequest:
         scoring: `"full"` or `"constrained"`.
         orders: Listing orders averaged over (>= 1).
         allow_empty: Decide on an empty or whitespace-only context.
+        calibration: `"contextual"` or `"none"`, or None for the server's decider setting.
     """
 
     schema: Schema
@@ -49,6 +65,7 @@ class DecideRequest:
     scoring: str
     orders: int = 1
     allow_empty: bool = False
+    calibration: str | None = None
 
 
 def parse_decide(body: Any, *, max_questions: int = 64) -> DecideRequest:
@@ -117,7 +134,19 @@ def parse_decide(body: Any, *, max_questions: int = 64) -> DecideRequest:
             f"scoring must be one of {list(SCORINGS)}; got {scoring!r}.",
             field="scoring",
         )
+    calibration = body.get("calibration")
+    if calibration is not None and calibration not in CALIBRATIONS:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"calibration must be one of {list(CALIBRATIONS)} (label-free; a fitted calibration "
+            f"is set when the server starts: pcd serve --calibration FILE); got {calibration!r}.",
+            field="calibration",
+        )
     spec = body.get("schema")
+    if isinstance(spec, dict) and _is_json_schema(spec):
+        schema = _with_examples(_compile_json(spec, max_questions), body)
+        return DecideRequest(schema, context, t, scoring, orders, allow_empty, calibration)
     name, instructions, fields = _unwrap(spec)
     n = len(fields)
     if n > max_questions:
@@ -129,7 +158,24 @@ def parse_decide(body: Any, *, max_questions: int = 64) -> DecideRequest:
             field="schema.fields",
         )
     key = json.dumps([name, instructions, fields], ensure_ascii=False)
-    return DecideRequest(_compile(key), context, t, scoring, orders, allow_empty)
+    schema = _compile(key)
+    if isinstance(spec, dict) and "examples" in spec and "fields" in spec:
+        schema = _with_examples(schema, {"examples": spec["examples"]}, "schema.examples")
+    return DecideRequest(
+        _with_examples(schema, body), context, t, scoring, orders, allow_empty, calibration
+    )
+
+
+def _with_examples(schema: Schema, body: dict[str, Any], where: str = "examples") -> Schema:
+    """The schema with the request's few-shot examples (kept in the cached prefix)."""
+    if "examples" not in body:
+        return schema
+    from ..schema.examples import with_examples
+
+    try:
+        return with_examples(schema, body["examples"], where)
+    except SchemaError as e:
+        raise ApiError(422, "invalid_example", str(e), field=where) from e
 
 
 def _unwrap(spec: Any) -> tuple[str, str, dict[str, Any]]:
@@ -145,7 +191,7 @@ def _unwrap(spec: Any) -> tuple[str, str, dict[str, Any]]:
     if (
         isinstance(spec, dict)
         and "fields" in spec
-        and set(spec) <= {"name", "instructions", "fields"}
+        and set(spec) <= {"name", "instructions", "fields", "examples"}
     ):
         name = spec.get("name", name)
         instructions = spec.get("instructions", instructions)
@@ -209,3 +255,24 @@ def _compile(key: str) -> Schema:
         raise ApiError(422, "invalid_schema", str(e), field=where) from e
     except (TypeError, ValueError) as e:  # a malformed spec the schema compiler did not type
         raise ApiError(422, "invalid_schema", f"invalid schema: {e}", field="schema") from e
+
+
+def _is_json_schema(spec: Any) -> bool:
+    from ..schema.json_schema import is_json_schema
+
+    return isinstance(spec, dict) and is_json_schema(spec)
+
+
+def _compile_json(spec: dict[str, Any], max_questions: int) -> Schema:
+    """A JSON schema (`{"type": "object", "properties": ...}`) as the request's schema."""
+    from ..errors import InvalidJsonSchemaError, SchemaTooLargeError, UnsupportedSchemaKeywordError
+    from ..schema.json_schema import compile_json_schema
+
+    try:
+        return compile_json_schema(spec, max_fields=max_questions)
+    except SchemaTooLargeError as e:
+        raise ApiError(413, "too_many_questions", str(e), field="schema") from e
+    except (UnsupportedSchemaKeywordError, InvalidJsonSchemaError) as e:
+        raise ApiError(422, "invalid_schema", str(e), field="schema" + (e.path or "")) from e
+    except SchemaError as e:
+        raise ApiError(422, "invalid_schema", str(e), field="schema") from e

@@ -8,8 +8,8 @@ exactly as written here, and the test says how it bends them:
 - the "for real work" block loads model files that CI does not have: `Decider.load` is
   replaced by a stand-in that checks each call against the real signature and returns
   the embedded model;
-- the `typesafe-sdk` block talks to `http://127.0.0.1:8000`: the test serves the
-  embedded model on a free port and points that address there.
+- the `typesafe-sdk` and OpenAI-client blocks talk to `http://127.0.0.1:8000`: the test
+  serves the embedded model on a free port and points that address there.
 
 The "Scale out" section's Ray Data block runs in `tests/ray/test_readme_scale_out.py`.
 """
@@ -46,8 +46,6 @@ def _section(start: str, end: str) -> str:
 QUICK = _blocks(README.split("<!-- agents:start -->")[0])
 AGENTS = _blocks(_section("<!-- agents:start -->", "<!-- agents:end -->"))
 SERVE = _blocks(_section("<!-- serve:start -->", "<!-- serve:end -->"))
-# Run by tests/ray/test_readme_scale_out.py, on a local Ray instance.
-SCALE = _blocks(_section("<!-- scale:start -->", "<!-- scale:end -->"))
 # Run by tests/ray/test_readme_scale_out.py (it needs the ray extra and a Ray instance).
 SCALE = _blocks(_section("<!-- scale:start -->", "<!-- scale:end -->"))
 
@@ -74,7 +72,7 @@ def run_checked(src: str, ns: dict[str, Any], label: str) -> list[str]:
 
 def test_the_readme_blocks_are_all_run_here():
     assert len(_blocks(README)) == len(QUICK) + len(AGENTS) + len(SERVE) + len(SCALE)
-    assert len(QUICK) == 3 and len(AGENTS) == 5 and len(SERVE) == 1 and len(SCALE) == 1
+    assert len(QUICK) == 3 and len(AGENTS) == 5 and len(SERVE) == 2 and len(SCALE) == 1
 
 
 def test_quick_start_runs_as_written(real, monkeypatch):
@@ -130,3 +128,17 @@ def test_typesafe_client_block_against_a_live_server(real):
         assert src != SERVE[0]
         checked = run_checked(src, {"__name__": "readme"}, "typesafe-sdk")
     assert len(checked) == 2
+
+
+@pytest.mark.serve
+@pytest.mark.langchain
+def test_openai_client_block_against_a_live_server(real):
+    pytest.importorskip("openai")
+    pytest.importorskip("langchain_openai")
+    from pcd_tools.serve.app import create_app
+
+    with live_server(create_app(real, api_key="s3cret")) as url:
+        src = SERVE[1].replace("http://127.0.0.1:8000", url)
+        assert src != SERVE[1]
+        checked = run_checked(src, {"__name__": "readme"}, "openai client")
+    assert len(checked) == 3
