@@ -244,23 +244,54 @@ class Cascade(Runnable[Any, CascadeResult]):
         """Runs the cascade on a string, messages or a mapping (see `to_context`)."""
         return self._call_with_config(self._run, input, config, run_type="chain")
 
+    def _parents(self, spec: FieldSpec) -> list[str]:
+        """The fields whose answers `spec` is decided after or conditioned on."""
+        out = list(spec.depends_on)
+        if spec.choices_by is not None:
+            out.append(spec.choices_by[0])
+        if spec.branch is not None:
+            out.append(spec.branch[0])
+        return list(dict.fromkeys(out))
+
+    def _allowed(self, spec: FieldSpec, accepted: Mapping[str, FieldOutcome]) -> list[Any]:
+        """The field's labels, only those allowed with an accepted `choices_by` parent."""
+        if spec.choices_by is not None and spec.choices_by[0] in accepted:
+            parent, table = spec.choices_by
+            pi = next(
+                i
+                for i, c in enumerate(self.schema.field(parent).choices)
+                if c.label == accepted[parent].label
+            )
+            return [spec.choices[i].label for i in table[pi]]
+        return list(spec.labels)
+
     def _request(
-        self, text: str, names: list[str], stage: Any, prev: dict[str, Any]
+        self,
+        text: str,
+        names: list[str],
+        stage: Any,
+        prev: dict[str, Any],
+        accepted: Mapping[str, FieldOutcome],
     ) -> EscalationRequest:
         k = getattr(stage, "top_k", None)
         cands: dict[str, list[Any]] = {}
         ranked: dict[str, list[tuple[Any, float | None]]] = {}
         previous: dict[str, dict[Any, float]] = {}
+        fixed: dict[str, Any] = {}
         for n in names:
             spec: FieldSpec = self.schema.field(n)
+            for p in self._parents(spec):
+                if p in accepted and p not in names:
+                    fixed[p] = accepted[p].label
+            allowed = self._allowed(spec, {p: accepted[p] for p in fixed})
             dist = prev.get(n)
             if dist is None:  # never scored: declaration order, no probabilities
-                cands[n] = list(spec.labels)
+                cands[n] = allowed
                 ranked[n] = [(c, None) for c in cands[n]]
                 continue
             previous[n] = dict(dist)
             # a candidate a narrowed stage did not see has probability 0 under it
-            scored = [(c, float(dist.get(c, 0.0))) for c in spec.labels]
+            scored = [(c, float(dist.get(c, 0.0))) for c in allowed]
             order = sorted(range(len(scored)), key=lambda i: (-scored[i][1], i))
             ranked[n] = [scored[i] for i in order[:k]]
             cands[n] = [c for c, _ in ranked[n]]
@@ -269,10 +300,34 @@ class Cascade(Runnable[Any, CascadeResult]):
             self.schema,
             names,
             cands,
-            narrowed_model(self.schema, names, cands),
+            narrowed_model(self.schema, names, cands, fixed),
             previous,
             ranked,
+            fixed,
         )
+
+    def _outcome(self, n: str, label: Any, stage: str, prob: float | None) -> FieldOutcome | None:
+        """The accepted answer of field `n`, or None when `label` is not one of its values
+        (a multi-label field's label is a list of its labels)."""
+        spec = self.schema.field(n)
+        by_label = {_key(c.label): c for c in spec.choices}
+        if spec.kind == "multilabel":
+            if not isinstance(label, (list, tuple)) or any(_key(x) not in by_label for x in label):
+                return None
+            chosen = [by_label[_key(x)] for x in label]
+            return FieldOutcome(
+                n, [c.value for c in chosen], [c.label for c in chosen], stage, prob
+            )
+        c = by_label.get(_key(label))
+        return None if c is None else FieldOutcome(n, c.value, c.label, stage, prob)
+
+    def _not_taken(self, n: str, outcome: Mapping[str, FieldOutcome]) -> bool:
+        """Whether `n` belongs to a union branch that the accepted discriminator ruled out."""
+        branch = self.schema.field(n).branch
+        if branch is None or branch[0] not in outcome:
+            return False
+        kind, index = branch
+        return outcome[kind].label != self.schema.field(kind).choices[index].label
 
     def _stage_failed(
         self, index: int, stage: Any, sname: str, fields: list[str], exc: Exception
@@ -304,7 +359,8 @@ class Cascade(Runnable[Any, CascadeResult]):
         for i, (stage, sname) in enumerate(zip(self.stages, self.stage_names)):
             if not pending:
                 break
-            req = self._request(text, pending, stage, dists)
+            settled = {k: v for k, v in outcome.items() if k not in pending}
+            req = self._request(text, pending, stage, dists, settled)
             t0 = time.perf_counter()
             error: str | None = None
             failure: Exception | None = None
@@ -322,18 +378,23 @@ class Cascade(Runnable[Any, CascadeResult]):
             still: list[str] = []
             for n in pending:
                 label = ans.labels.get(n, _MISSING) if ans is not None else _MISSING
-                if label is _MISSING or label not in req.candidates[n]:
+                prob = ans.probabilities.get(n) if ans is not None else None
+                got = None if label is _MISSING else self._outcome(n, label, sname, prob)
+                offered = {_key(c) for c in req.candidates[n]}
+                picked = got.label if got is not None and isinstance(got.label, list) else [label]
+                if got is None or any(_key(x) not in offered for x in picked):
                     still.append(n)
                     continue
                 answered.append(n)
-                choice = next(c for c in self.schema.field(n).choices if c.label == label)
-                prob = ans.probabilities.get(n) if ans is not None else None
-                outcome[n] = FieldOutcome(n, choice.value, label, sname, prob)
+                outcome[n] = got
                 res = ans.results.get(n) if ans is not None else None
                 if res is not None:
                     dists[n] = dict(res.distribution)
                     if not self.confident(n, res):
                         still.append(n)
+            # a union branch the accepted discriminator ruled out needs no better answer
+            settled = {k: v for k, v in outcome.items() if k not in still}
+            still = [n for n in still if not (n in outcome and self._not_taken(n, settled))]
             if ans is not None and ans.decision is not None and first is None and not records:
                 first = ans.decision
             records.append(
@@ -369,3 +430,8 @@ class Cascade(Runnable[Any, CascadeResult]):
 
 
 _MISSING = object()
+
+
+def _key(label: Any) -> Any:
+    """A hashable key of a label that tells `True` from `1` (JSON does)."""
+    return (type(label).__name__, label) if isinstance(label, bool) else label

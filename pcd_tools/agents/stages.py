@@ -12,6 +12,7 @@ A stage answers an `EscalationRequest` with a `StageAnswer`:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -40,18 +41,24 @@ __all__ = [
 
 
 def narrowed_model(
-    schema: Schema, names: Sequence[str], keep: Mapping[str, Sequence[Any]] | None = None
+    schema: Schema,
+    names: Sequence[str],
+    keep: Mapping[str, Sequence[Any]] | None = None,
+    fixed: Mapping[str, Any] | None = None,
 ) -> type[BaseModel]:
     """A Pydantic model with only `names`, each `Literal` narrowed to the labels in `keep`.
 
     It keeps the instructions (as the docstring), the field and choice descriptions, so
-    a chat model's `with_structured_output` sees the same task, only smaller.
+    a chat model's `with_structured_output` sees the same task, only smaller. A
+    multi-label field stays a list of its (kept) labels, with its length limits.
 
     Args:
         schema: The full compiled schema.
         names: Fields to include, in order.
         keep: Per-field JSON labels to keep, in the order the `Literal` lists them (a
             cascade passes them most probable first); default all, in declaration order.
+        fixed: Answers already decided that these fields depend on (`{field: label}`);
+            they are written into the instructions, so the stage decides given them.
     """
     fields: dict[str, Any] = {}
     for name in names:
@@ -65,6 +72,10 @@ def narrowed_model(
             tp = bool
         else:
             tp = Literal[tuple(labels)]
+        limits: dict[str, int | None] = {}
+        if spec.kind == "multilabel":
+            limits = {"min_length": spec.min_labels or None, "max_length": spec.max_labels}
+            tp = list[tp]
         if any(c.label is None for c in kept):
             tp = tp | None
         descs: dict[str, Any] = {
@@ -73,12 +84,29 @@ def narrowed_model(
             if c.description and c.label is not None
         }
         extra: dict[str, Any] | None = {"choice_descriptions": descs} if descs else None
-        fields[name] = (tp, PydField(description=spec.description or None, json_schema_extra=extra))
+        desc = spec.description or ""
+        if spec.branch is not None:
+            kind, index = spec.branch
+            when = schema.field(kind).choices[index].literal
+            desc = f"{desc} (only when {kind!r} is {when})".strip()
+        fields[name] = (
+            tp,
+            PydField(
+                description=desc or None,
+                json_schema_extra=extra,
+                min_length=limits.get("min_length"),
+                max_length=limits.get("max_length"),
+            ),
+        )
+    doc = schema.instructions or ""
+    if fixed:
+        given = ", ".join(f"{k} = {json.dumps(v, ensure_ascii=False)}" for k, v in fixed.items())
+        doc = f"{doc}\n\nAlready decided (do not change): {given}.".strip()
     model_name = schema.name if schema.name.isidentifier() else "Decision"
     return create_model(
         model_name,
         __config__=ConfigDict(extra="forbid"),
-        __doc__=schema.instructions or None,
+        __doc__=doc or None,
         **fields,
     )
 
@@ -104,6 +132,10 @@ class EscalationRequest:
         previous: Per field, the distribution of the latest stage that had one, if any.
         ranked: Per field, `(label, probability)` for each candidate in `candidates` order;
             the probability is from `previous`, or None where no stage has scored the field.
+        fixed: Answers already accepted that the requested fields depend on (their
+            `depends_on` and `choices_by` parents, a union branch's discriminator), as
+            `{field: label}`; `model`'s instructions state them, and a `choices_by`
+            child's candidates are only those allowed with its parent's answer.
     """
 
     text: str
@@ -113,6 +145,7 @@ class EscalationRequest:
     model: type[BaseModel]
     previous: dict[str, dict[Any, float]]
     ranked: dict[str, list[tuple[Any, float | None]]] = field(default_factory=dict)
+    fixed: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -183,7 +216,11 @@ class DeciderStage:
             n: [x for x in schema.field(n).labels if x in request.candidates[n]]
             for n in request.fields
         }
-        target = schema if full else compile_schema(narrowed_model(schema, request.fields, keep))
+        target = (
+            schema
+            if full and not request.fixed
+            else compile_schema(narrowed_model(schema, request.fields, keep, request.fixed))
+        )
         d = call_model(
             self.decider,
             self.decider.decide,
@@ -279,6 +316,7 @@ class HumanStage:
                 }
                 for n in request.fields
             },
+            "already_decided": dict(request.fixed),
         }
 
     def answer(self, request: EscalationRequest) -> StageAnswer:
