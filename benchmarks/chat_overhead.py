@@ -130,6 +130,26 @@ def main() -> None:
                 f"{1000 * per['chat'] / len(texts):.1f} ms per request, ratio {ratios[-1]:.3f}",
                 flush=True,
             )
+    # The route's own work, without the model: read the request, compile its schema (a
+    # warm cache, as in the loop above) and write the answer, for the same decision.
+    from pcd_tools.serve.native import parse_decide
+    from pcd_tools.serve.openai_chat import parse_chat
+    from pcd_tools.serve.openai_reply import build_completion
+
+    tok = decider.engine.tokenizer
+    decision = decider.decide(parse_decide(decide_body(texts[0])).schema, texts[0])
+    own: dict[str, list[float]] = {"decide": [], "chat": []}
+    for _ in range(200):
+        t0 = time.perf_counter()
+        parse_decide(decide_body(texts[0]))
+        json.dumps(decision.to_response())
+        t1 = time.perf_counter()
+        req = parse_chat(chat_body(texts[0]), tok)
+        json.dumps(build_completion(req, decision, model="m", tokenizer=tok).body())
+        t2 = time.perf_counter()
+        own["decide"].append(t1 - t0)
+        own["chat"].append(t2 - t1)
+    own_ms = {k: 1000 * statistics.median(v) for k, v in own.items()}
     stats = {
         k: {
             "median_ms": 1000 * statistics.median(v),
@@ -139,6 +159,7 @@ def main() -> None:
         for k, v in lat.items()
     }
     result = {
+        "route_own_ms": own_ms,
         "model": decider.model_id,
         "machine": f"{platform.machine()}, {platform.platform()}",
         "rounds": args.rounds,
@@ -155,6 +176,12 @@ def main() -> None:
     print("|---|---|")
     for k, s in stats.items():
         print(f"| {k} | {s['median_ms']:.1f} ms ({s['min_ms']:.1f}-{s['max_ms']:.1f}) |")
+    print(
+        f"each route's own work (parse, compile, answer; no model), median of 200: decide "
+        f"{own_ms['decide']:.3f} ms, chat {own_ms['chat']:.3f} ms; the difference is "
+        f"{100 * (own_ms['chat'] - own_ms['decide']) / stats['decide']['median_ms']:.3f}% "
+        "of a decide request above"
+    )
     q = result["ratio_chat_over_decide"]
     print(f"chat / decide, per round: {q['median']:.3f} ({q['min']:.3f}-{q['max']:.3f})")
     if args.json:

@@ -111,10 +111,13 @@ def average(schema: Schema, runs: Sequence[Sequence[Decision[Any]]]) -> list[Dec
     for per in zip(*runs):
         fields, native = {}, {}
         for spec in schema.fields:
-            if not all(spec.name in d.fields for d in per):  # a union branch not taken
+            # a union branch's field is kept only by the orders that took its branch: its
+            # distribution (given the branch) is averaged over those
+            have = [d for d in per if spec.name in d.fields]
+            if not have:
                 continue
             p = np.mean(
-                [[d.fields[spec.name].distribution[c.label] for c in spec.choices] for d in per],
+                [[d.fields[spec.name].distribution[c.label] for c in spec.choices] for d in have],
                 axis=0,
             )
             if spec.kind == "multilabel":  # each label's P(yes), averaged
@@ -122,10 +125,19 @@ def average(schema: Schema, runs: Sequence[Sequence[Decision[Any]]]) -> list[Dec
                 res = FieldResult.from_labels(spec, p, np.log(q) - np.log1p(-q))
             else:
                 res = FieldResult.from_probs(spec, p, np.log(np.maximum(p, 1e-300)))
-            flips = sum(d.fields[spec.name].label != res.label for d in per)
-            fields[spec.name] = replace(res, flip_rate=flips / k)
-            native[spec.name] = res.value
+            fields[spec.name] = res
         first = per[0]
+        joint = {
+            pair: {key: float(np.mean([d.joint[pair][key] for d in per])) for key in t}
+            for pair, t in first.joint.items()
+            if all(pair in d.joint for d in per)
+        }
+        _joint_answers(schema, fields, joint)
+        _union_answers(schema, fields)
+        for name, res in fields.items():
+            flips = sum(d.fields[name].label != res.label for d in per if name in d.fields)
+            fields[name] = replace(res, flip_rate=flips / k)
+            native[name] = res.value
         out.append(
             replace(
                 first,
@@ -138,10 +150,52 @@ def average(schema: Schema, runs: Sequence[Sequence[Decision[Any]]]) -> list[Dec
                 sequential_forward_passes=sum(d.sequential_forward_passes for d in per),
                 prefix_cache_hit=all(d.prefix_cache_hit for d in per),
                 orders=k,
-                joint={
-                    pair: {key: float(np.mean([d.joint[pair][key] for d in per])) for key in t}
-                    for pair, t in first.joint.items()
-                },
+                joint=joint,
             )
         )
     return out
+
+
+def _joint_answers(
+    schema: Schema, fields: dict[str, FieldResult], joint: dict[tuple[str, str], Any]
+) -> None:
+    """A `choices_by` pair's answer: the best cell of the averaged joint table, so that
+    the child is always allowed with the parent (two averaged marginals' argmaxes need
+    not be)."""
+    for (parent, child), table in joint.items():
+        if parent not in fields or child not in fields:
+            continue
+        pv, cv = max(table, key=lambda key: table[key])
+        for name, label in ((parent, pv), (child, cv)):
+            res = fields[name]
+            best = [c.label for c in res.spec.choices].index(label)
+            probs = np.array(list(res.distribution.values()))
+            fields[name] = FieldResult.from_probs(res.spec, probs, res.log_scores, best=best)
+
+
+def _union_answers(schema: Schema, fields: dict[str, FieldResult]) -> None:
+    """A union's branch from the averaged distributions (as `joint` chooses it), among the
+    branches whose fields some order scored; the other branches' fields are dropped."""
+    kinds = dict.fromkeys(f.branch[0] for f in schema.fields if f.branch is not None)
+    for kind in kinds:
+        if kind not in fields:
+            continue
+        res = fields[kind]
+        best, best_score = None, -1.0
+        for t, pt in enumerate(res.distribution.values()):
+            branch = [f for f in schema.fields if f.branch == (kind, t)]
+            if any(f.name not in fields for f in branch):
+                continue  # no order took this branch: its fields were never kept
+            score = pt
+            for f in branch:
+                if f.kind != "multilabel":
+                    score *= max(fields[f.name].distribution.values())
+            if score > best_score:
+                best, best_score = t, score
+        if best is None:  # pragma: no cover - the orders' own answers are always eligible
+            continue
+        probs = np.array(list(res.distribution.values()))
+        fields[kind] = FieldResult.from_probs(res.spec, probs, res.log_scores, best=best)
+        for f in schema.fields:
+            if f.branch is not None and f.branch[0] == kind and f.branch[1] != best:
+                fields.pop(f.name, None)

@@ -73,3 +73,31 @@ def test_a_narrowed_subset_drops_ties_to_fields_left_out(tiny):
     r = compile_schema(Routed).subset(["team"])
     assert r.field("team").depends_on == ()
     assert tiny.decide(r, CONTEXT).value.team in ("t1", "t2")
+
+
+@pytest.mark.parametrize("seed_text", TEXTS)
+def test_orders_answer_a_joint_pair_with_the_best_cell_of_the_averaged_table(tiny, seed_text):
+    d = tiny.decide(Triage, seed_text, orders=3)
+    table = d.joint[("category", "subcategory")]
+    best = max(table, key=lambda key: table[key])
+    assert (d.fields["category"].label, d.fields["subcategory"].label) == best
+    spec = compile_schema(Triage).field("subcategory")
+    parent = compile_schema(Triage).field("category")
+    pi = [c.label for c in parent.choices].index(best[0])
+    assert best[1] in [spec.choices[i].label for i in spec.choices_by[1][pi]]  # allowed
+    assert (d.value.category, d.value.subcategory) == best
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_orders_keep_only_the_answered_branch_of_a_union(tiny, text):
+    d = tiny.decide(Request, text, orders=3)
+    schema = compile_schema(Request)
+    kinds = {f.branch[0] for f in schema.fields if f.branch is not None}
+    for kind in kinds:
+        taken = schema.field(kind).choices.index(
+            next(c for c in schema.field(kind).choices if c.label == d.fields[kind].label)
+        )
+        for f in schema.fields:
+            if f.branch is not None and f.branch[0] == kind:
+                assert (f.name in d.fields) == (f.branch[1] == taken)
+    json.dumps(d.to_response())
