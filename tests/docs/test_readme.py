@@ -72,7 +72,7 @@ def run_checked(src: str, ns: dict[str, Any], label: str) -> list[str]:
 
 def test_the_readme_blocks_are_all_run_here():
     assert len(_blocks(README)) == len(QUICK) + len(AGENTS) + len(SERVE) + len(SCALE)
-    assert len(QUICK) == 3 and len(AGENTS) == 5 and len(SERVE) == 2 and len(SCALE) == 1
+    assert len(QUICK) == 4 and len(AGENTS) == 5 and len(SERVE) == 2 and len(SCALE) == 1
 
 
 def test_quick_start_runs_as_written(real, monkeypatch):
@@ -105,6 +105,17 @@ def test_schemas_section_runs_as_written(real):
     assert len(checked) == 4
     table = ns["d"].joint[("category", "subcategory")]
     assert sum(table.values()) == pytest.approx(1.0)
+
+
+def test_without_labels_section_runs_as_written(real):
+    # the quick start defines Triage, decider and tickets; run it on the session's model
+    ns: dict[str, Any] = {"__name__": "readme", "real": real}
+    quick = QUICK[0].replace("pcd_tools.Decider.load()", "real")
+    assert quick != QUICK[0]
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(quick, "README.md (quick start)", "exec", dont_inherit=True), ns)
+    checked = run_checked(QUICK[3], ns, "without labels")
+    assert len(checked) == 3
 
 
 @pytest.mark.langchain
