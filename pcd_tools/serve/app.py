@@ -307,6 +307,7 @@ def create_app(
             req.scoring,
             orders=req.orders,
             allow_empty=req.allow_empty,
+            calibration=req.calibration,
             tokens=tokens,
         )
         decision = await srv.decide(request, job, field="messages")

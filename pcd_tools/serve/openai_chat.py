@@ -22,7 +22,7 @@ up a chat reply.
 | `max_tokens`, `max_completion_tokens` | an answer longer than this is a 400, never cut |
 | `stream`, `stream_options.include_usage` | server-sent events of the same answer |
 | `seed`, `top_p`, `stop`, penalties, `user`, `metadata`, `store`, ... | accepted; no effect on a scored answer |
-| `pcd` (via `extra_body`) | `{"orders"?, "scoring"?, "allow_empty"?}` as in `/v1/decide` |
+| `pcd` (via `extra_body`) | `{"orders"?, "scoring"?, "allow_empty"?, "calibration"?, "examples"?}` as in `/v1/decide` |
 """
 
 from __future__ import annotations
@@ -74,8 +74,9 @@ NO_EFFECT = (
     "top_p",
     "user",
 )
-PCD_KEYS = ("allow_empty", "orders", "scoring")
-SCORINGS = ("full", "constrained")
+PCD_KEYS = ("allow_empty", "calibration", "examples", "orders", "scoring")
+SCORINGS = ("full", "constrained", "pmi")
+CALIBRATIONS = ("contextual", "none")
 MAX_ORDERS = 16
 HOW_TO_ASK = (
     "This server answers structured decisions by scoring the allowed answers; it does not "
@@ -104,6 +105,7 @@ class ChatRequest:
         scoring: `"full"` or `"constrained"`.
         orders: Listing orders averaged over.
         allow_empty: Decide on an empty conversation.
+        calibration: `"contextual"` or `"none"`, or None for the server's setting.
     """
 
     schema: Schema
@@ -118,6 +120,7 @@ class ChatRequest:
     scoring: str = "full"
     orders: int = 1
     allow_empty: bool = False
+    calibration: str | None = None
 
     @property
     def pcd_temperature(self) -> float:
@@ -170,6 +173,13 @@ def parse_chat(body: Any, tokenizer: TextTokenizer, *, max_questions: int = 64) 
         instructions = schema.instructions.strip() or DEFAULT_INSTRUCTIONS
         schema = dataclasses.replace(schema, instructions=f"{system}\n\n{instructions}")
     pcd = _pcd_options(body.get("pcd"))
+    if pcd["examples"] is not None:
+        from ..schema.examples import with_examples
+
+        try:
+            schema = with_examples(schema, pcd["examples"], "pcd.examples")
+        except SchemaError as e:
+            raise ApiError(422, "invalid_example", str(e), field="pcd.examples") from e
     if not turns and not pcd["allow_empty"]:
         raise _bad(
             "messages has no user, assistant or tool message: there is nothing to decide on. "
@@ -209,6 +219,7 @@ def parse_chat(body: Any, tokenizer: TextTokenizer, *, max_questions: int = 64) 
         scoring=pcd["scoring"],
         orders=pcd["orders"],
         allow_empty=pcd["allow_empty"],
+        calibration=pcd["calibration"],
     )
 
 
@@ -403,7 +414,19 @@ def _pcd_options(raw: Any) -> dict[str, Any]:
     allow_empty = raw.get("allow_empty", False)
     if not isinstance(allow_empty, bool):
         raise _bad("pcd.allow_empty must be true or false.", "pcd.allow_empty")
-    return {"orders": orders, "scoring": scoring, "allow_empty": allow_empty}
+    calibration = raw.get("calibration")
+    if calibration is not None and calibration not in CALIBRATIONS:
+        raise _bad(
+            f"pcd.calibration must be one of {list(CALIBRATIONS)}; got {calibration!r}.",
+            "pcd.calibration",
+        )
+    return {
+        "orders": orders,
+        "scoring": scoring,
+        "allow_empty": allow_empty,
+        "calibration": calibration,
+        "examples": raw.get("examples"),
+    }
 
 
 _OPEN = "\x00PCD_TURNS_OPEN\x00"

@@ -353,3 +353,24 @@ def test_v1_decide_takes_examples_calibration_and_pmi(server, tiny):
     assert r.status_code == 422 and "team" in r.json()["error"]["message"]
     r = httpx.post(url + "/decide", json={**body, "calibration": "cal.json"}, headers=auth)
     assert r.status_code == 422 and r.json()["error"]["field"] == "calibration"
+
+
+def test_pcd_options_through_extra_body(client, tiny):
+    examples = [{"input": "My invoice is wrong.", "output": {"team": "billing", "urgent": False}}]
+    r = client.chat.completions.create(
+        model="m",
+        messages=_user(),
+        response_format=_fmt(Route),
+        extra_body={"pcd": {"examples": examples, "calibration": "contextual", "orders": 2}},
+    )
+    want = tiny.decide(Route, TEXT, examples=examples, calibration="contextual", orders=2)
+    pcd = r.choices[0].model_extra["pcd"]
+    assert pcd["orders"] == 2
+    _same_as_library(pcd, want)
+    with pytest.raises(openai.UnprocessableEntityError, match="team"):
+        client.chat.completions.create(
+            model="m",
+            messages=_user(),
+            response_format=_fmt(Route),
+            extra_body={"pcd": {"examples": [{"input": "x", "output": {"team": "hr"}}]}},
+        )
