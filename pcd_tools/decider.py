@@ -15,6 +15,7 @@ from .checks import LabelFree, Scoring, check_batch_size, check_contexts, check_
 from .contextual import ContentFreeScores, check_method, method_with, resolve_method
 from .deciding import decide_in_order, prompt_preview
 from .errors import InvalidArgumentError
+from .hybrid import check_max_new_tokens, decide_hybrid
 from .orders import average, orderings
 from .prompt import PromptPreview
 from .result import Decision
@@ -219,8 +220,9 @@ class Decider:
         allow_empty: bool = False,
         examples: Sequence[Any] | None = None,
         calibration: LabelFree | None = None,
+        max_new_tokens: int | None = None,
     ) -> Decision[Any]:
-        """Scores every field of `schema` for `context`.
+        """Scores every field of `schema` for `context` (and generates its generated ones).
 
         Args:
             schema: A Pydantic model class, `StructuredSchema`, dict spec or `Schema`.
@@ -245,6 +247,8 @@ class Decider:
                 schema part of the prompt.
             calibration: The label-free calibration of this call: `"contextual"`,
                 `"none"`, or None for the decider's own (`with_calibration`).
+            max_new_tokens: The token limit of each generated field (`str`, `float`,
+                ...) that sets none itself; None for 256 (see `pcd_tools.hybrid`).
 
         Returns:
             A `Decision` whose `.value` is an instance of the schema's model.
@@ -259,6 +263,8 @@ class Decider:
             CalibrationMismatchError: if the decider's fitted calibration was fitted for
                 another schema or on top of another label-free correction.
             ContextTooLongError: if the prompt does not fit the model's window.
+            GenerationLimitError: if a generated field reaches its token limit (it carries
+                the text generated so far; nothing is truncated).
         """
         return self.decide_many(
             schema,
@@ -272,6 +278,7 @@ class Decider:
             examples=examples,
             calibration=calibration,
             batch_size=1,
+            max_new_tokens=max_new_tokens,
         )[0]
 
     def decide_many(
@@ -288,26 +295,20 @@ class Decider:
         examples: Sequence[Any] | None = None,
         calibration: LabelFree | None = None,
         batch_size: int = 32,
+        max_new_tokens: int | None = None,
     ) -> list[Decision[Any]]:
         """Scores `schema` for several contexts, batching them for throughput.
 
-        Each decision's `elapsed_ms`, `prefill_ms` and `suffix_eval_ms` are its equal
-        share of the engine call that scored it, so they add up to the wall time; the
-        call's totals and size are in `Decision.batch`.
+        Each decision's `elapsed_ms`, `prefill_ms`, `suffix_eval_ms` (and `generate_ms`)
+        are its equal share of the engine call that scored it, so they add up to the wall
+        time; the call's totals and size are in `Decision.batch`. Every argument but these
+        two is as for `decide` (and raises as there):
 
         Args:
-            schema: As for `decide`.
             contexts: The texts, in order; results come back in the same order.
-            temperature: As for `decide`.
-            scoring: As for `decide`.
-            mode: As for `decide`.
-            choice_order: As for `decide`.
-            orders: As for `decide`.
-            allow_empty: As for `decide`.
-            examples: As for `decide`.
-            calibration: As for `decide`.
             batch_size: Contexts handed to the engine at once; it splits them into row
-                groups of similar length (`batch_tokens`) that run concurrently.
+                groups of similar length (`batch_tokens`) that run concurrently. Generated
+                fields decode context by context (the prefill and scored passes batch).
         """
         compiled, options = check_options(
             schema,
@@ -322,6 +323,9 @@ class Decider:
         )
         ctxs = check_contexts(contexts, allow_empty)
         size = check_batch_size(batch_size)
+        limit = check_max_new_tokens(max_new_tokens)
+        if compiled.hybrid:  # generated fields: segments in declaration order
+            return decide_hybrid(self, compiled, ctxs, size, limit, **options)
         return self._decide_checked(compiled, ctxs, size, **options)
 
     def _decide_checked(
@@ -364,6 +368,7 @@ class Decider:
         allow_empty: bool = False,
         examples: Sequence[Any] | None = None,
         calibration: LabelFree | None = None,
+        max_new_tokens: int | None = None,
     ) -> Decision[Any]:
         """`decide` for async code: awaits the engine worker, never blocks the event loop.
 
@@ -386,6 +391,7 @@ class Decider:
                 allow_empty=allow_empty,
                 examples=examples,
                 calibration=calibration,
+                max_new_tokens=max_new_tokens,
             )
         )[0]
 
@@ -402,6 +408,7 @@ class Decider:
         allow_empty: bool = False,
         examples: Sequence[Any] | None = None,
         calibration: LabelFree | None = None,
+        max_new_tokens: int | None = None,
     ) -> list[Decision[Any]]:
         """`decide_many` for async code; the contexts join the engine worker's queue.
 
@@ -423,6 +430,7 @@ class Decider:
         )
         resolve_method(self.label_free, options["calibration"], options["scoring"])
         ctxs = check_contexts(contexts, allow_empty)
+        options["max_new_tokens"] = check_max_new_tokens(max_new_tokens)
         return await gather(queue_for(self).submit(compiled, ctxs, options))
 
     def scores(self, schema: Any, contexts: Sequence[str], **kwargs: Any) -> ScoredBatch:

@@ -20,6 +20,7 @@ from .joint import answers
 from .prompt import PromptPreview, field_suffix
 from .result import BatchTiming, Decision
 from .schema import Schema, compile_schema, with_examples
+from .schema.generated import segments
 from .waves import WaveAnswers, has_waves
 
 if TYPE_CHECKING:
@@ -172,4 +173,5 @@ def prompt_preview(
         answer_start_tokens=len(plan.tail_ids),
         field_suffixes={f.name: field_suffix(f) for f in compiled.fields},
         examples=len(compiled.examples),
+        segments=tuple(segments(compiled)),
     )

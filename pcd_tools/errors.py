@@ -13,6 +13,8 @@ __all__ = [
     "DependencyCycleError",
     "DuplicateChoiceError",
     "EmptySchemaError",
+    "GenerationError",
+    "GenerationLimitError",
     "InvalidArgumentError",
     "InvalidChoiceError",
     "InvalidContextError",
@@ -295,3 +297,47 @@ class InvalidExampleError(SchemaError):
         super().__init__(message, model=model, field=field)
         self.index = index
         self.source = source
+
+
+# --- generated fields ---------------------------------------------------------------------
+
+
+class GenerationError(PcdToolsError, RuntimeError):
+    """A generated field could not be decoded under its grammar (the vocabulary cannot
+    continue it, or its grammar cannot be built for this tokenizer).
+
+    Attributes:
+        field: The generated field.
+        partial_text: The value's text decoded so far.
+    """
+
+    def __init__(self, message: str, *, field: str, partial_text: str = ""):
+        super().__init__(message)
+        self.field = field
+        self.partial_text = partial_text
+
+
+class GenerationLimitError(GenerationError):
+    """A generated field reached its `max_new_tokens` before its grammar let it end.
+
+    Nothing is truncated: the error carries what was generated.
+
+    Attributes:
+        field: The generated field.
+        limit: The token limit it reached.
+        partial_text: The value's text decoded so far (`limit` tokens).
+        context_index: The context it happened on, within the call's contexts.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str,
+        limit: int,
+        partial_text: str,
+        context_index: int | None = None,
+    ):
+        super().__init__(message, field=field, partial_text=partial_text)
+        self.limit = limit
+        self.context_index = context_index

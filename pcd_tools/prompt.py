@@ -8,6 +8,11 @@ Layout (see DESIGN §2)::
     [assistant: "{"]
     per field, scored in parallel:  '\\n  "name": ' + <candidate JSON literal> + terminator
 
+A schema with generated fields is answered in segments, in declaration order
+(`pcd_tools.schema.generated.segments`): a generated field's value is decoded after
+`'\\n  "name": '`, and a later run of scored fields is scored after everything written
+so far (`segment_questions`, `written_answers`), so the model sees one JSON object.
+
 The prompt is tokenized in three pieces (schema part, context, tail) that meet at chat
 special tokens, so the cached schema part is a token prefix of every request.
 """
@@ -20,17 +25,21 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .schema import Example, FieldSpec, Schema
+from .schema.spec import Answer
 
 __all__ = [
     "PromptParts",
     "PromptPreview",
     "Question",
+    "Segment",
     "TextTokenizer",
     "build_prompt",
     "example_answer",
     "field_suffix",
     "questions",
     "render_system",
+    "segment_questions",
+    "written_answers",
 ]
 
 DEFAULT_INSTRUCTIONS = "Classify the user's message."
@@ -65,9 +74,14 @@ def render_system(schema: Schema, choice_order: Mapping[str, Sequence[int]] | No
             values are listed; used to measure and average out order bias.
     """
     lines = [schema.instructions.strip() or DEFAULT_INSTRUCTIONS, ""]
+    each = (
+        "For each key with allowed values, the value must be one of them; write the other "
+        "keys' values as described, in this order."
+        if schema.hybrid
+        else "For each key, the value must be one of its allowed values."
+    )
     lines.append(
-        "Read the user's message and answer with a JSON object that has exactly these keys. "
-        "For each key, the value must be one of its allowed values."
+        f"Read the user's message and answer with a JSON object that has exactly these keys. {each}"
     )
     lines.append("")
     for f in schema.fields:
@@ -77,7 +91,9 @@ def render_system(schema: Schema, choice_order: Mapping[str, Sequence[int]] | No
             desc += f" (only when {kind!r} is {schema.field(kind).choices[index].literal})"
         lines.append(f'"{f.key}": {desc}')
         order = choice_order.get(f.name) if choice_order else None
-        if f.kind == "multilabel":
+        if f.generated:
+            lines.append(f"  value: {describe_generation(f)}")
+        elif f.kind == "multilabel":
             lines.append(
                 "  an object with each of these labels as a key, and true or false for whether "
                 f"it applies: {_describe_choices(f, order)}"
@@ -85,6 +101,66 @@ def render_system(schema: Schema, choice_order: Mapping[str, Sequence[int]] | No
         else:
             lines.append(f"  allowed values: {_describe_choices(f, order)}")
     return "\n".join(lines)
+
+
+def _span(lo: Any, hi: Any, unit: str) -> str:
+    if lo is not None and hi is not None:
+        return f"{lo} to {hi}{unit}"
+    if lo is not None:
+        return f"at least {lo}{unit}"
+    return f"at most {hi}{unit}" if hi is not None else ""
+
+
+def describe_generation(f: FieldSpec) -> str:
+    """How a generated field's value is described in the system turn."""
+    g = f.generation
+    assert g is not None
+    parts: list[str]
+    if g.type == "string":
+        parts = ["free text", _span(g.min_length, g.max_length, " characters")]
+        if g.pattern:
+            parts.append(f"matching the regular expression {g.pattern}")
+    elif g.type in ("number", "integer"):
+        parts = ["a number" if g.type == "number" else "an integer", _span(g.ge, g.le, "")]
+    elif g.type == "string_list":
+        parts = ["a list of strings", _span(g.min_length, g.max_length, " items")]
+        parts.append(_span(g.item_min_length, g.item_max_length, " characters each"))
+        if g.pattern:
+            parts.append(f"each matching the regular expression {g.pattern}")
+    elif g.type == "date":
+        parts = ["a date as YYYY-MM-DD"]
+    else:
+        parts = ["a date and time as YYYY-MM-DDTHH:MM:SS"]
+    if f.optional:
+        parts.append("or null when the message does not say")
+    return ", ".join(p for p in parts if p)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One segment of a schema with generated fields, as it ran for one context.
+
+    The answer is one JSON object written in declaration order: a scored segment is one
+    packed pass over its fields after everything written before it; a generated segment
+    decodes its fields one after the other.
+
+    Args:
+        kind: `"scored"` or `"generated"`.
+        fields: Its fields, in declaration order.
+        prefix: The JSON text after the prompt's `{` that the model had seen when the
+            segment started (a scored segment's candidates are scored right after it).
+        text: What the segment added to the JSON: a generated field's key, value and
+            terminator; a scored segment's chosen answers, each written after its key.
+        token_ids: The token ids of `text` as they went into the KV cache (a generated
+            value's own tokens; written keys and answers tokenized as text); empty for a
+            last scored segment, whose answers nothing reads.
+    """
+
+    kind: str
+    fields: tuple[str, ...]
+    prefix: str
+    text: str
+    token_ids: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -115,6 +191,11 @@ class PromptPreview:
         field_suffixes: Per field, the JSON text its pass continues the prompt with before
             the candidates are scored.
         examples: Few-shot examples in the schema part (earlier user/assistant turns).
+        segments: The order the answer is written in: `("scored", fields)` for one
+            packed pass, `("generated", fields)` for fields decoded one after the other.
+            A schema without generated fields is one scored segment. Each segment
+            continues the JSON after everything before it (the decision's
+            `Decision.segments` holds the text each one saw).
     """
 
     text: str
@@ -124,6 +205,7 @@ class PromptPreview:
     answer_start_tokens: int
     field_suffixes: dict[str, str]
     examples: int = 0
+    segments: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def token_count(self) -> int:
@@ -180,18 +262,24 @@ def example_answer(schema: Schema, example: Example) -> str:
     """An example's answer as the fields pass writes JSON: `{`, then per answered field
     its suffix (`\\n  "key": `) and value, joined by commas, then `\\n}`. A multi-label
     field is an object of every label with `true` or `false`."""
-    parts = []
-    for name, a in example.answers:
-        f = schema.field(name)
-        if isinstance(a, tuple):
-            flags = ", ".join(
-                f"{json.dumps(str(c.label), ensure_ascii=False)}: {'true' if i in a else 'false'}"
-                for i, c in enumerate(f.choices)
-            )
-            parts.append(f"{field_suffix(f)}{{{flags}}}")
-        else:
-            parts.append(field_suffix(f) + f.choices[a].literal)
+    parts = [_answer_part(schema.field(name), a) for name, a in example.answers]
     return "{" + ",".join(parts) + "\n}"
+
+
+def _answer_part(f: FieldSpec, a: Answer) -> str:
+    if isinstance(a, tuple):
+        flags = ", ".join(
+            f"{json.dumps(str(c.label), ensure_ascii=False)}: {'true' if i in a else 'false'}"
+            for i, c in enumerate(f.choices)
+        )
+        return f"{field_suffix(f)}{{{flags}}}"
+    return field_suffix(f) + f.choices[a].literal
+
+
+def written_answers(schema: Schema, answers: Sequence[tuple[str, Answer]]) -> str:
+    """Scored answers as a segment writes them into the JSON before what follows: per
+    field its suffix, value and a comma (a multi-label field: its object of labels)."""
+    return "".join(_answer_part(schema.field(n), a) + "," for n, a in answers)
 
 
 def field_suffix(f: FieldSpec) -> str:
@@ -272,13 +360,20 @@ def field_questions(
 JOINT_BUDGET = 24_000
 
 
-def joint_parent(schema: Schema, f: FieldSpec) -> str | None:
+def _deps(f: FieldSpec, inside: set[str] | None) -> tuple[str, ...]:
+    """The parents of `f` answered in the same pass or wave (those in `inside`)."""
+    return f.depends_on if inside is None else tuple(p for p in f.depends_on if p in inside)
+
+
+def joint_parent(schema: Schema, f: FieldSpec, inside: set[str] | None = None) -> str | None:
     """The parent a `choices_by` field is scored jointly with in the first pass: when the
-    parent depends on nothing, the child on nothing else, and the texts fit the budget."""
-    if f.choices_by is None or f.depends_on != (f.choices_by[0],):
+    parent depends on nothing, the child on nothing else, and the texts fit the budget.
+
+    With `inside` (a segment's fields), parents outside it count as already written."""
+    if f.choices_by is None or _deps(f, inside) != (f.choices_by[0],):
         return None
     parent = schema.field(f.choices_by[0])
-    if parent.depends_on:
+    if _deps(parent, inside):
         return None
     size = sum(
         len(t)
@@ -292,17 +387,26 @@ def joint_parent(schema: Schema, f: FieldSpec) -> str | None:
 def questions(schema: Schema) -> list[Question]:
     """The questions of the first pass, in order: one per field that depends on nothing
     (one per label of a multi-label field), and for a `choices_by` child scored jointly,
-    one per parent value with that value written first."""
+    one per parent value with that value written first. Generated fields ask nothing."""
+    return segment_questions(schema, [f.name for f in schema.fields if not f.generated])
+
+
+def segment_questions(schema: Schema, names: Sequence[str]) -> list[Question]:
+    """The first-pass questions of the scored fields `names` (a segment of a schema with
+    generated fields, or all of them): parents outside `names` count as answered, since
+    their answers are already written in the JSON before the segment."""
+    inside = set(names)
     out: list[Question] = []
-    for f in schema.fields:
-        if not f.depends_on:
+    for f in (schema.field(n) for n in names):
+        deps = _deps(f, inside)
+        if not deps:
             out.extend(field_questions(schema, f))
             continue
-        if f.branch is not None and f.depends_on == (f.branch[0],):
-            if not schema.field(f.branch[0]).depends_on:  # after its branch's value
+        if f.branch is not None and deps == (f.branch[0],):
+            if not _deps(schema.field(f.branch[0]), inside):  # after its branch's value
                 out.extend(field_questions(schema, f, [f.branch]))
             continue
-        parent = joint_parent(schema, f)
+        parent = joint_parent(schema, f, inside)
         if parent is not None:
             for i in range(schema.field(parent).cardinality):
                 out.extend(field_questions(schema, f, [(parent, i)]))

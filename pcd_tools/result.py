@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
+from .prompt import Segment
 from .schema import FieldSpec, Schema
 
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ __all__ = [
     "BatchTiming",
     "Decision",
     "FieldResult",
+    "Segment",
     "choose_labels",
     "conditional_probs",
     "field_results",
@@ -39,11 +41,16 @@ def softmax_scores(logz: np.ndarray, temperature: float) -> np.ndarray:
 class FieldResult:
     """The answer for one field.
 
+    A generated field (`spec.generated`) has no candidates: its `probability` is None,
+    `distribution` and `log_scores` are empty, and `tokens`, `generation_ms` and
+    `mean_logprob` say how it was decoded.
+
     Args:
         name: Field name.
-        value: Native value (`bool`, `Enum` member, `str`, `int` or `None`).
-        label: JSON value of the answer.
-        probability: Probability of the answer.
+        value: Native value (`bool`, `Enum` member, `str`, `int`, a generated field's
+            `str`, `float`, `int`, `list[str]`, `date` or `datetime`, or `None`).
+        label: JSON value of the answer (a generated date: its ISO string).
+        probability: Probability of the answer; None for a generated field.
         distribution: Every candidate's JSON value -> probability, in declaration order.
         log_scores: Each candidate's log score `z_c` before temperature, after the
             decision's label-free correction if any (`z_c - log p_cf(c)` for contextual
@@ -56,17 +63,56 @@ class FieldResult:
             of chosen labels, `distribution` equals `labels`, `log_scores` hold each
             label's log-odds, and `probability` is that of the least certain label
             decision.
+        tokens: For a generated field, the tokens its value took (its terminator
+            included); None for a scored field.
+        generation_ms: For a generated field, the wall time of writing its key and
+            decoding it.
+        mean_logprob: For a generated field, the mean full-vocabulary log-probability of
+            its tokens (greedy decoding under the grammar); not a probability of the value.
     """
 
     name: str
     value: Any
     label: Any
-    probability: float
+    probability: float | None
     distribution: dict[Any, float]
     log_scores: tuple[float, ...]
     spec: FieldSpec = field(repr=False)
     flip_rate: float | None = None
     labels: dict[Any, float] | None = None
+    tokens: int | None = None
+    generation_ms: float | None = None
+    mean_logprob: float | None = None
+
+    @classmethod
+    def from_generated(
+        cls,
+        spec: FieldSpec,
+        value: Any,
+        label: Any,
+        *,
+        tokens: int,
+        generation_ms: float,
+        mean_logprob: float,
+    ) -> FieldResult:
+        """A generated field's answer: no probability, no distribution."""
+        return cls(
+            name=spec.name,
+            value=value,
+            label=label,
+            probability=None,
+            distribution={},
+            log_scores=(),
+            spec=spec,
+            tokens=tokens,
+            generation_ms=generation_ms,
+            mean_logprob=mean_logprob,
+        )
+
+    @property
+    def generated(self) -> bool:
+        """Whether the value was generated (no probability) rather than scored."""
+        return self.spec.generated
 
     @classmethod
     def from_probs(
@@ -113,8 +159,10 @@ class FieldResult:
         return [items[i] for i in order]
 
     @property
-    def margin(self) -> float:
-        """Probability of the answer minus that of the runner-up."""
+    def margin(self) -> float | None:
+        """Probability of the answer minus that of the runner-up; None when generated."""
+        if self.generated:
+            return None
         if self.labels is not None:  # the least certain label: P(yes) - P(no), in absolute
             return float(min(abs(2.0 * q - 1.0) for q in self.labels.values()))
         top = self.top_choices
@@ -131,9 +179,11 @@ class FieldResult:
         return float(sum(v * p for v, p in ints) / mass) if mass > 0 else None
 
     @property
-    def entropy(self) -> float:
+    def entropy(self) -> float | None:
         """Shannon entropy of the distribution, in nats (multi-label: summed over labels'
-        yes/no distributions)."""
+        yes/no distributions); None when generated."""
+        if self.generated:
+            return None
         if self.labels is not None:
             return float(
                 -sum(q * math.log(q) for p in self.labels.values() for q in (p, 1 - p) if q > 0)
@@ -142,8 +192,34 @@ class FieldResult:
 
     @property
     def cardinality(self) -> int:
-        """Number of candidates."""
+        """Number of candidates (0 for a generated field)."""
         return len(self.distribution)
+
+    def telemetry(self) -> dict[str, Any]:
+        """The field's entry in the response's `field_telemetry`."""
+        if self.generated:
+            return {
+                "confidence": None,
+                "cardinality": 0,
+                "margin": None,
+                "entropy": None,
+                "top_choices": [],
+                "generated": True,
+                "tokens": self.tokens,
+                "generation_ms": round(self.generation_ms or 0.0, 3),
+                "mean_logprob": round(self.mean_logprob, 6)
+                if self.mean_logprob is not None
+                else None,
+            }
+        assert self.probability is not None and self.margin is not None
+        return {
+            "confidence": round(self.probability, 6),
+            "cardinality": self.cardinality,
+            "margin": round(self.margin, 6),
+            "entropy": round(self.entropy or 0.0, 6),
+            "top_choices": [{"choice": c, "probability": round(p, 6)} for c, p in self.top_choices],
+            **({"expected": round(self.expected, 6)} if self.expected is not None else {}),
+        }
 
 
 def choose_labels(
@@ -226,6 +302,8 @@ class BatchTiming:
         content_free_ms: Wall time of the content-free passes the call ran for a
             label-free correction (included in `elapsed_ms`); 0.0 when they came from the
             decider's cache.
+        generate_ms: Wall time of decoding generated fields (their grammar indexes, the
+            written keys and answers, and every decode step); 0.0 without generated fields.
     """
 
     size: int
@@ -233,15 +311,18 @@ class BatchTiming:
     prefill_ms: float
     suffix_eval_ms: float
     content_free_ms: float = 0.0
+    generate_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict, times rounded to microseconds."""
+        """A JSON-serialisable dict, times rounded to microseconds (`generate_ms` only
+        when something was generated)."""
         return {
             "size": self.size,
             "elapsed_ms": round(self.elapsed_ms, 3),
             "prefill_ms": round(self.prefill_ms, 3),
             "suffix_eval_ms": round(self.suffix_eval_ms, 3),
             "content_free_ms": round(self.content_free_ms, 3),
+            **({"generate_ms": round(self.generate_ms, 3)} if self.generate_ms else {}),
         }
 
 
@@ -256,8 +337,10 @@ class Decision(Generic[T]):
         suffix_eval_ms: Wall time of the fields pass (field stems and trie nodes; this
             decision's share of its batch).
         elapsed_ms: Wall time of the call (this decision's share of its batch: summing
-            it over the results of `decide_many` gives the total).
-        sequential_forward_passes: Model calls that ran one after another (measured).
+            it over the results of `decide_many` gives the total). With generated fields,
+            `prefill_ms + suffix_eval_ms + generate_ms` is the engine's part of it.
+        sequential_forward_passes: Model calls that ran one after another (measured;
+            every decode step of a generated field is one).
         prompt_tokens: Prompt length in tokens.
         prefix_cache_hit: Whether the schema part of the prompt came from the cache.
         model_id: The model that scored it.
@@ -277,6 +360,10 @@ class Decision(Generic[T]):
             `sequential_forward_passes` are then sums over the k orders.
         joint: For fields scored jointly (`choices_by`): `(parent, child)` -> a dict from
             `(parent value, child value)` to its probability, summing to 1.
+        generate_ms: Wall time of decoding the generated fields (this decision's share of
+            its batch); 0.0 without generated fields.
+        segments: With generated fields, the segments in the order they ran, each with
+            the JSON text it saw and wrote (`json_text` joins them); empty otherwise.
     """
 
     value: T
@@ -300,6 +387,18 @@ class Decision(Generic[T]):
     calibration_method: str = "none"
     examples: int = 0
     content_free_ms: float = 0.0
+    generate_ms: float = 0.0
+    segments: tuple[Segment, ...] = ()
+
+    @property
+    def json_text(self) -> str | None:
+        """With generated fields: the answer as the one JSON object the model saw and
+        wrote, in declaration order (`{`, every segment's text, closed with `\\n}`);
+        None for a schema of scored fields only (they are scored in parallel)."""
+        if not self.segments:
+            return None
+        body = "{" + "".join(s.text for s in self.segments)
+        return body if body.endswith("}") else body.rstrip(",") + "\n}"
 
     @property
     def flip_rate(self) -> float | None:
@@ -311,32 +410,33 @@ class Decision(Generic[T]):
         return max(rates) if rates else None
 
     @property
-    def confidence(self) -> float:
-        """The lowest answer probability over all fields."""
-        return min(f.probability for f in self.fields.values())
+    def confidence(self) -> float | None:
+        """The lowest answer probability over the scored fields; None when every field
+        is generated (no field has a probability)."""
+        probs = [f.probability for f in self.fields.values() if f.probability is not None]
+        return min(probs) if probs else None
 
     def low_confidence(self, threshold: float) -> list[str]:
-        """Names of fields whose probability is below `threshold`."""
-        return [n for n, f in self.fields.items() if f.probability < threshold]
+        """Names of scored fields whose probability is below `threshold` (a generated
+        field has no probability, so it is never listed)."""
+        return [
+            n
+            for n, f in self.fields.items()
+            if f.probability is not None and f.probability < threshold
+        ]
 
     def to_response(self) -> dict[str, Any]:
-        """The seed-compatible response dict (DESIGN §3), JSON-serialisable."""
+        """The seed-compatible response dict (DESIGN §3), JSON-serialisable. A generated
+        field's `prob` and `confidence` are None; with generated fields the dict also has
+        `generate_ms` and `json_text`."""
         parsed = {
-            n: {"value": f.label, "prob": round(f.probability, 6)} for n, f in self.fields.items()
-        }
-        telemetry = {
             n: {
-                "confidence": round(f.probability, 6),
-                "cardinality": f.cardinality,
-                "margin": round(f.margin, 6),
-                "entropy": round(f.entropy, 6),
-                "top_choices": [
-                    {"choice": c, "probability": round(p, 6)} for c, p in f.top_choices
-                ],
-                **({"expected": round(f.expected, 6)} if f.expected is not None else {}),
+                "value": f.label,
+                "prob": round(f.probability, 6) if f.probability is not None else None,
             }
             for n, f in self.fields.items()
         }
+        telemetry = {n: f.telemetry() for n, f in self.fields.items()}
         return {
             "mode": "parallel_constrained_calibrated"
             if self.calibrated
@@ -364,6 +464,11 @@ class Decision(Generic[T]):
             "orders": self.orders,
             "flip_rate": self.flip_rate,
             **({"joint": self._joint_rows()} if self.joint else {}),
+            **(
+                {"generate_ms": round(self.generate_ms, 3), "json_text": self.json_text}
+                if self.segments
+                else {}
+            ),
         }
 
     def _joint_rows(self) -> list[dict[str, Any]]:

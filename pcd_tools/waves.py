@@ -4,12 +4,17 @@ The engine runs the first pass, then asks `WaveAnswers.next_questions` what each
 needs next: the fields whose parents are all answered, each written after its ancestors'
 answers. Contexts whose earlier answers differ get different questions; the engine
 groups the contexts that share them into one pass.
+
+In a schema with generated fields, each run of scored fields (a segment) is answered the
+same way on the cache that holds everything written before it: `WaveAnswers.within`
+restricts the waves to the segment, and `chosen` gives the answers the segment writes
+into the JSON for what follows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -19,13 +24,17 @@ from .prompt import Question, field_questions, questions
 from .result import FieldResult
 from .schema import Schema
 from .schema.dependencies import ancestors
+from .schema.spec import Answer
 
 __all__ = ["WaveAnswers", "has_waves"]
 
 
 def has_waves(schema: Schema) -> bool:
-    """Whether some field is not answered by the first pass (so it takes later waves)."""
-    return {q.field for q in questions(schema)} != set(schema.field_names)
+    """Whether some scored field is not answered by the first pass (so it takes later
+    waves)."""
+    return {q.field for q in questions(schema)} != {
+        f.name for f in schema.fields if not f.generated
+    }
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,10 @@ class WaveAnswers:
         correction: The decision's label-free correction, if any: called with the
             questions and their log scores, it returns the corrected scores
             (`pcd_tools.contextual.Correction`).
+        fields: The scored fields these waves answer (one segment of a schema with
+            generated fields), or None for every field. Parents outside it are already
+            written in the JSON before the segment, so they are neither waited for nor
+            written again.
     """
 
     schema: Schema
@@ -47,6 +60,32 @@ class WaveAnswers:
     scoring: str
     calibration: Any = None
     correction: Any = None
+    fields: frozenset[str] | None = None
+
+    def within(self, names: Sequence[str]) -> WaveAnswers:
+        """The same choices, with the waves restricted to the segment `names`."""
+        return replace(self, fields=frozenset(names))
+
+    def chosen(
+        self, scored: Sequence[tuple[Question, Any, np.ndarray]]
+    ) -> list[tuple[str, Answer]]:
+        """The answers of this segment's fields, in declaration order, as they are
+        written into the JSON (a union branch that was not taken writes nothing)."""
+        done = self.results(scored)
+        out: list[tuple[str, Answer]] = []
+        for f in self.schema.fields:
+            if (self.fields is not None and f.name not in self.fields) or f.name not in done:
+                continue
+            if f.branch is not None:
+                kind, index = f.branch
+                if kind in done and done[kind].label != self.schema.field(kind).labels[index]:
+                    continue
+            res = done[f.name]
+            if f.kind == "multilabel":
+                out.append((f.name, tuple(f.labels.index(label) for label in res.label)))
+            else:
+                out.append((f.name, f.labels.index(res.label)))
+        return out
 
     def results(self, scored: Sequence[tuple[Question, Any, np.ndarray]]) -> dict[str, FieldResult]:
         """The field results of a context's scored questions so far."""
@@ -60,9 +99,14 @@ class WaveAnswers:
         """The next wave's questions for one context, or [] when every field is answered."""
         done = self.results(scored)
         fields = self.schema.fields
+        inside = self.fields
         out: list[Question] = []
         for f in fields:
-            if f.name in done or not all(p in done for p in f.depends_on):
+            if f.generated or (inside is not None and f.name not in inside):
+                continue
+            if f.name in done or not all(
+                p in done or (inside is not None and p not in inside) for p in f.depends_on
+            ):
                 continue
             if f.branch is not None:  # a union branch that was not taken is not asked
                 kind, index = f.branch
@@ -70,6 +114,8 @@ class WaveAnswers:
                     continue
             given = []
             for a in ancestors(fields, f.name):
+                if inside is not None and a not in inside:
+                    continue  # written before the segment
                 spec, res = self.schema.field(a), done[a]
                 given.append((a, spec.labels.index(res.label)))
             out.extend(field_questions(self.schema, f, given))

@@ -184,8 +184,8 @@ class Cascade(Runnable[Any, CascadeResult]):
             logs it and re-raises the stage's exception.
 
     Raises:
-        InvalidArgumentError: for no stages, an unknown score or `on_stage_error`, or a
-            field not in the schema.
+        InvalidArgumentError: for no stages, an unknown score or `on_stage_error`, a
+            field not in the schema, or a schema with generated fields.
     """
 
     def __init__(
@@ -205,6 +205,13 @@ class Cascade(Runnable[Any, CascadeResult]):
             )
         self.on_stage_error = on_stage_error
         self.schema = compile_schema(schema)
+        if self.schema.hybrid:  # stages narrow and re-ask scored fields only
+            generated = [f.name for f in self.schema.fields if f.generated]
+            raise InvalidArgumentError(
+                f"a Cascade does not take a schema with generated fields yet ({generated} in "
+                f"{self.schema.name}); accepted: a schema whose fields are all scored. Decide "
+                "a hybrid schema with Decider.decide or with_structured_output."
+            )
         self.as_model = isinstance(schema, type) and issubclass(schema, BaseModel)
         if not stages:
             raise InvalidArgumentError("a Cascade needs at least one stage.")

@@ -4,8 +4,13 @@ It accepts what a chat model accepts (a string, a list of messages or `(role, te
 tuples, a `PromptValue`) and returns the schema's model instance. System messages become
 the task instructions (they sit in the cached system turn); the other messages are the
 context. With `include_raw=True` the output is `{"raw": AIMessage, "parsed": ...,
-"parsing_error": None}` and `raw.response_metadata["distributions"]` holds every field's
-full distribution.
+"parsing_error": None}` and `raw.response_metadata["distributions"]` holds every scored
+field's full distribution.
+
+A model with generated fields (`reason: str`, `amount: float`, ...) works too: they are
+decoded under their grammar in declaration order on the same cache (a `reason` declared
+before a `Literal` route is written before the route is scored), their probability is
+None, and `usage_metadata["output_tokens"]` counts their tokens.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..errors import InvalidArgumentError
+from ..hybrid import check_max_new_tokens
 from ..orders import check_orders
 from ..schema import Schema, compile_schema
 from ..worker import call_model, run_on_worker
@@ -105,10 +111,13 @@ def decision_message(decision: Any, schema: Schema) -> Any:
     from langchain_core.messages import AIMessage
 
     labels = {n: f.label for n, f in decision.fields.items()}
+    generated = sum(f.tokens or 0 for f in decision.fields.values())
     meta = {
         "model_name": decision.model_id,
         "model_provider": "pcd_tools",
-        "distributions": {n: dict(f.distribution) for n, f in decision.fields.items()},
+        "distributions": {
+            n: dict(f.distribution) for n, f in decision.fields.items() if not f.generated
+        },
         "probabilities": {n: f.probability for n, f in decision.fields.items()},
         "confidence": decision.confidence,
         "pcd": decision.to_response(),
@@ -121,8 +130,8 @@ def decision_message(decision: Any, schema: Schema) -> Any:
         response_metadata=meta,
         usage_metadata={
             "input_tokens": decision.prompt_tokens,
-            "output_tokens": 0,
-            "total_tokens": decision.prompt_tokens,
+            "output_tokens": generated,
+            "total_tokens": decision.prompt_tokens + generated,
         },
     )
 
@@ -138,9 +147,11 @@ def structured_runnable(decider: Any, schema: Any, include_raw: bool = False, **
         **kwargs: `temperature`, `scoring`, `orders` (average over k listing orders, as
             `Decider.decide`; `raw.response_metadata["flip_rate"]` then reports the
             flips), `examples` and `calibration` (few-shot examples held in the cached
-            prefix, and `"contextual"`, as `Decider.decide`), `threshold` (raise `LowConfidenceError` when
-            the decision's confidence is below it, for `with_fallbacks`), and
-            `use_system_messages` (default True: system messages become instructions).
+            prefix, and `"contextual"`, as `Decider.decide`), `max_new_tokens` (the token
+            limit of generated fields, as `Decider.decide`), `threshold` (raise
+            `LowConfidenceError` when the confidence of the scored fields is below it, for
+            `with_fallbacks`), and `use_system_messages` (default True: system messages
+            become instructions).
 
     Returns:
         A `Runnable[LanguageModelInput, BaseModel | dict]` with `invoke` and `ainvoke`.
@@ -155,6 +166,7 @@ def structured_runnable(decider: Any, schema: Any, include_raw: bool = False, **
     known = {
         "calibration",
         "examples",
+        "max_new_tokens",
         "temperature",
         "scoring",
         "orders",
@@ -169,11 +181,13 @@ def structured_runnable(decider: Any, schema: Any, include_raw: bool = False, **
         )
     if "orders" in kwargs:
         check_orders(kwargs["orders"])
+    if "max_new_tokens" in kwargs:  # checked now, not at the first call
+        check_max_new_tokens(kwargs["max_new_tokens"])
     if "examples" in kwargs:  # checked now, not at the first call
         from ..schema.examples import with_examples
 
         compiled = with_examples(compiled, kwargs["examples"], "with_structured_output(examples=)")
-    opts = ("temperature", "scoring", "orders", "calibration")
+    opts = ("temperature", "scoring", "orders", "calibration", "max_new_tokens")
     decide_kw = {k: kwargs[k] for k in opts if k in kwargs}
     threshold = kwargs.get("threshold")
     use_system = kwargs.get("use_system_messages", True)
@@ -184,7 +198,8 @@ def structured_runnable(decider: Any, schema: Any, include_raw: bool = False, **
         context, system = to_context(value)
         target = with_instructions(compiled, system) if use_system else compiled
         decision = call_model(decider, decider.decide, target, context, **decide_kw)
-        if threshold is not None and decision.confidence < threshold:
+        confidence = decision.confidence  # None when every field is generated
+        if threshold is not None and confidence is not None and confidence < threshold:
             raise LowConfidenceError(decision, threshold=threshold)
         parsed = decision.value if as_model else {n: f.label for n, f in decision.fields.items()}
         if not include_raw:

@@ -146,7 +146,10 @@ class DecisionTool(BaseTool):
             raise ToolException(f"{type(exc).__name__}: {exc}") from exc
         content = {
             "values": {n: f.label for n, f in decision.fields.items()},
-            "probabilities": {n: round(f.probability, 4) for n, f in decision.fields.items()},
+            "probabilities": {
+                n: None if f.probability is None else round(f.probability, 4)
+                for n, f in decision.fields.items()
+            },
             "low_confidence": decision.low_confidence(self.threshold),
         }
         if self.orders > 1:

@@ -171,7 +171,8 @@ def print_decision(console: Any, decision: Any, *, title: str = "Decision") -> N
         table.add_column(col)
     for name, f in decision.fields.items():
         alts = ", ".join(f"{json.dumps(c)} {p:.3f}" for c, p in f.top_choices[1:3])
-        table.add_row(name, json.dumps(f.label), f"{f.probability:.4f}", alts)
+        prob = "generated" if f.probability is None else f"{f.probability:.4f}"
+        table.add_row(name, json.dumps(f.label, ensure_ascii=False), prob, alts)
     console.print(table)
     console.print(
         f"prefill_ms={decision.prefill_ms:.1f}  suffix_eval_ms={decision.suffix_eval_ms:.1f}  "

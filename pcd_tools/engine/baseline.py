@@ -111,10 +111,18 @@ def _eos_ids(decider: Decider) -> frozenset[int]:
 
 
 def _default_max_tokens(decider: Decider, schema: Schema) -> int:
-    """Twice the tokens of the longest valid answer, plus slack."""
+    """Twice the tokens of the longest valid answer, plus slack (a generated field counts
+    its token limit)."""
+    from .generate import DEFAULT_MAX_NEW_TOKENS
+
     enc = decider.engine.encode_ids
     longest = 0
     for f in schema.fields:
+        if f.generation is not None:  # a generated field: its own token limit
+            longest += len(enc(field_suffix(f))) + (
+                f.generation.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+            )
+            continue
         lit = max((c.literal for c in f.choices), key=lambda s: len(enc(s)))
         longest += len(enc(field_suffix(f) + lit + ","))
     return 2 * longest + 16

@@ -234,6 +234,29 @@ class Engine:
                 context's next questions; each later wave is one more pass on the same
                 KV cache, one per group of contexts that ask the same questions.
         """
+        if schema.hybrid:
+            raise InvalidArgumentError(
+                f"{schema.name} has generated fields, which are decoded, not scored; accepted "
+                "here: a schema of scored fields only. Decide it with Decider.decide or "
+                "decide_many (pcd_tools.engine.hybrid.run_hybrid)."
+            )
+        mode = self.check_mode(mode)
+        plan = self.plan(schema, choice_order)
+        ctx_ids = [self.encode_ids(c) for c in contexts]
+        lengths = [
+            self.check_length(plan, c, i if len(contexts) > 1 else None)
+            for i, c in enumerate(ctx_ids)
+        ]
+        with self.lock:
+            return self._score_locked(plan, ctx_ids, lengths, mode, use_prefix_cache, follow_up)
+
+    def check_mode(self, mode: PassMode | None) -> PassMode:
+        """The pass layout to use: `mode`, or the fastest exact one.
+
+        Raises:
+            InvalidArgumentError: for an unknown mode, or `"packed"` on a model type whose
+                packing is not verified.
+        """
         mode = mode or self.default_mode
         if mode == "packed" and not self.packable:
             raise InvalidArgumentError(
@@ -244,14 +267,7 @@ class Engine:
             raise InvalidArgumentError(
                 f"unknown mode {mode!r}; accepted: 'packed', 'batched', 'sequential'"
             )
-        plan = self.plan(schema, choice_order)
-        ctx_ids = [self.encode_ids(c) for c in contexts]
-        lengths = [
-            self.check_length(plan, c, i if len(contexts) > 1 else None)
-            for i, c in enumerate(ctx_ids)
-        ]
-        with self.lock:
-            return self._score_locked(plan, ctx_ids, lengths, mode, use_prefix_cache, follow_up)
+        return mode
 
     def _score_locked(
         self,

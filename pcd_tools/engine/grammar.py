@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import InvalidArgumentError
 from ..schema import Schema
 
-__all__ = ["WHITESPACE", "Guide", "guide_for", "json_schema_of", "token_bytes"]
+__all__ = ["WHITESPACE", "Guide", "guide_for", "json_schema_of", "token_bytes", "vocabulary"]
 
 # Whitespace the grammar allows between JSON tokens: enough for the pretty-printed layout
 # PCD scores (`{\n  "key": value,\n  ...\n}`), and no more, so the constraint cannot stall.
@@ -31,7 +31,9 @@ def json_schema_of(schema: Schema) -> dict[str, Any]:
     multi-label field: an object of booleans, one per label)."""
     props: dict[str, Any] = {}
     for f in schema.fields:
-        if f.kind == "boolean" and not f.optional:
+        if f.generation is not None:
+            props[f.name] = f.generation.json_schema(f.optional)
+        elif f.kind == "boolean" and not f.optional:
             props[f.name] = {"type": "boolean"}
         elif f.kind == "multilabel":  # the layout PCD scores: each label's true or false
             labels = [str(label) for label in f.labels]
@@ -134,6 +136,44 @@ class Guide:
 
 
 _GUIDES: weakref.WeakKeyDictionary[Any, OrderedDict[str, Guide]] = weakref.WeakKeyDictionary()
+_VOCABS: weakref.WeakKeyDictionary[Any, tuple[frozenset[int], tuple[Any, int, int | None]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def vocabulary(tokenizer: Any, model: Any, eos: frozenset[int]) -> tuple[Any, int, int | None]:
+    """The outlines-core `Vocabulary` of a tokenizer (EOS ids left out), cached.
+
+    Args:
+        tokenizer: The model's tokenizer.
+        model: The model; its `args.vocab_size` (logit rows) sizes the vocabulary.
+        eos: Ids that end generation; no index ever allows them.
+
+    Returns:
+        The vocabulary, the number of logit rows, and the id of a single `{` token
+        (None if the tokenizer has none).
+    """
+    import outlines_core
+
+    hit = _VOCABS.get(tokenizer)
+    if hit is not None and hit[0] == eos:
+        return hit[1]
+    n_vocab = int(getattr(getattr(model, "args", None), "vocab_size", 0) or 0) or len(
+        token_bytes(tokenizer, tokenizer.vocab_size)
+    )
+    table = token_bytes(tokenizer, n_vocab)
+    eos_id = min(eos) if eos else n_vocab
+    vocab: dict[bytes, list[int]] = {}
+    brace = None
+    for i, b in enumerate(table):
+        if b and i not in eos:
+            vocab.setdefault(b, []).append(i)
+            if b == b"{" and brace is None:
+                brace = i
+    out = (outlines_core.Vocabulary(eos_id, vocab), n_vocab, brace)
+    with contextlib.suppress(TypeError):  # not weak-referenceable: rebuild next time
+        _VOCABS[tokenizer] = (eos, out)
+    return out
 
 
 def guide_for(schema: Schema, tokenizer: Any, model: Any, eos: frozenset[int]) -> Guide:
@@ -157,24 +197,13 @@ def guide_for(schema: Schema, tokenizer: Any, model: Any, eos: frozenset[int]) -
         per_tok.move_to_end(key)
         return hit
     t0 = time.perf_counter()
-    n_vocab = int(getattr(model.args, "vocab_size", 0)) or len(
-        token_bytes(tokenizer, tokenizer.vocab_size)
-    )
-    table = token_bytes(tokenizer, n_vocab)
-    eos_id = min(eos) if eos else n_vocab
-    vocab: dict[bytes, list[int]] = {}
-    brace = None
-    for i, b in enumerate(table):
-        if b and i not in eos:
-            vocab.setdefault(b, []).append(i)
-            if b == b"{" and brace is None:
-                brace = i
+    vocab, _, brace = vocabulary(tokenizer, model, eos)
     if brace is None:
         raise InvalidArgumentError("the tokenizer has no single `{` token; cannot constrain.")
     regex = outlines_core.json_schema.build_regex_from_schema(
         json.dumps(json_schema_of(schema)), WHITESPACE
     )
-    index = outlines_core.Index(regex, outlines_core.Vocabulary(eos_id, vocab))
+    index = outlines_core.Index(regex, vocab)
     start = index.get_next_state(index.get_initial_state(), brace)
     guide = Guide(index, start, {}, (time.perf_counter() - t0) * 1e3)
     per_tok[key] = guide

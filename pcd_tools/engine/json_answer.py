@@ -87,7 +87,17 @@ def _is_label(value: Any, labels: Sequence[Any]) -> bool:
 
 def _fits(f: Any, value: Any) -> bool:
     """Whether a generated value is one of the field's answers (a multi-label field: an
-    object with each label's true or false)."""
+    object with each label's true or false; a generated field: a value that validates)."""
+    if f.generation is not None:
+        from pydantic import TypeAdapter, ValidationError
+
+        from ..schema.spec import python_type
+
+        try:
+            TypeAdapter(python_type(f.generation, f.optional)).validate_python(value)
+        except ValidationError:
+            return False
+        return True
     if f.kind == "multilabel":
         labels = [str(label) for label in f.labels]
         return (

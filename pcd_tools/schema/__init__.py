@@ -9,6 +9,10 @@ Every field PCD scores is a closed set of candidates:
 | `Enum` subclass            | enum    | the member values                  |
 | `Optional[X]` / `X | None` | as X    | plus `null` ("not stated")         |
 
+Fields that are not a closed set (`str`, `float`, a wide or unbounded `int`, `list[str]`,
+`datetime.date` / `datetime.datetime`) are generated under a grammar instead, in
+declaration order on the same cache (`generated`, `Generation`).
+
 Field descriptions are prompts: they come from `Field(description=...)` or from the
 attribute's docstring, and per-choice descriptions from
 `json_schema_extra={"choice_descriptions": {...}}`.
@@ -24,7 +28,8 @@ The package holds one idea per module:
   `json_schema_values` holds its leaves, errors and model building;
 - `compile`: `compile_schema`, the one entry point for every accepted form;
 - `decorator`: the `@decision` class decorator;
-- `examples`: few-shot examples, checked against the compiled schema.
+- `examples`: few-shot examples, checked against the compiled schema;
+- `generated`: generated fields, and the segments a schema with them is answered in.
 
 The errors live in `pcd_tools.errors`.
 """
@@ -35,7 +40,7 @@ from .compile import compile_schema
 from .decorator import decision
 from .dict_form import FieldDefinition, StructuredSchema
 from .examples import with_examples
-from .spec import MAX_CHOICES, Choice, Example, FieldSpec, Schema
+from .spec import MAX_CHOICES, Choice, Example, FieldSpec, Generation, Schema
 
 # Also importable from here, as before the split (not in `__all__`).
 from .spec import MIN_CHOICES as MIN_CHOICES
@@ -48,6 +53,7 @@ __all__ = [
     "Example",
     "FieldDefinition",
     "FieldSpec",
+    "Generation",
     "Schema",
     "StructuredSchema",
     "compile_schema",

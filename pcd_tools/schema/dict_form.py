@@ -23,7 +23,7 @@ from .spec import Schema, _where
 
 __all__ = ["FieldDefinition", "StructuredSchema"]
 
-_DICT_TYPES = ("enum", "boolean", "integer", "multilabel")
+_DICT_TYPES = ("enum", "boolean", "integer", "multilabel", "string", "number")
 
 
 @dataclass
@@ -32,21 +32,25 @@ class FieldDefinition:
 
     Args:
         name: Field name (an identifier).
-        field_type: `"enum"`, `"boolean"`, `"integer"` (with `ge` and `le`) or
-            `"multilabel"` (its `choices` are labels, each scored yes/no).
+        field_type: `"enum"`, `"boolean"`, `"integer"` (scored with `ge` and `le` spanning
+            at most 255 values, else generated), `"multilabel"` (its `choices` are labels,
+            each scored yes/no), `"string"` (generated text, with `min_length`,
+            `max_length`, `pattern`) or `"number"` (a generated float, with `ge`, `le`).
         description: What the field means (a prompt).
         choices: Allowed values for an enum (2 to 255 str or int values), or the labels
             of a multi-label field.
         choice_descriptions: Optional description per choice.
         optional: Add a `null` ("not stated") candidate.
-        ge: An integer field's lowest value.
-        le: An integer field's highest value.
+        ge: An integer or number field's lowest value.
+        le: An integer or number field's highest value.
         threshold: A multi-label field's cut-off probability (default 0.5).
-        min_length: The fewest labels of a multi-label answer.
-        max_length: The most labels of a multi-label answer.
+        min_length: The fewest labels of a multi-label answer, or characters of a string.
+        max_length: The most labels of a multi-label answer, or characters of a string.
         depends_on: Fields answered first, whose answers this one sees.
         choices_by: `{parent: {parent value: [allowed values]}}`; an enum's `choices`
             may then be left out (they are every value named).
+        pattern: A regular expression a string field's whole value matches.
+        max_new_tokens: The most tokens a generated field's value may take.
     """
 
     name: str
@@ -55,13 +59,15 @@ class FieldDefinition:
     choices: list[Any] | None = None
     choice_descriptions: dict[Any, str] | None = None
     optional: bool = False
-    ge: int | None = None
-    le: int | None = None
+    ge: int | float | None = None
+    le: int | float | None = None
     threshold: float | None = None
     min_length: int | None = None
     max_length: int | None = None
     depends_on: list[str] | None = None
     choices_by: dict[str, Any] | None = None
+    pattern: str | None = None
+    max_new_tokens: int | None = None
 
 
 class StructuredSchema:
@@ -148,8 +154,20 @@ _DICT_KEYS = {
     "max_length",
     "depends_on",
     "choices_by",
+    "pattern",
+    "max_new_tokens",
 }
-_OPTIONS = ("ge", "le", "threshold", "min_length", "max_length", "depends_on", "choices_by")
+_OPTIONS = (
+    "ge",
+    "le",
+    "threshold",
+    "min_length",
+    "max_length",
+    "depends_on",
+    "choices_by",
+    "pattern",
+    "max_new_tokens",
+)
 _WRAPPER_KEYS = ("examples", "fields", "instructions", "name")
 
 
@@ -303,6 +321,9 @@ def _from_definitions(name: str, instructions: str, defs: list[FieldDefinition])
             tp = bool
         elif d.field_type == "integer":
             tp = int
+        elif d.field_type in ("string", "number"):
+            _no_choices(name, d)
+            tp = str if d.field_type == "string" else float
         elif d.field_type == "multilabel":
             if not isinstance(d.choices, (list, tuple)):
                 raise SchemaError(
@@ -341,6 +362,7 @@ def _from_definitions(name: str, instructions: str, defs: list[FieldDefinition])
                 ("threshold", d.threshold),
                 ("depends_on", d.depends_on),
                 ("choices_by", d.choices_by),
+                ("max_new_tokens", d.max_new_tokens),
             )
             if v is not None
         }
@@ -351,6 +373,7 @@ def _from_definitions(name: str, instructions: str, defs: list[FieldDefinition])
                 ("le", d.le),
                 ("min_length", d.min_length),
                 ("max_length", d.max_length),
+                ("pattern", d.pattern),
             )
             if v is not None
         }
@@ -364,6 +387,18 @@ def _from_definitions(name: str, instructions: str, defs: list[FieldDefinition])
     )
     compiled = _from_model(model)
     return Schema(name, instructions, compiled.fields, model)
+
+
+def _no_choices(name: str, d: FieldDefinition) -> None:
+    """A generated field's spec must not list choices (they would be ignored)."""
+    if d.choices is not None or d.choice_descriptions is not None:
+        raise SchemaError(
+            f"{_where(name, d.name)}: a {d.field_type!r} field is generated and takes no "
+            f"choices; got choices={d.choices!r}. Accepted: min_length, max_length, pattern "
+            "(string), ge, le (number) and max_new_tokens; or type 'enum' to score choices.",
+            model=name,
+            field=d.name,
+        )
 
 
 def _short(v: Any) -> str:

@@ -96,6 +96,17 @@ def parse_examples(schema: Schema, raw: Any, source: str) -> tuple[Example, ...]
             source=source,
             model=schema.name,
         )
+    generated = [f.name for f in schema.fields if f.generated]
+    if raw and generated:
+        raise InvalidExampleError(
+            f"{schema.name}: {source}: few-shot examples are not supported on a schema with "
+            f"generated fields ({generated}); accepted: no examples ([]) with generated "
+            "fields, or examples on a schema whose fields are all scored.",
+            index=0,
+            source=source,
+            model=schema.name,
+            field=generated[0],
+        )
     return tuple(_Checker(schema, source, i).example(item) for i, item in enumerate(raw))
 
 

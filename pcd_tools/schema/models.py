@@ -1,8 +1,9 @@
 """Pydantic model -> `Schema`: annotations, `Optional`, descriptions and attribute docstrings.
 
 `bool`, `Literal[...]` of str or int, an `Enum` subclass, a bounded `int` (`ranges`), or
-`Optional[...]` of one of these compile to a field; anything else is an `UnsupportedFieldError` naming the model,
-the field and the annotation.
+`Optional[...]` of one of these compile to a scored field; `str`, `float`, a wide or
+unbounded `int`, `list[str]` and dates to a generated one (`generated`); anything else is an
+`UnsupportedFieldError` naming the model, the field and the annotation.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pydantic import BaseModel
 from ..errors import (
     EmptySchemaError,
     InvalidFieldNameError,
+    InvalidFieldOptionError,
     NestingTooDeepError,
     UnsupportedFieldError,
 )
@@ -30,6 +32,7 @@ from .choices import _bool_choices, _enum_choices, _null_choice, _with_descripti
 from .conditional import resolve_choices_by, union_of
 from .dependencies import parse_depends_on, resolve_dependencies, waves
 from .examples import model_config_examples, with_examples
+from .generated import check_layout, generation_for
 from .multilabel import label_type, multilabel_field
 from .nested import MAX_DEPTH, is_model
 from .ranges import int_range_choices
@@ -39,8 +42,9 @@ from .unions import is_model_union, union_fields
 _ACCEPTED = (
     "accepted: bool, Literal[...] of str or int values, an Enum subclass with str or int "
     "values, int with ge/le bounds (at most 255 values), list[...] or set[...] of Literal or "
-    "Enum labels, a nested BaseModel, a discriminated Union of models, or Optional[...] of "
-    "one of these"
+    "Enum labels, a nested BaseModel, a discriminated Union of models (all scored); str, "
+    "float, int, list[str], datetime.date or datetime.datetime (generated); or Optional[...] "
+    "of one of these"
 )
 
 
@@ -127,6 +131,7 @@ def _from_model(cls: type[BaseModel]) -> Schema:
     if pending:
         fields = resolve_choices_by(model, fields, pending)
         waves(model, fields)
+    check_layout(model, fields)
     doc = cls.__doc__ or ""
     if doc.startswith(f"{model}(") or doc == BaseModel.__doc__:
         doc = ""
@@ -185,6 +190,25 @@ def _model_fields(
         deps = parse_depends_on(model, path, extra)
         if "choices_by" in extra:
             pending[path] = extra["choices_by"]
+        desc = (info.description or docs.get(name) or "").strip()
+        gen = (
+            None
+            if "choices_by" in extra
+            else generation_for(model, path, inner, info.metadata, extra)
+        )
+        if gen is not None:
+            fields.append(
+                FieldSpec(path, "generated", desc, (), optional, depends_on=deps, generation=gen)
+            )
+            continue
+        if "max_new_tokens" in extra:
+            raise InvalidFieldOptionError(
+                f"{_where(model, path)}: max_new_tokens on a scored field (annotation "
+                f"{_fmt_type(info.annotation)}); accepted: max_new_tokens on generated fields "
+                "only (str, float, int without a small range, list[str], dates).",
+                model=model,
+                field=path,
+            )
         if label_type(info.annotation) is not None:
             desc = (info.description or docs.get(name) or "").strip()
             ml = multilabel_field(model, path, info.annotation, info.metadata, extra, desc)

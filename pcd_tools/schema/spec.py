@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, create_model
 from pydantic import Field as PydField
@@ -26,8 +26,10 @@ __all__ = [
     "Choice",
     "Example",
     "FieldSpec",
+    "Generation",
     "Schema",
     "iter_labels",
+    "python_type",
 ]
 
 MAX_CHOICES = 255
@@ -53,15 +55,97 @@ class Choice:
 
 
 @dataclass(frozen=True)
+class Generation:
+    """How a generated field's value is written: its kind, constraints and token limit.
+
+    A generated field is not scored: its value is decoded under a grammar that enforces
+    these constraints (`pcd_tools.engine.generate`), continuing the answer's JSON.
+
+    Args:
+        type: `"string"`, `"number"`, `"integer"`, `"string_list"` (a `list[str]`),
+            `"date"` or `"datetime"` (ISO 8601 strings).
+        min_length: A string's fewest characters, or a list's fewest items.
+        max_length: A string's most characters, or a list's most items.
+        pattern: A regular expression the whole string matches (a list: each item).
+        ge: A number's or integer's lowest value (inclusive).
+        le: A number's or integer's highest value (inclusive).
+        item_min_length: A list item's fewest characters.
+        item_max_length: A list item's most characters.
+        max_new_tokens: The most tokens its value may take
+            (`json_schema_extra={"max_new_tokens": n}`); None for the request's limit.
+    """
+
+    type: Literal["string", "number", "integer", "string_list", "date", "datetime"]
+    min_length: int | None = None
+    max_length: int | None = None
+    pattern: str | None = None
+    ge: int | float | None = None
+    le: int | float | None = None
+    item_min_length: int | None = None
+    item_max_length: int | None = None
+    max_new_tokens: int | None = None
+
+    def json_schema(self, optional: bool = False) -> dict[str, Any]:
+        """The JSON-schema fragment of the value (`anyOf` with null when optional)."""
+        length = {"minLength": self.min_length, "maxLength": self.max_length}
+        items = {"minItems": self.min_length, "maxItems": self.max_length}
+        frag: dict[str, Any]
+        if self.type == "string":
+            frag = {"type": "string", **length, "pattern": self.pattern}
+        elif self.type in ("number", "integer"):
+            frag = {"type": self.type, "minimum": self.ge, "maximum": self.le}
+        elif self.type == "string_list":
+            item = {
+                "type": "string",
+                "minLength": self.item_min_length,
+                "maxLength": self.item_max_length,
+                "pattern": self.pattern,
+            }
+            frag = {"type": "array", "items": _set_keys(item), **items}
+        else:
+            frag = {"type": "string", "format": "date" if self.type == "date" else "date-time"}
+        frag = _set_keys(frag)
+        return {"anyOf": [frag, {"type": "null"}]} if optional else frag
+
+
+def _set_keys(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def python_type(gen: Generation, optional: bool = False) -> Any:
+    """The Pydantic annotation a generated value validates against (its constraints
+    included), e.g. `Annotated[str, Field(max_length=200)]`."""
+    import datetime
+
+    bounds = _set_keys({"min_length": gen.min_length, "max_length": gen.max_length})
+    tp: Any
+    if gen.type == "string":
+        tp = Annotated[str, PydField(pattern=gen.pattern, **bounds)]
+    elif gen.type in ("number", "integer"):
+        base = float if gen.type == "number" else int
+        tp = Annotated[base, PydField(**_set_keys({"ge": gen.ge, "le": gen.le}))]
+    elif gen.type == "string_list":
+        item_bounds = {"min_length": gen.item_min_length, "max_length": gen.item_max_length}
+        item = Annotated[str, PydField(pattern=gen.pattern, **_set_keys(item_bounds))]
+        tp = Annotated[list[item], PydField(**bounds)]
+    else:
+        tp = datetime.date if gen.type == "date" else datetime.datetime
+    return tp | None if optional else tp
+
+
+@dataclass(frozen=True)
 class FieldSpec:
     """A compiled field.
 
     Args:
         name: The field name (a Python identifier), also the JSON key.
-        kind: `"enum"`, `"boolean"` or `"multilabel"` (each choice is a label scored yes/no).
+        kind: `"enum"`, `"boolean"`, `"multilabel"` (each choice is a label scored
+            yes/no) or `"generated"` (decoded under a grammar, not scored; no choices).
         description: The field's description (a prompt), possibly empty.
-        choices: Candidates in declaration order; ties go to the first.
-        optional: Whether a `null` ("not stated") candidate was added.
+        choices: Candidates in declaration order; ties go to the first (empty for a
+            generated field).
+        optional: Whether a `null` ("not stated") candidate was added (a generated
+            field: whether its grammar also allows `null`).
         ordered: Whether the candidates are integers in increasing order (an int range),
             so the result also has an `expected` value.
         threshold: For a multi-label field, the probability a label needs to be chosen.
@@ -73,10 +157,11 @@ class FieldSpec:
             this field's choices allowed with it (`json_schema_extra={"choices_by": ...}`).
         branch: For a field of a discriminated union's branch: `(discriminator field,
             index of the branch's value)`; the field is named `path[<value>].name`.
+        generation: For a generated field, how its value is written.
     """
 
     name: str
-    kind: Literal["enum", "boolean", "multilabel"]
+    kind: Literal["enum", "boolean", "multilabel", "generated"]
     description: str
     choices: tuple[Choice, ...]
     optional: bool = False
@@ -87,6 +172,12 @@ class FieldSpec:
     depends_on: tuple[str, ...] = ()
     choices_by: tuple[str, tuple[tuple[int, ...], ...]] | None = None
     branch: tuple[str, int] | None = None
+    generation: Generation | None = None
+
+    @property
+    def generated(self) -> bool:
+        """Whether the field is generated (decoded under a grammar) rather than scored."""
+        return self.generation is not None
 
     @property
     def key(self) -> str:
@@ -167,6 +258,11 @@ class Schema:
         """Field names in declaration order."""
         return [f.name for f in self.fields]
 
+    @property
+    def hybrid(self) -> bool:
+        """Whether some field is generated (the schema is answered in segments)."""
+        return any(f.generated for f in self.fields)
+
     def to_spec(self) -> dict[str, Any]:
         """The canonical, JSON-serialisable description of this schema."""
         return {
@@ -188,6 +284,7 @@ class Schema:
                         else {}
                     ),
                     **({"branch": list(f.branch)} if f.branch else {}),
+                    **({"generation": _set_keys(dict(vars(f.generation)))} if f.generation else {}),
                 }
                 for f in self.fields
             ],
@@ -224,6 +321,13 @@ class Schema:
         for n in names:
             f = self.field(n)
             keep = choices.get(n) if choices else None
+            if keep is not None and f.generated:
+                raise SchemaError(
+                    f"{_where(self.name, n)}: a generated field has no choices to narrow to "
+                    f"{list(keep)!r}; accepted: narrowing scored fields only.",
+                    model=self.name,
+                    field=n,
+                )
             if keep is not None:
                 wanted = list(keep)
                 kept = tuple(c for c in f.choices if c.label in wanted)
@@ -306,6 +410,12 @@ def _narrowed_model(name: str, doc: str, fields: Sequence[FieldSpec]) -> type[Ba
     """A Pydantic model accepting exactly the given fields' candidate values."""
     defs: dict[str, Any] = {}
     for f in fields:
+        if f.generation is not None:
+            defs[f.name] = (
+                python_type(f.generation, f.optional),
+                PydField(description=f.description or None),
+            )
+            continue
         values = tuple(c.value for c in f.choices)
         tp: Any = Literal[values] if values else bool
         if f.kind == "multilabel":

@@ -89,6 +89,16 @@ def union_fields(
                 model=model,
                 field=path,
             ) from e
+        gen = next((f for f in sub if f.generated), None)
+        if gen is not None and gen.generation is not None:
+            raise UnsupportedUnionError(
+                f"{where}: branch {b.__name__} ({discriminator}={tag!r}) holds a field PCD "
+                f"cannot score: {model}.{gen.name} is generated ({gen.generation.type}), and "
+                "a union branch takes scored fields only. Accepted: branches whose fields are "
+                "all scoreable (bool, Literal, Enum, int range, multi-label).",
+                model=model,
+                field=path,
+            )
         for f in sub:
             deps = tuple(dict.fromkeys((*f.depends_on, kind_name)))
             out.append(replace(f, branch=(kind_name, ti), depends_on=deps))

@@ -94,7 +94,9 @@ class Completion:
             dist = self._probs(f)
             entry: dict[str, Any] = {
                 "value": f.label,
-                "probability": 1.0 if zero else round(f.probability, 6),
+                "probability": None
+                if f.probability is None
+                else (1.0 if zero else round(f.probability, 6)),
                 "distribution": {_json_key(k): round(p, 6) for k, p in dist.items()},
             }
             if f.labels is not None:
@@ -103,10 +105,10 @@ class Completion:
                 limit = None if f.value is None else float(f.value)
                 entry["expected"] = limit if zero else round(f.expected, 6)
             fields[name] = entry
-        probs = [e["probability"] for e in fields.values()]
+        probs = [e["probability"] for e in fields.values() if e["probability"] is not None]
         return {
             "fields": fields,
-            "confidence": min(probs) if probs else 1.0,
+            "confidence": min(probs) if probs else None,
             "temperature": self.req.temperature,
             "scoring": d.scoring,
             "orders": d.orders,
@@ -128,6 +130,8 @@ class Completion:
                 labels = self._probs(f)
                 for label in f.label or []:
                     content.append(self._entry(label, labels[label], []))
+                continue
+            if f.probability is None:  # a generated value: no distribution to report
                 continue
             dist = self._probs(f)
             top = sorted(dist.items(), key=lambda kv: -kv[1])[: self.req.top_logprobs]

@@ -102,5 +102,5 @@ def test_a_branch_with_an_unsupported_field_is_named():
     assert msg.startswith(
         "Mixed.request: branch Note (kind='note') holds a field PCD cannot score:"
     )
-    assert "Mixed.request[note].text: unsupported annotation str" in msg
-    assert "Accepted: branches whose fields are all scoreable." in msg
+    assert "Mixed.request[note].text is generated (string)" in msg
+    assert "Accepted: branches whose fields are all scoreable" in msg

@@ -1,0 +1,377 @@
+"""Grammar-constrained decoding of one generated field on a context's KV cache.
+
+A generated field's value is decoded greedily after its key (`'\\n  "name": '`), on the
+same KV cache as the rest of the answer: the key (and any answers written before it)
+run as one model call, then one call per token. At each step the token is the most
+probable one that
+
+- outlines-core's index of the field's regular expression (`value_regex.field_regex`:
+  the value, then its terminator `,` or `\\n}`) allows from the current state, and
+- keeps a string's characters and a list's items within their bounds (`TextLimits`,
+  which walks the token's bytes; counted repetitions in the regex would make the index
+  too slow to build).
+
+Nothing is cut afterwards: when the grammar has not ended after the field's token limit,
+`GenerationLimitError` carries what was generated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import GenerationError, GenerationLimitError
+from ..schema import FieldSpec
+from ..schema.spec import Generation
+from .grammar import token_bytes, vocabulary
+from .platform import import_mlx
+from .value_regex import field_regex
+
+mx = import_mlx()
+
+__all__ = [
+    "DEFAULT_MAX_NEW_TOKENS",
+    "FieldGuide",
+    "GeneratedValue",
+    "TextLimits",
+    "decode_field",
+    "field_guide",
+    "forward",
+    "write",
+]
+
+# A generated field's token limit when neither the field nor the request sets one.
+DEFAULT_MAX_NEW_TOKENS = 256
+_GUIDES_KEPT = 32
+
+# (inside a string, after a backslash, characters of the current string, strings opened,
+# the list closed)
+LimitState = tuple[bool, bool, int, int, bool]
+
+
+class TextLimits:
+    """Counts a JSON string's characters, or a list's items and each item's characters,
+    over the bytes of the tokens decoded so far.
+
+    A character is counted at its first byte (an escape such as `\\n` counts once), so a
+    value within the limits validates against Pydantic's `min_length` / `max_length`.
+
+    Args:
+        gen: The field's generation spec.
+    """
+
+    def __init__(self, gen: Generation):
+        if gen.type == "string":
+            self.chars = (gen.min_length, gen.max_length)
+            self.items: tuple[int | None, int | None] = (None, None)
+        elif gen.type == "string_list":
+            self.chars = (gen.item_min_length, gen.item_max_length)
+            self.items = (gen.min_length, gen.max_length)
+        else:
+            self.chars, self.items = (None, None), (None, None)
+        self.active = any(v is not None for v in (*self.chars, *self.items))
+
+    start: LimitState = (False, False, 0, 0, False)
+
+    def step(self, state: LimitState, data: bytes) -> LimitState | None:
+        """The state after `data`, or None if it breaks a limit (or leads only to one: a
+        list's `,` when it holds its most items)."""
+        in_str, esc, chars, items, closed = state
+        cmin, cmax = self.chars
+        imin, imax = self.items
+        for b in data:
+            if in_str:
+                if esc:
+                    esc = False
+                    continue
+                if b == 0x22:  # the closing quote
+                    in_str = False
+                    if cmin is not None and chars < cmin:
+                        return None
+                    continue
+                if b == 0x5C:
+                    esc = True
+                    chars += 1
+                elif b & 0xC0 != 0x80:  # not a UTF-8 continuation byte
+                    chars += 1
+                if cmax is not None and chars > cmax:
+                    return None
+            elif closed:
+                continue
+            elif b == 0x22:
+                in_str, chars, items = True, 0, items + 1
+                if imax is not None and items > imax:
+                    return None
+            elif b == 0x2C and imax is not None and items >= imax:  # another item would follow
+                return None
+            elif b == 0x5D:  # the list's `]`
+                if imin is not None and items < imin:
+                    return None
+                closed = True
+        return (in_str, esc, chars, items, closed)
+
+
+@dataclass
+class FieldGuide:
+    """Everything needed to decode one field's value for one tokenizer, built once.
+
+    Args:
+        regex: The value's regular expression, terminator included.
+        index: The outlines-core `Index` of `regex`.
+        table: The bytes of every token id (None for special ones).
+        limits: The character and item counts the regex leaves to the decoder.
+        masks: Index state -> allowed token ids as a boolean mask, filled as met.
+        build_ms: Wall time of building the index.
+    """
+
+    regex: str
+    index: Any
+    table: list[bytes | None]
+    limits: TextLimits
+    masks: dict[int, np.ndarray]
+    build_ms: float
+
+    def mask(self, state: int, n_vocab: int) -> np.ndarray:
+        """The tokens the index allows from `state` (EOS never)."""
+        hit = self.masks.get(state)
+        if hit is None:
+            hit = np.zeros(n_vocab, dtype=bool)
+            allowed = [t for t in self.index.get_allowed_tokens(state) if t < n_vocab]
+            hit[allowed] = True
+            self.masks[state] = hit
+        return hit
+
+
+# Per tokenizer, (regex, EOS ids) -> (index, its state masks, build ms): the index is the
+# costly part and depends on the regex only; the limits are the field's own.
+_CACHE: weakref.WeakKeyDictionary[
+    Any, OrderedDict[tuple[str, str], tuple[Any, dict[int, np.ndarray], float]]
+] = weakref.WeakKeyDictionary()
+
+
+def field_guide(
+    tokenizer: Any, model: Any, eos: frozenset[int], spec: FieldSpec, terminator: str
+) -> FieldGuide:
+    """The guide of a generated field followed by `terminator`; the index of its regex
+    is built once per tokenizer and shared by the fields with the same regex.
+
+    Raises:
+        GenerationError: if outlines-core cannot build the index of the field's regex
+            (e.g. a `pattern` its regex engine does not read).
+    """
+    import outlines_core
+
+    assert spec.generation is not None
+    regex = field_regex(spec.generation, spec.optional, terminator)
+    vocab, n_vocab, _ = vocabulary(tokenizer, model, eos)
+    table = token_bytes(tokenizer, n_vocab)
+    per_tok = _CACHE.setdefault(tokenizer, OrderedDict())
+    key = (regex, ",".join(map(str, sorted(eos))))
+    hit = per_tok.get(key)
+    if hit is not None:
+        per_tok.move_to_end(key)
+        return FieldGuide(regex, hit[0], table, TextLimits(spec.generation), hit[1], hit[2])
+    t0 = time.perf_counter()
+    try:
+        index = outlines_core.Index(regex, vocab)
+    except Exception as e:  # outlines-core raises plain ValueError / its own errors
+        raise GenerationError(
+            f"{spec.name}: cannot build the grammar of the generated field from the regular "
+            f"expression {regex!r} ({e}); accepted: a pattern in the common regex syntax "
+            "(classes, groups, alternation, repetition).",
+            field=spec.name,
+        ) from None
+    masks: dict[int, np.ndarray] = {}
+    ms = (time.perf_counter() - t0) * 1e3
+    with contextlib.suppress(TypeError):
+        per_tok[key] = (index, masks, ms)
+        while len(per_tok) > _GUIDES_KEPT:
+            per_tok.popitem(last=False)
+    return FieldGuide(regex, index, table, TextLimits(spec.generation), masks, ms)
+
+
+@dataclass(frozen=True)
+class GeneratedValue:
+    """One generated field's value for one context.
+
+    Args:
+        field: The field's name.
+        text: The value's JSON text (its terminator left out).
+        token_ids: The value's tokens, its terminator included.
+        logprobs: Each token's full-vocabulary log-probability.
+        ms: Wall time of writing its key and decoding it.
+    """
+
+    field: str
+    text: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    ms: float
+
+    @property
+    def mean_logprob(self) -> float:
+        """The mean log-probability of its tokens."""
+        return float(np.mean(self.logprobs))
+
+
+def forward(passes: Any, tokens: Sequence[int], cache: list[Any]) -> np.ndarray:
+    """Runs `tokens` after `cache` (which grows by them); the last position's float32
+    logits, (V,), in numpy."""
+    x = mx.array([list(tokens)], dtype=mx.int32)
+    if passes.inner is not None:
+        logits = passes.head(passes.inner(x, cache=cache)[:, -1, :])[0]
+    else:
+        logits = passes.model(x, cache=cache)[0, -1, :]
+    logits = logits.astype(mx.float32)
+    mx.eval(logits)
+    return np.array(logits)
+
+
+def write(passes: Any, tokens: Sequence[int], cache: list[Any]) -> None:
+    """Runs `tokens` into `cache` without reading any logits (text written, not decoded)."""
+    passes.run(mx.array([list(tokens)], dtype=mx.int32), cache)
+    mx.eval([x for c in cache for x in (c.keys, c.values)])
+
+
+def _log_softmax_at(logits: np.ndarray, t: int) -> float:
+    m = float(logits.max())
+    return float(logits[t] - m - np.log(np.exp(logits - m).sum()))
+
+
+def decode_field(
+    passes: Any,
+    cache: list[Any],
+    forced: Sequence[int],
+    guide: FieldGuide,
+    spec: FieldSpec,
+    limit: int,
+    tokenizer: Any,
+    *,
+    terminator: str,
+    max_position: int,
+) -> tuple[GeneratedValue, int]:
+    """Writes `forced` (earlier answers and the key) into `cache`, then decodes the
+    field's value under `guide`. The value's last token is not run: the caller writes it
+    with whatever follows.
+
+    Args:
+        passes: The model's `Passes` (transformer and head).
+        cache: The context's mlx-lm `KVCache`s, holding everything before `forced`.
+        forced: Token ids to run first (they end with the field's key).
+        guide: The field's guide.
+        spec: The field.
+        limit: The most tokens the value may take.
+        tokenizer: Decodes the value's text.
+        terminator: The text the grammar ends the value with (`,` or `\\n}`).
+        max_position: The model's window: positions beyond it raise.
+
+    Returns:
+        The value, and the model calls that ran.
+
+    Raises:
+        GenerationLimitError: if the grammar has not ended after `limit` tokens.
+        GenerationError: if no token can continue the grammar.
+    """
+    from ..errors import ContextTooLongError
+
+    t0 = time.perf_counter()
+    if cache[0].offset + len(forced) > max_position:
+        raise ContextTooLongError(
+            cache[0].offset + len(forced),
+            max_position,
+            detail=f"Writing the key of the generated field {spec.name!r} reached the model's "
+            "window.",
+        )
+    logits = forward(passes, forced, cache)
+    calls = 1
+    n_vocab = logits.shape[0]
+    index = guide.index
+    state, lstate = index.get_initial_state(), TextLimits.start
+    ids: list[int] = []
+    lps: list[float] = []
+    while not index.is_final_state(state):
+        if len(ids) >= limit:
+            partial = tokenizer.decode(ids)
+            raise GenerationLimitError(
+                f"{spec.name}: the generated value did not end within max_new_tokens={limit} "
+                f"tokens; generated so far: {partial!r}. Accepted: a larger max_new_tokens "
+                "(per request, or json_schema_extra={'max_new_tokens': n} on the field), or a "
+                "max_length that makes the grammar end sooner.",
+                field=spec.name,
+                limit=limit,
+                partial_text=partial,
+            )
+        if cache[0].offset + 1 > max_position:
+            raise ContextTooLongError(
+                cache[0].offset + 1,
+                max_position,
+                detail=f"Decoding the generated field {spec.name!r} reached the model's window.",
+            )
+        if ids:
+            logits = forward(passes, [ids[-1]], cache)
+            calls += 1
+        scores = np.where(guide.mask(state, n_vocab), logits, -np.inf)
+        t, lstate = _pick(scores, guide, lstate, spec, tokenizer, ids)
+        ids.append(t)
+        lps.append(_log_softmax_at(logits, t))
+        state = index.get_next_state(state, t)
+    text = tokenizer.decode(ids)
+    if not text.endswith(terminator):
+        raise GenerationError(
+            f"{spec.name}: the decoded value {text!r} does not end with {terminator!r}; the "
+            "tokenizer's decoding disagrees with its token bytes.",
+            field=spec.name,
+            partial_text=text,
+        )
+    value = GeneratedValue(
+        spec.name,
+        text[: len(text) - len(terminator)],
+        tuple(ids),
+        tuple(lps),
+        (time.perf_counter() - t0) * 1e3,
+    )
+    return value, calls
+
+
+def _pick(
+    scores: np.ndarray,
+    guide: FieldGuide,
+    lstate: Any,
+    spec: FieldSpec,
+    tokenizer: Any,
+    ids: list[int],
+) -> tuple[int, Any]:
+    """The best allowed token that keeps the counts within their limits."""
+    best = int(np.argmax(scores))
+    if not np.isfinite(scores[best]):
+        raise GenerationError(
+            f"{spec.name}: no token of the vocabulary continues the grammar "
+            f"{guide.regex!r} after {tokenizer.decode(ids)!r}; accepted: a pattern whose "
+            "characters the tokenizer can write.",
+            field=spec.name,
+            partial_text=tokenizer.decode(ids),
+        )
+    if not guide.limits.active:
+        return best, lstate
+    for t in (best, *np.argsort(-scores, kind="stable")):
+        t = int(t)
+        if not np.isfinite(scores[t]):
+            break
+        nxt = guide.limits.step(lstate, guide.table[t] or b"")
+        if nxt is not None:
+            return t, nxt
+    raise GenerationError(
+        f"{spec.name}: no token keeps the value within its length limits after "
+        f"{tokenizer.decode(ids)!r} (greedy decoding met a pattern the lengths cut short); "
+        "accepted: lengths the pattern can always meet, or the lengths written into the "
+        "pattern itself (e.g. [a-z]{1,20}).",
+        field=spec.name,
+        partial_text=tokenizer.decode(ids),
+    )

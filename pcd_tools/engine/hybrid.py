@@ -1,0 +1,334 @@
+"""Schemas with generated fields: the answer's segments, run on each context's KV cache.
+
+The answer is one JSON object written in declaration order
+(`pcd_tools.schema.generated.segments`). After the prefill of the prompt (up to the
+answer's `{`), each context keeps its own mlx-lm `KVCache`, and the segments run in
+order:
+
+- a **generated** segment decodes its fields one after the other on that cache
+  (`generate.decode_field`): the text written since the last model call (a scored
+  segment's answers) and the field's key run as one call, then one call per token;
+- a **scored** segment is one packed pass over its fields' suffixes (with the waves of
+  its own dependent fields) after everything written so far: the contexts' caches are
+  stacked (right-padded) into one batch, exactly as the first pass of a schema without
+  generated fields runs after the prompt. The chosen answers are then written into the
+  JSON before what follows.
+
+Generation runs context by context; the scored passes batch the contexts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import ContextTooLongError, GenerationLimitError
+from ..prompt import (
+    Question,
+    Segment,
+    field_suffix,
+    segment_questions,
+    terminator_for,
+    written_answers,
+)
+from ..schema import Schema
+from ..schema.generated import segments
+from ..waves import WaveAnswers
+from .generate import DEFAULT_MAX_NEW_TOKENS, GeneratedValue, decode_field, field_guide, write
+from .pack import Plan
+from .passes import LayerKV
+from .platform import import_mlx, set_blas_threads
+from .trie import FieldTrie
+from .workers import ALL_THREADS
+
+if TYPE_CHECKING:
+    from .engine import Engine, PassMode
+
+mx = import_mlx()
+
+__all__ = ["HybridBatch", "prefill_rows", "run_hybrid"]
+
+Scored = tuple[Question, FieldTrie, np.ndarray]
+
+
+@dataclass
+class HybridBatch:
+    """What a schema with generated fields gave for a batch of contexts.
+
+    Args:
+        scored: Per context, every scored question with its trie and edge log p.
+        generated: Per context, each generated field's value.
+        segments: Per context, the segments as they ran.
+        prompt_tokens: Per context, prompt length in tokens.
+        prefill_ms: Wall time of the prefill.
+        suffix_eval_ms: Wall time of the scored passes.
+        generate_ms: Wall time of everything else: grammar indexes, written answers and
+            keys, every decode step. The three add up to the call's wall time.
+        sequential_forward_passes: Model calls that ran one after another.
+        prefix_cache_hit: Whether the schema part came from the cache.
+    """
+
+    scored: list[list[Scored]]
+    generated: list[dict[str, GeneratedValue]]
+    segments: list[list[Segment]]
+    prompt_tokens: list[int]
+    prefill_ms: float
+    suffix_eval_ms: float
+    generate_ms: float
+    sequential_forward_passes: int
+    prefix_cache_hit: bool
+
+
+@dataclass
+class _Row:
+    """One context's state between segments."""
+
+    cache: list[Any]
+    pending: list[int] = field(default_factory=list)  # written ids not yet in the cache
+    text: str = ""  # the JSON after `{` so far
+    scored: list[Scored] = field(default_factory=list)
+    generated: dict[str, GeneratedValue] = field(default_factory=dict)
+    segments: list[Segment] = field(default_factory=list)
+
+
+def prefill_rows(
+    engine: Engine, plan: Plan, ctx_ids: list[list[int]], use_cache: bool
+) -> tuple[LayerKV, list[int], int, bool]:
+    """Each context's prompt (after the cached schema part) prefilled as one batch.
+
+    Returns:
+        The K/V (right-padded rows), each row's length, the model calls that ran one
+        after another, and whether the schema part came from the prefix cache.
+    """
+    head = plan.head_ids
+    prefix = engine.prefix_cache.get(head) if use_cache else None
+    hit = prefix is not None
+    engine.stats["prefix_hits" if hit else "prefix_misses"] += 1
+    rows = [c + plan.tail_ids for c in ctx_ids]
+    valid = [len(head) + len(r) for r in rows]
+    set_blas_threads(ALL_THREADS)
+    if prefix is None and len(rows) == 1:
+        kv = engine._parallel([lambda: engine.passes.prefill([head + rows[0]], None)])[0]
+        if use_cache:
+            n = len(head)
+            engine.prefix_cache.put(head, [(k[:, :, :n], v[:, :, :n]) for k, v in kv])
+        return kv, valid, 1, hit
+    passes = 1
+    if prefix is None:
+        prefix = engine._parallel([lambda: engine.passes.prefill([head], None)])[0]
+        passes += 1
+        if use_cache:
+            engine.prefix_cache.put(head, prefix)
+    kv = engine._parallel([lambda: engine.passes.prefill(rows, prefix)])[0]
+    return kv, valid, passes, hit
+
+
+def _row_cache(kv: LayerKV, r: int, n: int) -> list[Any]:
+    from mlx_lm.models.cache import KVCache
+
+    out = []
+    for k, v in kv:
+        c = KVCache()
+        c.state = (k[r : r + 1, :, :n], v[r : r + 1, :, :n], n)
+        out.append(c)
+    return out
+
+
+def _stack(rows: Sequence[_Row]) -> tuple[LayerKV, list[int]]:
+    """The rows' caches as one right-padded batch, and each row's length."""
+    valid = [row.cache[0].offset for row in rows]
+    width = max(valid)
+    kv: LayerKV = []
+    for li in range(len(rows[0].cache)):
+        ks, vs = [], []
+        for row, n in zip(rows, valid):
+            c = row.cache[li]
+            pad = [(0, 0), (0, 0), (0, width - n), (0, 0)]
+            k, v = c.keys[:, :, :n], c.values[:, :, :n]
+            ks.append(mx.pad(k, pad) if n < width else k)
+            vs.append(mx.pad(v, pad) if n < width else v)
+        kv.append((mx.concatenate(ks, axis=0), mx.concatenate(vs, axis=0)))
+    mx.eval([x for pair in kv for x in pair])
+    return kv, valid
+
+
+def run_hybrid(
+    engine: Engine,
+    schema: Schema,
+    contexts: Sequence[str],
+    *,
+    mode: PassMode | None,
+    answers: WaveAnswers,
+    choice_order: dict[str, Sequence[int]] | None = None,
+    max_new_tokens: int | None = None,
+    eos: frozenset[int] = frozenset(),
+    use_prefix_cache: bool = True,
+) -> HybridBatch:
+    """Answers a schema with generated fields for each context, segment by segment.
+
+    Args:
+        engine: The engine (model, plans, prefix cache, passes).
+        schema: The compiled schema (with generated fields).
+        contexts: The texts.
+        mode: The layout of the scored passes (None: the engine's default).
+        answers: How a scored segment's answers are chosen (temperature, calibration);
+            its waves and written answers are restricted to the segment.
+        choice_order: Per-field listing order of allowed values in the prompt.
+        max_new_tokens: The token limit of generated fields that set none themselves
+            (None: `DEFAULT_MAX_NEW_TOKENS`).
+        eos: Token ids that end generation; no grammar allows them.
+        use_prefix_cache: Reuse (and fill) the schema-prefix KV cache.
+
+    Raises:
+        GenerationLimitError: naming the field and the context (`context_index`).
+        ContextTooLongError: if the prompt, or the answer so far, outgrows the window.
+        InvalidArgumentError: for an unknown mode.
+    """
+    pass_mode = engine.check_mode(mode)
+    plan = engine.plan(schema, choice_order)
+    ctx_ids = [engine.encode_ids(c) for c in contexts]
+    lengths = [
+        engine.check_length(plan, c, i if len(contexts) > 1 else None)
+        for i, c in enumerate(ctx_ids)
+    ]
+    term = terminator_for(schema)
+    with engine.lock:
+        t0 = time.perf_counter()
+        kv, valid, passes, hit = prefill_rows(engine, plan, ctx_ids, use_prefix_cache)
+        rows = [_Row(_row_cache(kv, r, n)) for r, n in enumerate(valid)]
+        del kv
+        t1 = time.perf_counter()
+        suffix_s = 0.0
+        for kind, names in segments(schema):
+            if kind == "generated":
+                for r, row in enumerate(rows):
+                    passes += _generate(engine, schema, row, r, names, max_new_tokens, eos, term)
+                continue
+            passes += _feed_pending(engine, rows)
+            ts = time.perf_counter()
+            passes += _score_segment(engine, plan, schema, rows, names, pass_mode, answers)
+            suffix_s += time.perf_counter() - ts
+        t2 = time.perf_counter()  # a last generated value's last token is never run
+    total = t2 - t1
+    return HybridBatch(
+        scored=[row.scored for row in rows],
+        generated=[row.generated for row in rows],
+        segments=[row.segments for row in rows],
+        prompt_tokens=lengths,
+        prefill_ms=(t1 - t0) * 1e3,
+        suffix_eval_ms=suffix_s * 1e3,
+        generate_ms=(total - suffix_s) * 1e3,
+        sequential_forward_passes=passes,
+        prefix_cache_hit=hit,
+    )
+
+
+def _feed_pending(engine: Engine, rows: Sequence[_Row]) -> int:
+    """Runs each row's written but not yet run tokens (a generated value's last one);
+    returns the model calls."""
+    calls = 0
+    with mx.stream(engine.stream), engine.kernels():
+        for row in rows:
+            if row.pending:
+                need = row.cache[0].offset + len(row.pending)
+                if need > engine.context_window:
+                    raise ContextTooLongError(
+                        need,
+                        engine.context_window,
+                        detail="The answer written so far outgrows the model's window.",
+                    )
+                write(engine.passes, row.pending, row.cache)
+                row.pending = []
+                calls += 1
+    return calls
+
+
+def _generate(
+    engine: Engine,
+    schema: Schema,
+    row: _Row,
+    r: int,
+    names: Sequence[str],
+    max_new_tokens: int | None,
+    eos: frozenset[int],
+    term: str,
+) -> int:
+    """Decodes a generated segment's fields for one row; returns the model calls."""
+    calls = 0
+    prefix, ids, text = row.text, [], ""
+    tok = engine.tokenizer
+    for name in names:
+        spec = schema.field(name)
+        assert spec.generation is not None
+        limit = spec.generation.max_new_tokens or max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+        end = "\n}" if name == schema.fields[-1].name else term
+        guide = field_guide(tok, engine.model, eos, spec, end)
+        key = field_suffix(spec)
+        key_ids = engine.encode_ids(key)
+        with mx.stream(engine.stream), engine.kernels():
+            try:
+                value, n = decode_field(
+                    engine.passes,
+                    row.cache,
+                    [*row.pending, *key_ids],
+                    guide,
+                    spec,
+                    limit,
+                    tok,
+                    terminator=end,
+                    max_position=engine.context_window,
+                )
+            except GenerationLimitError as e:
+                e.context_index = r
+                raise
+        calls += n
+        row.generated[name] = value
+        row.pending = [value.token_ids[-1]]
+        piece = key + value.text + end
+        text += piece
+        ids += [*key_ids, *value.token_ids]
+    row.segments.append(Segment("generated", tuple(names), prefix, text, tuple(ids)))
+    row.text += text
+    return calls
+
+
+def _score_segment(
+    engine: Engine,
+    plan: Plan,
+    schema: Schema,
+    rows: Sequence[_Row],
+    names: tuple[str, ...],
+    mode: PassMode,
+    answers: WaveAnswers,
+) -> int:
+    """One scored segment over every row: its pass (and its own waves) on the stacked
+    caches; writes each row's chosen answers. Returns the model calls."""
+    kv, valid = _stack(rows)
+    sub = engine.wave_plan(plan, segment_questions(schema, names))
+    need = max(valid) + sub.extra_tokens
+    if need > engine.context_window:
+        raise ContextTooLongError(
+            need,
+            engine.context_window,
+            detail=f"The scored fields {list(names)} follow {max(valid)} tokens of prompt and "
+            f"answer and need {sub.extra_tokens} more.",
+        )
+    edge, calls = engine._fields_pass(sub, kv, valid, mode)
+    asked = [list(sub.questions) for _ in rows]
+    tries = [list(sub.tries) for _ in rows]
+    within = answers.within(names)
+    calls += engine._waves(sub, kv, valid, valid, mode, within.next_questions, edge, asked, tries)
+    last = names[-1] == schema.fields[-1].name
+    for r, row in enumerate(rows):
+        items = list(zip(asked[r], tries[r], edge[r]))
+        row.scored.extend(items)
+        text = written_answers(schema, within.chosen(items))
+        ids = () if last else tuple(engine.encode_ids(text))
+        row.segments.append(Segment("scored", names, row.text, text, ids))
+        row.text += text
+        row.pending = [*row.pending, *ids]
+    return calls
