@@ -33,7 +33,8 @@ from .schema import compile_schema
 __all__ = ["Calibration", "CalibrationError", "CalibrationMismatchError"]
 
 FORMAT = "pcd-tools.calibration/1"
-# The fitting methods a calibration file may name (`pcd_tools.eval.calibration.fit_field`).
+# The fitting methods a calibration file may name (`pcd_tools.eval.calibration.fit_field`);
+# `auto` records its per-field choice in `Calibration.metrics`.
 METHODS = ("temperature", "temperature_bias", "auto")
 # The label-free correction the raw scores had before fitting (`pcd_tools.contextual`):
 # none, contextual calibration, or domain-conditional PMI (`scoring="pmi"`).
@@ -82,10 +83,20 @@ class Calibration:
         temperatures: Field name -> temperature (multiplies the caller's temperature).
         biases: Field name -> one bias per allowed value, in declared order (fields
             fitted with `temperature_bias`; a bias can change the answer).
-        method: The method asked for: `temperature`, `temperature_bias` or `auto`
-            (per field, `metrics[field]["method"]` says which one was used).
+        method: The method asked for: `temperature`, `temperature_bias` or `auto` (the
+            default of `pcd_tools.eval.calibration.calibrate` and `pcd calibrate`; files
+            written before it was added, or without the key, read as `temperature`).
+            Per field, `metrics[field]["method"]` says which one was used: for `auto`,
+            one of `identity` (no change: temperature 1, no bias), `temperature`,
+            `temperature_bias`, `contextual`, `pmi`, `contextual_temperature` or
+            `pmi_temperature` (`pcd_tools.eval.auto`). A label-free choice is stored as
+            the field's biases (`b = -offset / T`, the content-free offset measured on
+            the schema's prompt), so it applies to the raw scores of that field alone.
         fitted_on: What it was fitted on (dataset, split, n, seed, excluded sample, ids).
-        metrics: Per field: n, NLL and ECE before and after, on the fitting data.
+        metrics: Per field: n, NLL and ECE before and after, on the fitting data; for
+            `auto` also `cv` (every candidate's cross-validated error, ECE, ECE floor,
+            accuracy, top-label NLL and NLL), `why` (the reason for the choice) and, for
+            a label-free choice, `label_free` and its `offset`.
         thresholds: Optional per-field confidence thresholds (see
             `pcd_tools.eval.thresholds.choose_threshold`).
         scoring: The scoring mode the raw scores used.

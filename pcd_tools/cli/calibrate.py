@@ -1,8 +1,16 @@
-"""`pcd calibrate`: fit per-field temperatures (and biases) on labelled data.
+"""`pcd calibrate`: fit a calibration per field on labelled data.
 
 It fits on a calibration sample kept apart from the evaluation sample, saves the
 calibration JSON, and optionally chooses thresholds, draws before/after diagrams and
-writes the raw scores, from which `--from-scores` refits without the model.
+writes the raw scores (with the content-free offsets of the label-free corrections),
+from which `--from-scores` refits without the model.
+
+The default `--method auto` (before this release: `temperature`) chooses per field, by
+cross-validation on the calibration sample only, among no change, temperature,
+temperature and biases, and the label-free corrections with or without a temperature,
+never one that does worse than no change (`pcd_tools.eval.auto`). `--shots K` fits for
+the schema with the K examples `pcd eval --shots K` draws (same seeds), kept out of the
+calibration sample.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import numpy as np
 from ._common import UsageError, check_at_least, check_file, load_decider
 from ._data import add_data_arguments, dataset_from_args
 
-HELP = "fit per-field temperatures on labelled data"
+HELP = "fit a calibration per field on labelled data (default: auto)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,17 +66,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--objective",
         choices=sorted(OBJECTIVES),
-        default="nll",
-        help="loss the temperature minimises (default nll); with biases, top_label_nll "
-        "refits the temperature on the answer's correctness after the biases",
+        default=None,
+        help="loss the temperatures minimise (default: top_label_nll for auto, nll "
+        "otherwise); with biases, top_label_nll refits the temperature on the answer's "
+        "correctness after the biases",
     )
     parser.add_argument(
         "--method",
         choices=METHODS,
-        default="temperature",
-        help="temperature per field (default), temperature_bias (plus a bias per allowed "
-        "value; can change answers) or auto (per field, by cross-validated NLL)",
+        default="auto",
+        help="auto (default; before this release temperature): per field, no change, "
+        "temperature, temperature+bias or a label-free correction, by cross-validated "
+        "error of the top-label confidence, never worse than no change; temperature: one "
+        "per field; temperature_bias: plus a bias per allowed value (can change answers)",
     )
+    parser.add_argument(
+        "--shots",
+        type=int,
+        default=0,
+        metavar="K",
+        help="fit for the schema with the K examples `pcd eval --shots K` draws (default 0)",
+    )
+    parser.add_argument("--shots-seed", type=int, default=1, help="seed of the shots' draw")
     parser.add_argument(
         "--scores", default=None, help="also write the raw log scores and gold labels (JSON)"
     )
@@ -96,7 +115,7 @@ def _read_scores(path: str) -> dict[str, Any]:
 
 
 def _saved_scores(args: argparse.Namespace, ds: Any, fingerprint: str) -> tuple[Any, ...]:
-    """`(arrays, model_id, scoring, fitted_on)` from the `--from-scores` file."""
+    """`(arrays, model_id, scoring, fitted_on, offsets)` from the `--from-scores` file."""
     from ..calibration import CalibrationMismatchError
 
     saved = _read_scores(args.from_scores)
@@ -112,16 +131,36 @@ def _saved_scores(args: argparse.Namespace, ds: Any, fingerprint: str) -> tuple[
     }
     fitted_on = dict(saved.get("fitted_on") or {"ids": saved.get("ids")})
     fitted_on["from_scores"] = str(args.from_scores)
-    return arrays, saved["model_id"], saved.get("scoring", "full"), fitted_on
+    offsets = {
+        m: {k: np.asarray(o, np.float64) for k, o in per.items()}
+        for m, per in (saved.get("content_free_offsets") or {}).items()
+    }
+    return arrays, saved["model_id"], saved.get("scoring", "full"), fitted_on, offsets or None
+
+
+def _calibration_split(args: argparse.Namespace, ds: Any) -> tuple[Any, Any]:
+    """The calibration sample and the shots (kept out of it), as `pcd eval` draws them."""
+    from ..eval.shots import draw_shots
+
+    shared_pool = ds.calibration_split is ds.eval_split
+    held = ds.eval_sample(args.eval_n, args.eval_seed).ids if shared_pool else []
+    shots = draw_shots(ds, args.shots, seed=args.shots_seed, eval_ids=held)
+    if not shots.k:
+        split = ds.calibration_sample(
+            args.n, args.seed, eval_n=args.eval_n, eval_seed=args.eval_seed
+        )
+    else:
+        split = ds.calibration_split.sample(args.n, args.seed, exclude_ids=[*held, *shots.ids])
+    return split, shots
 
 
 def _new_scores(args: argparse.Namespace, ds: Any, compiled: Any, console: Any) -> tuple[Any, ...]:
-    """`(arrays, model_id, scoring, fitted_on)` from running the model on the sample."""
+    """`(arrays, model_id, scoring, fitted_on, offsets)` from running the model."""
     from ..calibration import CalibrationError
-    from ..eval.calibration import field_arrays
+    from ..eval.calibration import content_free_offsets, field_arrays
     from ..eval.runner import run_pcd
 
-    split = ds.calibration_sample(args.n, args.seed, eval_n=args.eval_n, eval_seed=args.eval_seed)
+    split, shots = _calibration_split(args, ds)
     shared_pool = ds.calibration_split is ds.eval_split
     with console.status("Loading model..."):
         decider = load_decider(args)
@@ -145,8 +184,14 @@ def _new_scores(args: argparse.Namespace, ds: Any, compiled: Any, console: Any) 
         "excluded_eval_sample": {"n": args.eval_n, "seed": args.eval_seed} if shared_pool else None,
         "ids": split.ids,
     }
+    if shots.k:
+        fitted_on["shots"] = {k: v for k, v in shots.to_dict().items() if k != "examples"}
     arrays = field_arrays(compiled, decisions, labels)
-    model_id, scoring = decisions[0].model_id, decisions[0].scoring
+    first = decisions[0]
+    model_id, scoring = first.model_id, first.scoring
+    offsets = None
+    if first.calibration_method == "none" and scoring != "pmi":  # kept in --scores too
+        offsets = content_free_offsets(decider, compiled, scoring)
     if args.scores:
         Path(args.scores).write_text(
             json.dumps(
@@ -160,10 +205,14 @@ def _new_scores(args: argparse.Namespace, ds: Any, compiled: Any, console: Any) 
                         n: {"log_scores": z.round(5).tolist(), "gold": g.tolist()}
                         for n, (z, g) in arrays.items()
                     },
+                    "content_free_offsets": {
+                        m: {k: o.round(6).tolist() for k, o in per.items()}
+                        for m, per in (offsets or {}).items()
+                    },
                 }
             )
         )
-    return arrays, model_id, scoring, fitted_on
+    return arrays, model_id, scoring, fitted_on, offsets
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -176,7 +225,7 @@ def check_args(args: argparse.Namespace) -> None:
         UsageError: naming the first bad option (`pcd` exits 2).
     """
     check_at_least(args, 1, "n", "batch_size")
-    check_at_least(args, 0, "eval_n")
+    check_at_least(args, 0, "eval_n", "shots")
     risk, cov = args.target_risk, args.target_coverage
     if risk is not None and cov is not None:
         raise UsageError(
@@ -205,17 +254,21 @@ def run(args: argparse.Namespace) -> int:
     from ..eval.calibration import calibration_from_scores
     from ..eval.report import print_calibration
     from ..eval.thresholds import choose_threshold
-    from ..schema import compile_schema
+    from ..schema import compile_schema, with_examples
 
     check_args(args)
     console = Console(stderr=True)
     ds = dataset_from_args(args)
     compiled = compile_schema(ds.schema)
+    if args.shots:
+        shots = _calibration_split(args, ds)[1]
+        compiled = with_examples(compiled, shots.examples, "the drawn shots")
     t0 = time.perf_counter()
     if args.from_scores:
-        arrays, model_id, scoring, fitted_on = _saved_scores(args, ds, compiled.fingerprint())
+        got = _saved_scores(args, ds, compiled.fingerprint())
     else:
-        arrays, model_id, scoring, fitted_on = _new_scores(args, ds, compiled, console)
+        got = _new_scores(args, ds, compiled, console)
+    arrays, model_id, scoring, fitted_on, offsets = got
     cal = calibration_from_scores(
         compiled,
         arrays,
@@ -224,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
         fitted_on=fitted_on,
         objective=args.objective,
         method=args.method,
+        offsets=offsets if args.method == "auto" else None,
     )
     if args.target_risk is not None or args.target_coverage is not None:
         for name, (z, g) in arrays.items():

@@ -1,4 +1,11 @@
-"""`pcd eval`: evaluate a schema on labelled data, PCD against constrained generation."""
+"""`pcd eval`: evaluate a schema on labelled data, PCD against constrained generation.
+
+`--shots K` shows both methods K examples drawn from the calibration split (stratified,
+never from the evaluation sample; the report lists their ids). `--calibration` takes a
+calibration file, or `contextual` / `none` for PCD's label-free calibration; `--scoring
+pmi` runs domain-conditional PMI. `--label-free-grid` measures every shot count of
+`--grid-shots` against raw, contextual, PMI and fitted (`pcd_tools.eval.label_free`).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._common import check_at_least, check_file, check_temperature, load_decider
+from ._common import UsageError, check_at_least, check_file, check_temperature, load_decider
 from ._data import add_data_arguments, dataset_from_args
 
 if TYPE_CHECKING:
@@ -17,6 +24,7 @@ if TYPE_CHECKING:
     from ..eval.evaluate import EvalReport
 
 HELP = "evaluate a schema on labelled data (PCD vs constrained generation)"
+LABEL_FREE = ("contextual", "none")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,6 +65,74 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="REPORT",
         help="recompute a saved report (--out) under --calibration, without the model",
     )
+    _label_free_arguments(parser)
+
+
+def _label_free_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--calibration` also takes `contextual`/`none`; `--scoring`, `--shots`, the grid."""
+    cal = parser._option_string_actions["--calibration"]  # added by the dispatcher
+    cal.dest = "calibration_arg"  # checked here: it may name a method, not a file
+    cal.metavar = "FILE|contextual|none"
+    cal.help = (
+        "a calibration JSON file to apply, or a label-free calibration for PCD: "
+        "contextual (contextual calibration) or none"
+    )
+    parser.add_argument(
+        "--scoring",
+        choices=["full", "constrained", "pmi"],
+        default="full",
+        help="PCD's scoring (default full); pmi is domain-conditional PMI",
+    )
+    parser.add_argument(
+        "--shots",
+        type=int,
+        default=0,
+        metavar="K",
+        help="show K examples drawn from the calibration split, stratified over the first "
+        "field's labels (default 0); the report lists their ids",
+    )
+    parser.add_argument("--shots-seed", type=int, default=1, help="seed of the shots' draw")
+    g = parser.add_argument_group("label-free grid")
+    g.add_argument(
+        "--label-free-grid",
+        action="store_true",
+        help="measure shots x (raw, contextual, PMI, fitted): accuracy, macro-F1, ECE, latency",
+    )
+    g.add_argument("--grid-shots", default="0,4,8", help="shot counts of the grid (default 0,4,8)")
+    g.add_argument(
+        "--cal-n", type=int, default=200, help="grid: calibration items for 'fitted' (default 200)"
+    )
+    g.add_argument("--cal-seed", type=int, default=1, help="grid: seed of the calibration sample")
+    g.add_argument(
+        "--latency-n",
+        type=int,
+        default=10,
+        help="grid: warm requests timed per method (default 10)",
+    )
+    g.add_argument(
+        "--baseline-n",
+        type=int,
+        default=100,
+        help="grid: items for constrained generation with the same examples (default 100; "
+        "--no-baseline skips it)",
+    )
+    g.add_argument(
+        "--baseline-shots",
+        default=None,
+        help="grid: shot counts the baseline runs at (default: the largest of --grid-shots)",
+    )
+
+
+def _shot_counts(text: str, flag: str) -> list[int]:
+    try:
+        ks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        ks = []
+    if not ks or min(ks) < 0:
+        raise UsageError(
+            f"{flag} takes comma-separated shot counts >= 0 (e.g. 0,4,8); got {text!r}."
+        )
+    return ks
 
 
 def _check_disjoint(calibration: Any, dataset: str, ids: Sequence[str]) -> None:
@@ -84,11 +160,45 @@ def check_args(args: argparse.Namespace) -> None:
     Raises:
         UsageError: naming the first bad option (`pcd` exits 2).
     """
+    from ..calibration import Calibration, CalibrationError
+
     check_temperature(args.temperature)
-    check_at_least(args, 1, "n", "batch_size", "order_bias_n")
-    check_at_least(args, 0, "order_bias")
+    check_at_least(args, 1, "n", "batch_size", "order_bias_n", "cal_n", "latency_n")
+    check_at_least(args, 0, "order_bias", "shots", "baseline_n")
     if args.from_report:
         check_file(args.from_report, "--from-report")
+    _shot_counts(args.grid_shots, "--grid-shots")
+    if args.baseline_shots is not None:
+        _shot_counts(args.baseline_shots, "--baseline-shots")
+    given = args.calibration_arg
+    args.calibration, args.label_free = None, None
+    if given in LABEL_FREE:
+        args.label_free = given
+    elif given:
+        check_file(given, "--calibration")
+        try:
+            Calibration.load(given)
+        except CalibrationError as e:
+            raise UsageError(f"--calibration: {e}") from e
+        args.calibration = given
+    if args.label_free_grid and (given or args.scoring != "full" or args.from_report):
+        raise UsageError(
+            "--label-free-grid runs raw, contextual, PMI and fitted itself; give it neither "
+            f"--calibration, --scoring nor --from-report (got --calibration {given!r}, "
+            f"--scoring {args.scoring!r}, --from-report {args.from_report!r})."
+        )
+    if args.from_report and (args.label_free or args.scoring != "full" or args.shots):
+        raise UsageError(
+            "--from-report recomputes a saved report under a calibration file; its scores, "
+            "shots and label-free correction are those it was made with, so --calibration "
+            f"{given!r}, --scoring {args.scoring!r} and --shots {args.shots} do not apply "
+            "(accepted with --from-report: --calibration FILE)."
+        )
+    if args.scoring == "pmi" and args.label_free == "contextual":
+        raise UsageError(
+            "--scoring pmi with --calibration contextual: both divide out the model's answer "
+            "prior, so they are not combined; accepted: one of them."
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,13 +220,18 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     err = Console(stderr=True)
     ds = dataset_from_args(args)
+    if args.label_free_grid:
+        return _grid(args, ds)
     if args.from_report:
         saved = read_json(args.from_report, "report", EvalError)
         cal = Calibration.load(args.calibration) if args.calibration else None
         _check_disjoint(cal, ds.name, [it.get("id") for it in saved.get("items") or []])
         report = rescore(saved, ds.schema, cal, temperature=args.temperature)
         return _finish(args, ds, report, t0=None)
+    from ..eval.shots import draw_shots
+
     split = ds.eval_sample(args.n, args.seed)
+    shots = draw_shots(ds, args.shots, seed=args.shots_seed, eval_ids=split.ids)
     with err.status("Loading model..."):
         decider = load_decider(args)
     _check_disjoint(getattr(decider, "calibration", None), ds.name, split.ids)
@@ -129,6 +244,9 @@ def run(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         progress=True,
         name=ds.name,
+        shots=shots,
+        calibration=args.label_free,
+        scoring=args.scoring,
     )
     report.seed = args.seed
     if args.order_bias is not None:
@@ -145,6 +263,45 @@ def run(args: argparse.Namespace) -> int:
                 design=args.order_design,
             ).to_dict()
     return _finish(args, ds, report, t0)
+
+
+def _grid(args: argparse.Namespace, ds: Dataset) -> int:
+    """`pcd eval --label-free-grid`: the grid, printed and optionally saved (`--out`)."""
+    from rich.console import Console
+
+    from ..eval.label_free import label_free_grid
+    from ..eval.report import print_label_free_grid
+
+    with Console(stderr=True).status("Loading model..."):
+        decider = load_decider(args)
+    ks = _shot_counts(args.grid_shots, "--grid-shots")
+    grid = label_free_grid(
+        ds,
+        decider=decider,
+        shots=ks,
+        n=args.n,
+        seed=args.seed,
+        cal_n=args.cal_n,
+        cal_seed=args.cal_seed,
+        shots_seed=args.shots_seed,
+        batch_size=args.batch_size,
+        latency_n=args.latency_n,
+        baseline_n=0 if args.no_baseline else args.baseline_n,
+        baseline_shots=(
+            _shot_counts(args.baseline_shots, "--baseline-shots")
+            if args.baseline_shots is not None
+            else None
+        ),
+        progress=True,
+    )
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(grid, indent=1, default=str) + "\n")
+    if args.json:
+        print(json.dumps(grid, indent=2, default=str))
+    else:
+        print_label_free_grid(Console(width=150), grid)
+    return 0
 
 
 def _finish(args: argparse.Namespace, ds: Dataset, report: EvalReport, t0: float | None) -> int:

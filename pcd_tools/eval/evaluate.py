@@ -8,6 +8,11 @@ perfectly calibrated predictor with the same confidences would show on as many i
 Brier, NLL, the risk-coverage curve and its AURC, plus latency (median and p95 per item).
 How each method's answers become metrics is in `pcd_tools.eval.scoring`.
 
+With `shots=` (`pcd eval --shots K`, `pcd_tools.eval.shots.draw_shots`) both methods see
+the same few-shot examples: PCD as `decide_many(..., examples=)`, the baseline in the same
+prompt. `calibration="contextual"` and `scoring="pmi"` run PCD with a label-free
+correction.
+
 `rescore` recomputes a saved report under another calibration, without the model.
 `pcd eval` (`pcd_tools.cli.eval`) wraps both for a dataset, and
 `pcd_tools.eval.report` prints the report.
@@ -27,12 +32,14 @@ import numpy as np
 
 from ..calibration import Calibration
 from ..errors import PcdToolsError
-from ..schema import Schema, compile_schema
+from ..schema import Schema, compile_schema, with_examples
 from .datasets import Split, label_index
 from .runner import progress_bar, run_pcd
 from .scoring import MethodReport, baseline_method, pcd_methods
+from .shots import Shots
 
 if TYPE_CHECKING:
+    from ..checks import LabelFree, Scoring
     from ..decider import Decider
 
 __all__ = ["EvalError", "EvalReport", "MethodReport", "evaluate", "rescore"]
@@ -85,6 +92,10 @@ class EvalReport:
         order_bias: An `OrderBiasReport` as a dict, if measured.
         items: Per item: id, text, gold labels and each method's answer and confidence.
         elapsed_s: Wall time of the evaluation.
+        shots: The few-shot examples both methods saw (`Shots.to_dict`: k, seed, the
+            field stratified on, ids and the examples), or None for zero-shot.
+        label_free: The label-free correction of PCD's scores: `none`, `contextual` or
+            `pmi`.
     """
 
     dataset: str
@@ -100,6 +111,8 @@ class EvalReport:
     order_bias: dict[str, Any] | None = None
     items: list[dict[str, Any]] = field(default_factory=list, repr=False)
     elapsed_s: float = 0.0
+    shots: dict[str, Any] | None = None
+    label_free: str = "none"
 
     def to_dict(self, *, items: bool = False, curves: bool = False) -> dict[str, Any]:
         """A JSON-serialisable dict; `items`/`curves` add per-item rows and risk curves."""
@@ -116,6 +129,8 @@ class EvalReport:
             "thresholds": self.thresholds,
             "order_bias": self.order_bias,
             "elapsed_s": self.elapsed_s,
+            "shots": self.shots,
+            "label_free": self.label_free,
         }
         if items:
             d["items"] = self.items
@@ -147,6 +162,9 @@ def evaluate(
     temperature: float = 1.0,
     progress: bool = False,
     name: str | None = None,
+    shots: Shots | None = None,
+    calibration: LabelFree | None = None,
+    scoring: Scoring = "full",
 ) -> EvalReport:
     """Evaluates PCD (and the constrained-generation baseline) on labelled examples.
 
@@ -164,10 +182,17 @@ def evaluate(
         temperature: PCD softmax temperature.
         progress: Show progress bars on stderr.
         name: Dataset name for the report.
+        shots: Few-shot examples (`pcd_tools.eval.shots.draw_shots`) for both methods;
+            they must not be items of the evaluated sample.
+        calibration: PCD's label-free calibration (`"contextual"`, `"none"`), or None for
+            the decider's.
+        scoring: PCD's scoring: `"full"`, `"constrained"` or `"pmi"`.
 
     Raises:
         DatasetError: if a label is not one of its field's choices.
+        EvalError: if a few-shot example is an item of the evaluated sample.
     """
+    from ..contextual import label_free
     from ..decider import default_decider
 
     t_start = time.perf_counter()
@@ -183,8 +208,27 @@ def evaluate(
     for lab in labels:  # fail before any model time is spent
         for k, v in lab.items():
             label_index(compiled.field(k), v)
+    shown = None
+    if shots is not None and shots.k:
+        seen = set(shots.ids) & set(split.ids)
+        if seen:
+            raise EvalError(
+                f"{len(seen)} few-shot example(s) are items of the evaluated sample (e.g. "
+                f"{sorted(seen)[:3]}); draw them from the calibration split "
+                "(pcd_tools.eval.shots.draw_shots with the sample's ids)."
+            )
+        shown = shots.examples
+        compiled = with_examples(compiled, shown, "the drawn shots")
     decisions, pcd_ms = run_pcd(
-        d, compiled, texts, batch_size=batch_size, temperature=temperature, progress=progress
+        d,
+        compiled,
+        texts,
+        batch_size=batch_size,
+        temperature=temperature,
+        progress=progress,
+        examples=shown,
+        calibration=calibration,
+        scoring=scoring,
     )
     cal = getattr(d, "calibration", None)
     methods = pcd_methods(
@@ -225,6 +269,8 @@ def evaluate(
         methods=methods,
         batch_size=batch_size,
         calibration_file=getattr(cal, "path", None) if cal is not None else None,
+        shots=shots.to_dict() if shots is not None and shots.k else None,
+        label_free=label_free(decisions[0].calibration_method, decisions[0].scoring),
     )
     if cal is not None and cal.thresholds:
         _check_thresholds(report, cal.thresholds)
@@ -259,6 +305,9 @@ def rescore(
     from types import SimpleNamespace
 
     compiled = compile_schema(schema)
+    shots = report.get("shots") or None
+    if shots and shots.get("examples"):
+        compiled = with_examples(compiled, shots["examples"], "the report's shots")
     items = report.get("items") or []
     if not items or "pcd_log_scores" not in items[0]:
         raise EvalError("rescore needs a report with items (write it with `pcd eval --out`).")
@@ -316,6 +365,8 @@ def rescore(
         order_bias=report.get("order_bias"),
         items=list(items),
         elapsed_s=float(report.get("elapsed_s", 0.0)),
+        shots=shots,
+        label_free=str(report.get("label_free", "none")),
     )
     if cal is not None and cal.thresholds:
         _check_thresholds(out, cal.thresholds)

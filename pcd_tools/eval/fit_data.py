@@ -1,6 +1,7 @@
 """The arrays a calibration is fitted on: each field's raw log scores and gold indices,
 taken from decisions made on labelled examples (a multi-label field as one yes/no
-question per label, named `field[label]`)."""
+question per label, named `field[label]`), and the content-free offsets of the
+label-free corrections for the same fields (`content_free_offsets`)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from ..schema import Schema
 from .datasets import DatasetError, label_index
 
 if TYPE_CHECKING:
+    from ..decider import Decider
     from ..result import Decision
 
-__all__ = ["field_arrays", "fitted_field"]
+__all__ = ["content_free_offsets", "field_arrays", "fitted_field", "label_free_scores"]
 
 
 def field_arrays(
@@ -87,3 +89,70 @@ def fitted_field(schema: Schema, name: str) -> tuple[str, int]:
         if spec.kind == "multilabel" and label in [str(c.label) for c in spec.choices]:
             return base, 2
     return name, schema.field(name).cardinality
+
+
+def content_free_offsets(
+    decider: Decider, schema: Schema, scoring: str = "full"
+) -> dict[str, dict[str, np.ndarray]]:
+    """What each label-free correction subtracts from each field's raw log scores.
+
+    From the decider's content-free scores of the schema's prompt (declared listing
+    order; run once and cached on the decider, `pcd_tools.contextual`): `"contextual"`
+    (the decider's content-free inputs, on `scoring`'s side) and, for `scoring="full"`,
+    `"pmi"` (the empty context). A field's corrected scores are `z - offset`, exactly as
+    `decide(..., calibration="contextual")` or `scoring="pmi"` compute them, for every
+    field scored as one question in the first pass; a multi-label field's labels are
+    keyed `field[label]` with offset `[o_yes - o_no, 0]`, as `field_arrays` writes their
+    scores. Fields scored jointly (`choices_by`), in a union branch or in a later wave
+    are left out: their offsets depend on earlier answers.
+
+    Args:
+        decider: The decider whose model and content-free inputs are used.
+        schema: The compiled schema, with its examples.
+        scoring: The scoring of the raw scores: `"full"` or `"constrained"`.
+
+    Returns:
+        Method -> field key -> offset.
+    """
+    from ..contextual import Correction
+
+    questions = decider.engine.plan(schema, None).questions
+    per_field: dict[str, int] = {}
+    for q in questions:
+        per_field[q.field] = per_field.get(q.field, 0) + 1
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for method in ("contextual", "pmi"):
+        if method == "pmi" and scoring != "full":
+            continue
+        corr = Correction.make(
+            decider.content_free,
+            schema,
+            None,
+            method,
+            "pmi" if method == "pmi" else scoring,
+        )
+        assert corr is not None  # both methods make a correction
+        got: dict[str, np.ndarray] = {}
+        for q, o in zip(questions, corr.offsets(questions)):
+            spec = schema.field(q.field)
+            if q.given or q.choices is not None:
+                continue
+            if q.label is None and per_field[q.field] == 1 and spec.kind != "multilabel":
+                got[q.field] = np.asarray(o, dtype=np.float64)
+            elif q.label is not None:
+                got[f"{q.field}[{spec.choices[q.label].label}]"] = np.array([o[0] - o[1], 0.0])
+        out[method] = got
+    return out
+
+
+def label_free_scores(
+    arrays: dict[str, tuple[np.ndarray, np.ndarray]], offsets: dict[str, np.ndarray]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The arrays of `field_arrays` with one label-free correction applied: `z - offset`
+    for every field that has an offset (the others are left out).
+
+    Args:
+        arrays: Field key -> `(raw log scores (n, K), gold (n,))`.
+        offsets: Field key -> offset, one method's part of `content_free_offsets`.
+    """
+    return {k: (z - offsets[k], g) for k, (z, g) in arrays.items() if k in offsets}

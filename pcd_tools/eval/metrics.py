@@ -30,6 +30,7 @@ __all__ = [
     "brier",
     "ece",
     "ece_floor",
+    "ece_null_quantile",
     "field_metrics",
     "macro_f1",
     "nll",
@@ -133,6 +134,26 @@ def ece(confidence: Any, correct: Any, n_bins: int = ECE_BINS) -> float:
     return float((bins["count"][filled] / n * gap).sum())
 
 
+def _null_eces(c: np.ndarray, n_bins: int, draws: int, seed: int) -> np.ndarray:
+    """ECEs of `draws` samples `correct ~ Bernoulli(c)`: a perfectly calibrated predictor."""
+    if draws < 1:
+        raise ValueError(f"draws must be >= 1; got {draws}.")
+    if np.any((c < 0) | (c > 1)):
+        raise ValueError("confidence must lie in [0, 1].")
+    idx = _bin_index(c, n_bins)
+    conf_sum = np.bincount(idx, weights=c, minlength=n_bins)
+    rng = np.random.default_rng(seed)
+    out = np.empty(draws)
+    onehot = np.zeros((c.size, n_bins))
+    onehot[np.arange(c.size), idx] = 1.0
+    step = max(1, 2_000_000 // c.size)
+    for lo in range(0, draws, step):
+        hi = min(draws, lo + step)
+        hits = (rng.random((hi - lo, c.size)) < c).astype(np.float64) @ onehot
+        out[lo:hi] = np.abs(hits - conf_sum).sum(axis=1) / c.size
+    return out
+
+
 def ece_floor(
     confidence: Any, n_bins: int = ECE_BINS, *, draws: int = 2000, seed: int = 0
 ) -> float:
@@ -158,20 +179,34 @@ def ece_floor(
         raise ValueError(f"draws must be >= 1; got {draws}.")
     if c.size == 0:
         return float("nan")
-    if np.any((c < 0) | (c > 1)):
-        raise ValueError("confidence must lie in [0, 1].")
-    idx = _bin_index(c, n_bins)
-    conf_sum = np.bincount(idx, weights=c, minlength=n_bins)
-    rng = np.random.default_rng(seed)
-    out = np.empty(draws)
-    onehot = np.zeros((c.size, n_bins))
-    onehot[np.arange(c.size), idx] = 1.0
-    step = max(1, 2_000_000 // c.size)
-    for lo in range(0, draws, step):
-        hi = min(draws, lo + step)
-        hits = (rng.random((hi - lo, c.size)) < c).astype(np.float64) @ onehot
-        out[lo:hi] = np.abs(hits - conf_sum).sum(axis=1) / c.size
-    return float(out.mean())
+    return float(_null_eces(c, n_bins, draws, seed).mean())
+
+
+def ece_null_quantile(
+    confidence: Any, q: float = 0.9, n_bins: int = ECE_BINS, *, draws: int = 2000, seed: int = 0
+) -> float:
+    """The `q`-quantile of the ECE a perfectly calibrated predictor with these
+    confidences would show (the same draws as `ece_floor`, whose mean is the floor).
+
+    A measured ECE below it is one that a calibrated predictor exceeds with probability
+    about `1 - q`: on this sample it cannot be told from perfect calibration.
+
+    Args:
+        confidence: `(n,)` confidences in [0, 1].
+        q: The quantile, in [0, 1].
+        n_bins: Equal-width bins, as in `ece`.
+        draws: Monte-Carlo draws.
+        seed: Seed of the draws.
+
+    Returns:
+        The quantile (NaN for an empty sample).
+    """
+    c = _vec(confidence)
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"q must lie in [0, 1]; got {q}.")
+    if c.size == 0:
+        return float("nan")
+    return float(np.quantile(_null_eces(c, n_bins, draws, seed), q))
 
 
 def brier(probs: Any, gold: Any) -> float:

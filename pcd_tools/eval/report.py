@@ -5,7 +5,10 @@
 - `eval_markdown_table`: EVAL.md's per-dataset table, from the JSON files that `pcd eval
   --out` and `pcd calibrate --out` wrote (`scripts/eval_tables.py`);
 - `paired_comparison`: PCD against the baseline item by item on one field of a saved
-  report, with an exact McNemar (sign) test (`scripts/eval_paired.py`).
+  report, with an exact McNemar (sign) test (`scripts/eval_paired.py`);
+- `print_label_free_grid` and `label_free_markdown`: the label-free grid of `pcd eval
+  --label-free-grid` (`pcd_tools.eval.label_free`), per dataset and summed up over
+  datasets against the issue's figures (`scripts/eval_label_free.py`).
 """
 
 from __future__ import annotations
@@ -22,11 +25,25 @@ if TYPE_CHECKING:
 
 __all__ = [
     "eval_markdown_table",
+    "grid_rows",
+    "label_free_markdown",
     "paired_comparison",
     "print_calibration",
     "print_eval_report",
+    "print_label_free_grid",
     "sign_test",
 ]
+
+# How a method `auto` chose for a field is written in the tables.
+AUTO_TAGS = {
+    "identity": "none",
+    "temperature": "T",
+    "temperature_bias": "T+b",
+    "contextual": "ctx",
+    "contextual_temperature": "ctx+T",
+    "pmi": "PMI",
+    "pmi_temperature": "PMI+T",
+}
 
 # --- the console --------------------------------------------------------------------------
 
@@ -81,6 +98,14 @@ def print_eval_report(console: Any, report: EvalReport) -> None:
             f"{mname}: median {lat['median_ms']:.0f} ms, p95 {lat['p95_ms']:.0f} ms per item "
             f"({m.latency_kind}); passes {m.passes:.1f}; invalid {m.invalid}"
         )
+    if report.shots:
+        console.print(
+            f"{report.shots['k']} shots (seed {report.shots['seed']}, stratified on "
+            f"{report.shots['field']}, from {report.shots['split']}): "
+            + ", ".join(report.shots["ids"])
+        )
+    if report.label_free != "none":
+        console.print(f"PCD label-free correction: {report.label_free}")
     if report.thresholds:
         console.print(f"thresholds on this sample: {json.dumps(report.thresholds)}")
     if report.order_bias:
@@ -121,6 +146,10 @@ def print_calibration(console: Any, cal: Calibration, *, dataset: str) -> None:
             else "-",
         )
     console.print(table)
+    for name in cal.temperatures:
+        why = cal.metrics[name].get("why")
+        if why:
+            console.print(f"{name}: {why}", markup=False, highlight=False)
 
 
 # --- EVAL.md's table ------------------------------------------------------------------------
@@ -180,8 +209,7 @@ def eval_markdown_table(runs: str | Path, names: Sequence[str]) -> Iterator[str]
             t = m["pcd_calibrated"]["fields"][field]
             c = a["pcd_calibrated"]["fields"][field]
             b = m.get("baseline", {}).get("fields", {}).get(field)
-            how = cal_auto["metrics"][field]["method"]
-            tag = "T+b" if how == "temperature_bias" else "T"
+            tag = AUTO_TAGS.get(cal_auto["metrics"][field]["method"], "T")
             cells = [
                 name if first else "",
                 field,
@@ -268,3 +296,194 @@ def paired_comparison(report: Mapping[str, Any], field: str, n_examples: int = 3
                 f"    {it['text'][:90]!r}  gold={it['gold'][field]!r}  "
                 f"PCD={p[0]!r} ({conf:.2f})  baseline={b[0]!r} ({b[1]:.2f})"
             )
+
+
+# --- the label-free grid ------------------------------------------------------------------
+
+_NAMES = {"raw": "raw", "contextual": "contextual", "pmi": "PMI", "fitted": "fitted"}
+
+
+def grid_rows(grid: Mapping[str, Any]) -> Iterator[tuple[int, str, dict[str, Any], float, str]]:
+    """`(shots, method, main-field metrics, warm ms, note)` per row of a grid.
+
+    Args:
+        grid: What `pcd_tools.eval.label_free.label_free_grid` returned.
+    """
+    main = grid["main_field"]
+    for row in grid["rows"]:
+        for m in grid["methods"]:
+            note = ""
+            if m == "fitted":
+                note = AUTO_TAGS.get(row["calibration"][main]["method"], "?")
+            yield row["shots"], m, row["fields"][m][main], row["latency_ms"][m], note
+
+
+def _num(x: Any, fmt: str = ".3f") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def print_label_free_grid(console: Any, grid: Mapping[str, Any]) -> None:
+    """Prints one dataset's grid: shots x method on the main field, then the baseline.
+
+    Args:
+        console: A rich Console.
+        grid: What `label_free_grid` returned.
+    """
+    from rich.table import Table
+
+    table = Table(
+        title=f"{grid['dataset']} `{grid['main_field']}`: n={grid['n']} (seed {grid['seed']}), "
+        f"calibration n={grid['cal_n']}, model={grid['model_id']}"
+    )
+    for col in ("shots", "method", "acc", "macro-F1", "ECE", "ECE floor", "warm ms", "fitted"):
+        table.add_column(col, justify="left" if col in ("method", "fitted") else "right")
+    for k, m, f, ms, note in grid_rows(grid):
+        table.add_row(
+            str(k),
+            _NAMES[m],
+            _num(f["accuracy"]),
+            _num(f["macro_f1"]),
+            _num(f["ece"]),
+            _num(f["ece_floor"]),
+            _num(ms, ",.0f"),
+            note,
+        )
+    console.print(table)
+    for row in grid["rows"]:
+        if row["shots"]:
+            console.print(f"{row['shots']} shots: {', '.join(row['shot_ids'])}")
+        base = row.get("baseline")
+        if base:
+            f = base["method"]["fields"][grid["main_field"]]
+            pcd = base["pcd"]
+            console.print(
+                f"{row['shots']} shots, {base['n']} items: constrained generation acc "
+                f"{f['accuracy']:.3f}; PCD raw / contextual / PMI / fitted "
+                + " / ".join(f"{pcd[m][grid['main_field']]['accuracy']:.3f}" for m in _NAMES)
+            )
+    console.print(f"elapsed {grid['elapsed_s']:.0f} s")
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def _dataset_table(grid: Mapping[str, Any]) -> Iterator[str]:
+    main = grid["main_field"]
+    yield (
+        f"**{grid['dataset']}** (`{main}`; n = {grid['n']}, seed {grid['seed']}; fitted on "
+        f"{grid['cal_n']} items of `{grid['cal_split']}`)"
+    )
+    yield ""
+    yield "| shots | method | accuracy | macro-F1 | ECE (floor) | warm request ms | auto chose |"
+    yield "|---|---|---|---|---|---|---|"
+    for k, m, f, ms, note in grid_rows(grid):
+        yield (
+            f"| {k} | {_NAMES[m]} | {_num(f['accuracy'])} | {_num(f['macro_f1'])} | "
+            f"{_num(f['ece'])} ({_num(f['ece_floor'])}) | {_num(ms, ',.0f')} | {note} |"
+        )
+    bases = [r for r in grid["rows"] if r.get("baseline")]
+    if bases:
+        yield ""
+        yield (
+            "| shots | items | constrained generation | PCD raw | PCD contextual | PCD PMI "
+            "| PCD fitted |"
+        )
+        yield "|---|---|---|---|---|---|---|"
+        for r in bases:
+            b = r["baseline"]
+            accs = [b["pcd"][m][main]["accuracy"] for m in _NAMES]
+            yield (
+                f"| {r['shots']} | {b['n']} | {_num(b['method']['fields'][main]['accuracy'])} | "
+                + " | ".join(_num(a) for a in accs)
+                + " |"
+            )
+    yield ""
+
+
+def _acc(grid: Mapping[str, Any], k: int, m: str) -> float | None:
+    for row in grid["rows"]:
+        if row["shots"] == k:
+            return float(row["fields"][m][grid["main_field"]]["accuracy"])
+    return None
+
+
+def _summary(grids: Sequence[Mapping[str, Any]]) -> Iterator[str]:
+    """The issue's figures, from every dataset's grid."""
+    ks = sorted({r["shots"] for g in grids for r in g["rows"]})
+    names = [g["dataset"] for g in grids]
+    yield "| shots | method | " + " | ".join(names) + " | mean |"
+    yield "|---|---|" + "---|" * (len(names) + 1)
+    means: dict[tuple[int, str], float] = {}
+    for k in ks:
+        for m in _NAMES:
+            accs = [_acc(g, k, m) for g in grids]
+            ok = [a for a in accs if a is not None]
+            means[(k, m)] = _mean(ok) if len(ok) == len(accs) else math.nan
+            yield (
+                f"| {k} | {_NAMES[m]} | "
+                + " | ".join(_num(a) for a in accs)
+                + f" | {_num(means[(k, m)])} |"
+            )
+    yield ""
+    if (0, "raw") not in means:
+        return
+    free = {
+        km: v
+        for km, v in means.items()
+        if km[1] != "fitted" and km != (0, "raw") and not math.isnan(v)
+    }
+    if free:
+        bk, bm = max(free, key=lambda km: free[km])
+        drops = {g["dataset"]: (_acc(g, bk, bm) or 0.0) - (_acc(g, 0, "raw") or 0.0) for g in grids}
+        worst = min(drops, key=lambda d: drops[d])
+        yield (
+            f"- Best label-free setting: {bk} shots + {_NAMES[bm]}, mean main-field accuracy "
+            f"{free[(bk, bm)]:.3f} against {means[(0, 'raw')]:.3f} zero-shot raw "
+            f"({100 * (free[(bk, bm)] - means[(0, 'raw')]):+.1f} points; target +10). Per "
+            "dataset, in points: "
+            + ", ".join(f"{d} {100 * v:+.1f}" for d, v in drops.items())
+            + f"; the lowest is {worst} (target: none below -2)."
+        )
+    for g in grids:
+        lat = {r["shots"]: r["latency_ms"]["raw"] for r in g["rows"]}
+        if 0 in lat and max(lat) > 0:
+            yield (
+                f"- {g['dataset']}: warm request with {max(lat)} shots {lat[max(lat)]:,.0f} ms "
+                f"against {lat[0]:,.0f} ms zero-shot: {lat[max(lat)] / lat[0]:.2f}x (target "
+                "≤ 1.2x)."
+            )
+    missed, worse, total = [], [], 0
+    for g in grids:
+        for r in g["rows"]:
+            for key, f in r["fields"]["fitted"].items():
+                total += 1
+                target = max(0.05, 1.5 * f["ece_floor"])
+                if f["ece"] > target:
+                    missed.append(f"{g['dataset']} {key} {r['shots']}-shot {f['ece']:.3f}")
+                if f["ece"] > r["fields"]["raw"][key]["ece"]:
+                    worse.append(f"{g['dataset']} {key} {r['shots']}-shot")
+    yield (
+        f"- Fitted (auto): ECE ≤ max(0.05, 1.5 × floor) on {total - len(missed)} of {total} "
+        "field × shot cells"
+        + (f"; above it: {'; '.join(missed)}" if missed else "")
+        + f". ECE above raw's on {len(worse)}"
+        + (f": {'; '.join(worse)}" if worse else "")
+        + "."
+    )
+
+
+def label_free_markdown(grids: Sequence[Mapping[str, Any]]) -> Iterator[str]:
+    """EVAL.md's label-free section: the summary over datasets, then a table per dataset.
+
+    Args:
+        grids: One `label_free_grid` result per dataset (the `--out` files of `pcd eval
+            --label-free-grid`).
+
+    Yields:
+        The markdown lines.
+    """
+    yield from _summary(grids)
+    yield ""
+    for g in grids:
+        yield from _dataset_table(g)

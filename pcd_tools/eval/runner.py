@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..checks import LabelFree, Scoring
     from ..decider import Decider
     from ..result import Decision
 
@@ -62,6 +63,9 @@ def run_pcd(
     temperature: float = 1.0,
     progress: bool = False,
     label: str = "PCD",
+    examples: Sequence[Any] | None = None,
+    calibration: LabelFree | None = None,
+    scoring: Scoring = "full",
 ) -> tuple[list[Decision[Any]], list[float]]:
     """Decides every text in batches.
 
@@ -73,6 +77,11 @@ def run_pcd(
         temperature: Softmax temperature.
         progress: Show a progress bar on stderr.
         label: The progress bar's label.
+        examples: Few-shot examples for every call (`decide_many(..., examples=)`), or
+            None for the schema's own.
+        calibration: The label-free calibration of every call (`"contextual"`,
+            `"none"`), or None for the decider's.
+        scoring: `"full"`, `"constrained"` or `"pmi"`.
 
     Returns:
         The decisions, and per item the wall time of its batch divided by the batch size
@@ -85,7 +94,15 @@ def run_pcd(
             chunk = list(texts[start : start + batch_size])
             t0 = time.perf_counter()
             out.extend(
-                decider.decide_many(schema, chunk, temperature=temperature, batch_size=batch_size)
+                decider.decide_many(
+                    schema,
+                    chunk,
+                    temperature=temperature,
+                    batch_size=batch_size,
+                    examples=examples,
+                    calibration=calibration,
+                    scoring=scoring,
+                )
             )
             each = (time.perf_counter() - t0) * 1e3 / len(chunk)
             ms.extend([each] * len(chunk))
