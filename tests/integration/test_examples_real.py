@@ -47,12 +47,13 @@ def test_examples_and_contextual_calibration_end_to_end(real, monkeypatch):
     assert shown.examples == 2
     assert '<|im_start|>assistant\n{\n  "priority": "urgent",\n  "refund": false\n}' in shown.text
     assert shown.text.endswith(f"<|im_start|>user\n{TEXT}<|im_end|>\n<|im_start|>assistant\n{{")
+    misses = d.content_free.stats["misses"]  # the session's model may have other schemas'
     first = d.decide(Support, TEXT)
     again = Support.decide(TEXT, calibration="contextual")  # the default decider
     warm = d.decide(Support, "Please cancel my subscription at the end of the month.")
     assert (first.examples, first.calibration_method) == (2, "contextual")
     assert first.content_free_ms > 0 and warm.content_free_ms == 0.0
-    assert warm.prefix_cache_hit and d.content_free.stats["misses"] == 1
+    assert warm.prefix_cache_hit and d.content_free.stats["misses"] == misses + 1
     assert isinstance(first.value, Support) and isinstance(again.value, Support)
     sch = Support.__pcd_schema__
     for f in sch.fields:
