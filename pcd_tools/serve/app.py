@@ -110,6 +110,20 @@ def _release_date(decider: Decider) -> str:
     return _dt.datetime.fromtimestamp(ts, tz=_dt.timezone.utc).date().isoformat()
 
 
+def _job(req: Any, temperature: float, tokens: int) -> Job:
+    """The model job of a parsed `/v1/decide` or chat-completions request."""
+    return Job(
+        req.schema,
+        req.context,
+        temperature,
+        req.scoring,
+        orders=req.orders,
+        allow_empty=req.allow_empty,
+        calibration=req.calibration,
+        tokens=tokens,
+    )
+
+
 def create_app(
     decider: Decider,
     *,
@@ -276,16 +290,7 @@ def create_app(
             return req, srv.check_length(req.schema, req.context, "context")
 
         req, tokens = await run_in_threadpool(prepare)
-        job = Job(
-            req.schema,
-            req.context,
-            req.temperature,
-            req.scoring,
-            orders=req.orders,
-            allow_empty=req.allow_empty,
-            calibration=req.calibration,
-            tokens=tokens,
-        )
+        job = _job(req, req.temperature, tokens)
         decision = await srv.decide(request, job, field="context")
         return JSONResponse(decision.to_response())
 
@@ -300,16 +305,7 @@ def create_app(
             return req, srv.check_length(req.schema, req.context, "messages")
 
         req, tokens = await run_in_threadpool(prepare)
-        job = Job(
-            req.schema,
-            req.context,
-            req.pcd_temperature,
-            req.scoring,
-            orders=req.orders,
-            allow_empty=req.allow_empty,
-            calibration=req.calibration,
-            tokens=tokens,
-        )
+        job = _job(req, req.pcd_temperature, tokens)
         decision = await srv.decide(request, job, field="messages")
         answer = build_completion(req, decision, model=model_name, tokenizer=tokenizer)
         if req.stream:
