@@ -27,6 +27,12 @@ examples) in the cache, `latency_n` requests are decided one at a time with each
 the table gives their median wall time. `fitted` is timed with the calibration on the
 decider.
 
+**Warm ratio across shot counts.** Because the per-row timings above are taken minutes
+apart, the grid also times the shot counts side by side: for each of `latency_n` texts,
+one raw request per shot count, one after the other (every prefix already cached), and
+reports each shot count's median and range of its time over the zero-shot time of the same
+text (`warm_ratio`). That ratio holds under a changing background load.
+
 **Baseline.** With `baseline_n > 0`, grammar-constrained generation is run, given the
 same examples in the same prompt, on a stratified subsample of `baseline_n` evaluation
 items for each shot count in `baseline_shots`, and PCD's methods are scored on the same
@@ -138,6 +144,28 @@ def _latency(
                 want = np.asarray(got["raw"].fields[name].log_scores) - o
                 diff[m] = max(diff[m], float(np.abs(np.asarray(f.log_scores) - want).max()))
     return {m: statistics.median(v) for m, v in ms.items()}, diff
+
+
+def _warm_ratio(
+    decider: Decider, schemas: Mapping[int, Schema], texts: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """Per shot count: median, min and max over `texts` of its warm raw request time
+    over the first shot count's time on the same text, the requests interleaved."""
+    for schema in schemas.values():  # every prefix in the cache
+        decider.decide(schema, texts[0], calibration="none")
+    ks = list(schemas)
+    ratios: dict[int, list[float]] = {k: [] for k in ks[1:]}
+    for text in texts:
+        ms = {
+            k: _timed(lambda: decider.decide(schemas[k], text, calibration="none"))[0]  # noqa: B023
+            for k in ks
+        }
+        for k in ks[1:]:
+            ratios[k].append(ms[k] / ms[ks[0]])
+    return {
+        str(k): {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
+        for k, v in ratios.items()
+    }
 
 
 def _baseline(
@@ -281,7 +309,8 @@ def label_free_grid(
         `FieldMetrics.to_dict()`), `latency_ms` (method -> median warm ms),
         `consistency`, `derived`, `calibration` (per field: the `auto` choice, its `why`
         and `cv`) and, where the baseline ran, `baseline` (its metrics and PCD's on the
-        same items).
+        same items); and `warm_ratio` (shot count -> median, min and max of its warm raw
+        time over the smallest shot count's, interleaved on the same texts).
 
     Raises:
         InvalidArgumentError: for a decider with a fitted calibration or label-free
@@ -315,6 +344,11 @@ def label_free_grid(
         "seed": seed,
     }
     rows = [_one_shot_count(dataset, decider, compiled, draws[k], ev, cal_split, opts) for k in ks]
+    schemas = {
+        k: with_examples(compiled, draws[k].examples, "the drawn shots") if k else compiled
+        for k in ks
+    }
+    texts = [t for t, _ in ev.examples[:latency_n]]
     grid = {
         "dataset": dataset.name,
         "schema": compiled.name,
@@ -329,6 +363,7 @@ def label_free_grid(
         "batch_size": batch_size,
         "methods": list(GRID_METHODS),
         "rows": rows,
+        "warm_ratio": {"over_shots": ks[0], **_warm_ratio(decider, schemas, texts)},
         "elapsed_s": time.perf_counter() - t0,
     }
     out: dict[str, Any] = _finite(grid)

@@ -127,10 +127,16 @@ def test_label_free_grid_from_the_cli(tiny, data, tmp_path, monkeypatch, capsys)
         assert set(row["latency_ms"]) == {"raw", "contextual", "pmi", "fitted"}
         assert row["consistency"]["contextual"] < 1e-6 and row["consistency"]["pmi"] < 1e-6
     assert "baseline" in grid["rows"][1] and "baseline" not in grid["rows"][0]
+    ratio = grid["warm_ratio"]
+    assert ratio["over_shots"] == 0 and set(ratio) == {"over_shots", "3"}
+    assert (
+        ratio["3"]["n"] == 2 and 0 < ratio["3"]["min"] <= ratio["3"]["median"] <= ratio["3"]["max"]
+    )
     assert grid["rows"][1]["baseline"]["n"] == 3
     assert "shots" in printed and "fitted" in printed and "constrained generation" in printed
     md = "\n".join(label_free_markdown([grid]))
     assert "| 3 | contextual |" in md and "Best label-free setting" in md
+    assert "warm request with 3 shots over zero-shot, interleaved on 2 texts" in md
 
 
 ARG_CASES = [

@@ -79,6 +79,15 @@ def test_markdown_has_the_summary_then_a_table_per_dataset():
         "on 2 of 4 field × shot cells; above it: b mood 0-shot 0.200; b mood 8-shot 0.200" in text
     )
     assert "ECE above raw's on 0" in text
+    # the interleaved ratio, when the grid has it, is the one reported
+    a["warm_ratio"] = {"over_shots": 0, "8": {"median": 1.05, "min": 0.98, "max": 1.3, "n": 10}}
+    text = "\n".join(label_free_markdown([a, b]))
+    assert (
+        "a: warm request with 8 shots over zero-shot, interleaved on 10 texts: 1.05x (0.98-1.30)"
+        in text
+    )
+    assert "a: warm request with 8 shots 110 ms" not in text
+    assert "b: warm request with 8 shots 70 ms against 50 ms zero-shot: 1.40x" in text
     assert "**a** (`mood`; n = 100, seed 0; fitted on 120 items of `val`)" in text
     assert "| 8 | fitted | 0.500 | 0.250 | 0.030 (0.040) | 110 | T+b |" in text
     assert "| 8 | 50 | 0.300 | 0.350 | 0.450 | 0.400 | 0.500 |" in text  # baseline beside PCD
