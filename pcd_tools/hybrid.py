@@ -34,7 +34,13 @@ if TYPE_CHECKING:
     from .engine.engine import PassMode
     from .engine.generate import GeneratedValue
 
-__all__ = ["check_hybrid_options", "check_max_new_tokens", "decide_hybrid", "generated_result"]
+__all__ = [
+    "check_hybrid_options",
+    "check_max_new_tokens",
+    "decide_hybrid",
+    "generated_result",
+    "value_adapter",
+]
 
 
 def check_max_new_tokens(value: Any) -> int | None:
@@ -76,7 +82,8 @@ def check_hybrid_options(schema: Schema, *, orders: int, scoring: str, method: s
 
 
 @lru_cache(maxsize=256)
-def _adapter(gen: Generation, optional: bool) -> TypeAdapter[Any]:
+def value_adapter(gen: Generation, optional: bool) -> TypeAdapter[Any]:
+    """The (cached) Pydantic validator of a generated field's value."""
     return TypeAdapter(python_type(gen, optional))
 
 
@@ -91,7 +98,7 @@ def generated_result(spec: FieldSpec, value: GeneratedValue) -> FieldResult:
     assert spec.generation is not None
     try:
         label = json.loads(value.text)
-        native = _adapter(spec.generation, spec.optional).validate_python(label)
+        native = value_adapter(spec.generation, spec.optional).validate_python(label)
     except (ValueError, ValidationError) as e:
         raise GenerationError(
             f"{spec.name}: the generated value {value.text!r} does not validate as "

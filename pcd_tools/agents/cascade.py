@@ -12,7 +12,13 @@ probable first. A stage is:
   (`HumanStage`).
 
 Answers from stages that report no probability (chat models, humans) are accepted as
-final. A stage that raises is logged at WARNING on the `pcd_tools.agents.cascade` logger
+final.
+
+A schema with generated fields (`reason: str`, `amount: float`, ...) works too. Only
+scored fields escalate: a generated value has no probability to judge it by, so the
+first stage that answers it is final (a stage that fails passes it on like any field).
+Later stages see the generated values declared before the fields they are asked, as
+already decided, the way the hybrid prompt shows a decision its reasoning. A stage that raises is logged at WARNING on the `pcd_tools.agents.cascade` logger
 and recorded in `CascadeResult.errors`; its fields go on to the next stage, or, with
 `on_stage_error="raise"`, the exception propagates. `LowConfidenceError` carries a `Decision` so that LangChain's stock
 `.with_fallbacks(..., exceptions_to_handle=(LowConfidenceError,))` is a one-line cascade.
@@ -30,9 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.runnables import Runnable, RunnableConfig
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from ..errors import InvalidArgumentError
+from ..hybrid import value_adapter
 from ..schema import FieldSpec, compile_schema
 from .errors import CascadeError, LowConfidenceError
 from .stages import (
@@ -185,7 +192,7 @@ class Cascade(Runnable[Any, CascadeResult]):
 
     Raises:
         InvalidArgumentError: for no stages, an unknown score or `on_stage_error`, a
-            field not in the schema, or a schema with generated fields.
+            field not in the schema, or a threshold on a generated field.
     """
 
     def __init__(
@@ -205,13 +212,7 @@ class Cascade(Runnable[Any, CascadeResult]):
             )
         self.on_stage_error = on_stage_error
         self.schema = compile_schema(schema)
-        if self.schema.hybrid:  # stages narrow and re-ask scored fields only
-            generated = [f.name for f in self.schema.fields if f.generated]
-            raise InvalidArgumentError(
-                f"a Cascade does not take a schema with generated fields yet ({generated} in "
-                f"{self.schema.name}); accepted: a schema whose fields are all scored. Decide "
-                "a hybrid schema with Decider.decide or with_structured_output."
-            )
+        self.generated = [f.name for f in self.schema.fields if f.generated]
         self.as_model = isinstance(schema, type) and issubclass(schema, BaseModel)
         if not stages:
             raise InvalidArgumentError("a Cascade needs at least one stage.")
@@ -223,6 +224,12 @@ class Cascade(Runnable[Any, CascadeResult]):
             self.stage_names.append(s.name if seen[s.name] == 1 else f"{s.name}#{seen[s.name]}")
         self.thresholds = {n: (score, float(threshold)) for n in self.schema.field_names}
         for n, rule in (per_field or {}).items():
+            if n in self.generated:
+                raise InvalidArgumentError(
+                    f"per_field names {n!r}, a generated field of {self.schema.name}: it has "
+                    "no probability to hold to a threshold and never escalates; accepted: "
+                    f"the scored fields {[m for m in self.thresholds if m not in self.generated]}."
+                )
             if n not in self.thresholds:
                 raise InvalidArgumentError(
                     f"per_field names {n!r}, which is not a field of {self.schema.name}; "
@@ -285,8 +292,15 @@ class Cascade(Runnable[Any, CascadeResult]):
         ranked: dict[str, list[tuple[Any, float | None]]] = {}
         previous: dict[str, dict[Any, float]] = {}
         fixed: dict[str, Any] = {}
+        last = max(self.schema.field_names.index(n) for n in names)
+        for g in self.generated:  # generated text declared before what is asked
+            if g in accepted and g not in names and self.schema.field_names.index(g) < last:
+                fixed[g] = accepted[g].label
         for n in names:
             spec: FieldSpec = self.schema.field(n)
+            if spec.generated:
+                cands[n], ranked[n] = [], []
+                continue
             for p in self._parents(spec):
                 if p in accepted and p not in names:
                     fixed[p] = accepted[p].label
@@ -317,6 +331,12 @@ class Cascade(Runnable[Any, CascadeResult]):
         """The accepted answer of field `n`, or None when `label` is not one of its values
         (a multi-label field's label is a list of its labels)."""
         spec = self.schema.field(n)
+        if spec.generation is not None:  # any value its annotation validates
+            try:
+                native = value_adapter(spec.generation, spec.optional).validate_python(label)
+            except ValidationError:
+                return None
+            return FieldOutcome(n, native, label, stage, None)
         by_label = {_key(c.label): c for c in spec.choices}
         if spec.kind == "multilabel":
             if not isinstance(label, (list, tuple)) or any(_key(x) not in by_label for x in label):
@@ -389,6 +409,10 @@ class Cascade(Runnable[Any, CascadeResult]):
                 got = None if label is _MISSING else self._outcome(n, label, sname, prob)
                 offered = {_key(c) for c in req.candidates[n]}
                 picked = got.label if got is not None and isinstance(got.label, list) else [label]
+                if n in self.generated and got is not None:
+                    answered.append(n)  # final: nothing to judge it by
+                    outcome[n] = got
+                    continue
                 if got is None or any(_key(x) not in offered for x in picked):
                     still.append(n)
                     continue

@@ -24,6 +24,7 @@ from ..errors import InvalidArgumentError
 from ..orders import check_orders
 from ..prompt import render_system
 from ..schema import Schema, compile_schema
+from ..schema.spec import python_type
 from ..worker import call_model
 
 __all__ = [
@@ -46,7 +47,8 @@ def narrowed_model(
     keep: Mapping[str, Sequence[Any]] | None = None,
     fixed: Mapping[str, Any] | None = None,
 ) -> type[BaseModel]:
-    """A Pydantic model with only `names`, each `Literal` narrowed to the labels in `keep`.
+    """A Pydantic model with only `names`, each `Literal` narrowed to the labels in `keep`
+    (a generated field keeps its annotation: `str` with its lengths, `float`, ...).
 
     It keeps the instructions (as the docstring), the field and choice descriptions, so
     a chat model's `with_structured_output` sees the same task, only smaller. A
@@ -63,6 +65,12 @@ def narrowed_model(
     fields: dict[str, Any] = {}
     for name in names:
         spec = schema.field(name)
+        if spec.generation is not None:  # a generated field keeps its kind and constraints
+            fields[name] = (
+                python_type(spec.generation, spec.optional),
+                PydField(description=spec.description or None),
+            )
+            continue
         wanted = list(keep[name]) if keep and name in keep else spec.labels
         by_label = {c.label: c for c in spec.choices}
         kept = [by_label[w] for w in wanted if w in by_label]

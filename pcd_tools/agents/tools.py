@@ -21,6 +21,7 @@ from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import InvalidArgumentError, PcdToolsError, SchemaError
+from ..hybrid import check_hybrid_options, check_max_new_tokens
 from ..orders import check_orders
 from ..schema import Schema, compile_schema
 from ..worker import call_model, run_on_worker
@@ -42,9 +43,23 @@ def _snake(name: str) -> str:
 def _describe(schema: Schema) -> str:
     head = schema.instructions.strip() or f"Classify a text into {schema.name}."
     parts = [
-        f"{f.name} ({', '.join(json.dumps(c.label) for c in f.choices)})" for f in schema.fields
+        f"{f.name} ({_GENERATED[f.generation.type]}, generated)"
+        if f.generation is not None
+        else f"{f.name} ({', '.join(json.dumps(c.label) for c in f.choices)})"
+        for f in schema.fields
     ]
-    return f"{head} Returns {'; '.join(parts)}, with a probability per field."
+    per = "scored field" if schema.hybrid else "field"
+    return f"{head} Returns {'; '.join(parts)}, with a probability per {per}."
+
+
+_GENERATED = {
+    "string": "text",
+    "number": "a number",
+    "integer": "an integer",
+    "string_list": "a list of texts",
+    "date": "an ISO date",
+    "datetime": "an ISO date-time",
+}
 
 
 class DecisionTool(BaseTool):
@@ -59,6 +74,8 @@ class DecisionTool(BaseTool):
         temperature: Softmax temperature (> 0).
         orders: Average each field's distribution over this many listing orders
             (`Decider.decide(..., orders=k)`); the content then reports `flip_rate`.
+        max_new_tokens: The token limit of each generated field that sets none itself
+            (None: 256); a field that reaches it is a tool error carrying its partial text.
         format_input: Turns the tool arguments into the context; default: the `text`
             argument, the only argument, or the arguments as JSON.
         args_schema: Input model; default `TextInput` (`{"text": str}`).
@@ -71,18 +88,25 @@ class DecisionTool(BaseTool):
     threshold: float = 0.8
     temperature: float = 1.0
     orders: int = 1
+    max_new_tokens: int | None = None
     format_input: Callable[[dict[str, Any]], str] | None = Field(default=None, exclude=True)
     response_format: str = "content_and_artifact"  # type: ignore[assignment]
     args_schema: Any = TextInput
 
     def __init__(self, **kwargs: Any):
-        """Checks `orders` first, so a bad value raises `InvalidArgumentError` here.
+        """Checks the options first, so a bad value raises `InvalidArgumentError` here.
 
         Raises:
-            InvalidArgumentError: unless `orders` is an int >= 1.
+            InvalidArgumentError: unless `orders` is an int >= 1 (1 with generated
+                fields) and `max_new_tokens` None or an int >= 1.
         """
-        if "orders" in kwargs:
-            check_orders(kwargs["orders"])
+        orders = check_orders(kwargs.get("orders", 1))
+        check_max_new_tokens(kwargs.get("max_new_tokens"))
+        schema = kwargs.get("schema", kwargs.get("schema_"))
+        if orders > 1 and schema is not None and compile_schema(schema).hybrid:
+            check_hybrid_options(
+                compile_schema(schema), orders=orders, scoring="full", method="none"
+            )
         super().__init__(**kwargs)
 
     @classmethod
@@ -139,6 +163,7 @@ class DecisionTool(BaseTool):
                 self._context(kwargs),
                 temperature=self.temperature,
                 orders=self.orders,
+                max_new_tokens=self.max_new_tokens,
             )
         except SchemaError:
             raise  # a programming error, not something the calling model can fix

@@ -17,6 +17,14 @@ form inlines the `$ref`s). The schema is walked here and rebuilt as a Pydantic m
 | or a property that is a different `const` in each    | Field(discriminator=...)]`         |
 | `array` of enum `items`, `minItems`/`maxItems`       | `list[Literal[...]]` (multi-label) |
 | `string` with a `choices_by` key                     | `str` (the values it names)        |
+| `string` (`minLength`, `maxLength`, `pattern`)       | `str`, generated                   |
+| `string` with `format` `date` / `date-time`          | `date` / `datetime`, generated     |
+| `number` (`minimum`, `maximum`)                      | `float`, generated                 |
+| `integer` without both bounds or over 255 values     | `int` within its bounds, generated |
+| `array` of `string` items (their lengths, `pattern`) | `list[str]`, generated             |
+
+Generated fields are decoded under a grammar on the same KV cache, in declaration order
+with the scored ones (`pcd_tools.schema.generated`).
 
 A field's description is the first `description` found going inward (the property, its
 `$ref`, the non-null `anyOf` member, an array's `items`); a `const` member's description
@@ -36,10 +44,11 @@ import typing
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import unquote
 
 from pydantic import BaseModel
+from pydantic import Field as PydField
 
 from ..errors import InvalidArgumentError, InvalidFieldNameError, SchemaTooLargeError
 from .json_schema_values import (
@@ -61,7 +70,9 @@ from .json_schema_values import (
     is_int,
     is_null,
     kind_of,
+    number_type,
     objectish,
+    text_type,
     values_type,
 )
 from .models import _from_model
@@ -284,9 +295,14 @@ class _Parser:
         at.need(ok, f"`type` {t!r}; accepted: one of {list(TYPES)}, or a list")
         nullable = "null" in types or node.get("nullable") is True
         rest = [t for t in types if t != "null"]
+        plain = rest == ["string"] and not any(
+            k in node for k in ("enum", "const", "anyOf", "oneOf")
+        )
         for kw in UNSUPPORTED:
             if kw in node and not (kw == "format" and rest and "string" not in rest):
-                why = f": `{kw}` constrains text, and {FREE}" if kw in TEXT else ""
+                if kw in TEXT and plain:
+                    continue  # a generated string's constraints (`text_type`)
+                why = f": `{kw}` constrains free text, and {FREE}" if kw in TEXT else ""
                 raise at.no(kw, f"`{kw}` is not supported{why}")
         if "anyOf" in node or "oneOf" in node:
             return self._union(node, at, meta, nullable)
@@ -305,14 +321,15 @@ class _Parser:
         if t == "array":
             return self._array(node, at, meta)
         if t == "integer":
-            int_range(node, at, meta)
+            int_range(node, at, meta)  # a scored range, or a generated integer
         if t == "string" and "choices_by" in meta.extra:
             t = "str"  # an enum of the values `choices_by` names
-        tp: Any = {"boolean": bool, "integer": int, "str": str}.get(t)
-        if tp is not None:
-            return tp | None if nullable else tp
-        what = "a free-text" if t == "string" else "a number"
-        raise at.no("type", f'`"type": "{t}"` without `enum` is {what} field; {FREE}')
+        elif t == "string":
+            return text_type(node, at, meta, nullable)  # generated text or a date
+        elif t == "number":
+            return number_type(node, at, meta, nullable)  # a generated float
+        tp: Any = {"boolean": bool, "integer": int, "str": str}[t]
+        return tp | None if nullable else tp
 
     def _union(self, node: Node, at: At, meta: FieldMeta, nullable: bool) -> Any:
         kw = "anyOf" if "anyOf" in node else "oneOf"
@@ -390,8 +407,11 @@ class _Parser:
         r = self._deref(items, at / "items")[0]
         imeta = FieldMeta()
         scalar = any(k in r for k in ("enum", "const", "anyOf", "oneOf"))
-        tp = self._value(items, at / "items", imeta) if scalar else None
-        if typing.get_origin(tp) is not Literal:
+        text = not scalar and r.get("type") == "string" and "format" not in r
+        tp = self._value(items, at / "items", imeta) if scalar or text else None
+        if text:  # a generated list of strings; each item's constraints on its `str`
+            tp = Annotated[str, PydField(**imeta.bounds)] if imeta.bounds else str
+        elif typing.get_origin(tp) is not Literal:
             raise (at / "items").no("items", f"an array of {describe(r)}")
         meta.description = meta.description or imeta.description
         if "choice_descriptions" in imeta.extra:

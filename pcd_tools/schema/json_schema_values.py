@@ -10,6 +10,7 @@ models built from them (`build_model`).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import math
 import re
@@ -39,24 +40,30 @@ __all__ = [
     "build_model",
     "enum_type",
     "int_range",
+    "number_type",
+    "text_type",
     "values_type",
 ]
 
 _MODULE = f"{__name__}.built"  # the built models' `__module__`: no source file to search
 
-PCD_KEYS = ("depends_on", "choices_by", "threshold", "choice_descriptions")
+PCD_KEYS = ("depends_on", "choices_by", "threshold", "choice_descriptions", "max_new_tokens")
 """The `json_schema_extra` keys PCD reads, carried over from a property."""
 
 Node = Mapping[str, Any]
 TYPES = ("string", "number", "integer", "boolean", "null", "object", "array")
-TEXT = ("pattern", "format", "minLength", "maxLength", "contentEncoding", "contentMediaType")
+# A plain string's keywords (`text_type` reads them; on other nodes they are refused).
+TEXT = ("pattern", "format", "minLength", "maxLength")
 UNSUPPORTED = (
-    *TEXT, "not", "if", "then", "else", "patternProperties", "propertyNames", "minProperties",
+    *TEXT, "contentEncoding", "contentMediaType", "not", "if", "then", "else", "patternProperties", "propertyNames", "minProperties",
     "maxProperties", "dependencies", "dependentRequired", "dependentSchemas", "contains",
     "unevaluatedProperties", "unevaluatedItems", "prefixItems", "additionalItems",
     "minContains", "maxContains", "$dynamicRef", "$recursiveRef",
 )  # fmt: skip
-FREE = "free-text and number fields are not scored yet"
+FREE = (
+    "a plain `string` (`minLength`, `maxLength`, `pattern`, `format` date/date-time), a "
+    "`number` or an `integer` without a small range is generated, not scored"
+)
 SCORED = (
     "accepted: an `enum` (or `const`s in `oneOf`) of str or int values, a `boolean`, an "
     f"`integer` with `minimum` and `maximum` ({MIN_CHOICES} to {MAX_CHOICES} values), an "
@@ -205,9 +212,13 @@ def values_type(vals: list[Any], at: At, types: list[str], nullable: bool, kw: s
 def int_range(node: Node, at: At, meta: FieldMeta) -> None:
     """Puts an integer's inclusive `ge`/`le` (and `multiple_of`) into `meta.bounds`.
 
+    With both bounds and at most 255 values the field is a scored range; otherwise (a
+    bound missing, or a wider range) it is a generated integer within the bounds given,
+    as `int` is in a Pydantic model (`pcd_tools.schema.generated`).
+
     Raises:
-        UnsupportedSchemaKeywordError: for a missing bound or a non-int `multipleOf`.
-        TooManyChoicesError: for a range of more than 255 values, before listing it.
+        UnsupportedSchemaKeywordError: for a non-int `multipleOf`, or a `multipleOf` on a
+            generated integer.
     """
     low: int | None = None
     high: int | None = None
@@ -226,21 +237,88 @@ def int_range(node: Node, at: At, meta: FieldMeta) -> None:
     step = node.get("multipleOf", 1)
     if not is_int(step) or step < 1:
         raise at.no("multipleOf", f"`multipleOf` {step!r} on an integer")
-    if low is None or high is None:
-        what = '`"type": "integer"` without both `minimum` and `maximum` is a free number'
-        raise at.no("type", f"{what}; {FREE}")
-    first = low + (-low) % step
-    count = (high - first) // step + 1 if high >= first else 0
-    if count > MAX_CHOICES:
-        span = f"the int range {low}..{high}{f' (multipleOf {step})' if step > 1 else ''}"
-        raise TooManyChoicesError(
-            f"{at.where}: {span} has {count} values; accepted: {MIN_CHOICES} to {MAX_CHOICES} "
-            "values per scored field. Narrow the range, bucket it (e.g. an enum of bands), or "
-            "split it into a coarse and a fine field.",
-            model=at.model,
-            field=at.fld or None,
+    at.need(low is None or high is None or low <= high, f"the bounds {low}..{high} are empty")
+    count = None
+    if low is not None and high is not None:
+        first = low + (-low) % step
+        count = (high - first) // step + 1 if high >= first else 0
+    if step > 1 and (count is None or count > MAX_CHOICES):
+        raise at.no(
+            "multipleOf",
+            f"`multipleOf` {step} on an integer that is generated (no range of at most "
+            f"{MAX_CHOICES} values)",
+            f"accepted: `multipleOf` on a `minimum`..`maximum` range of at most {MAX_CHOICES} "
+            "values (scored), or a generated integer with `minimum`/`maximum` only",
         )
-    meta.bounds.update(ge=low, le=high, **({"multiple_of": step} if step > 1 else {}))
+    bounds = {"ge": low, "le": high, "multiple_of": step if step > 1 else None}
+    meta.bounds.update({k: v for k, v in bounds.items() if v is not None})
+
+
+def text_type(node: Node, at: At, meta: FieldMeta, nullable: bool) -> Any:
+    """A generated string: `str` with `min_length`/`max_length`/`pattern` from
+    `minLength`/`maxLength`/`pattern`, or `date`/`datetime` for `format` `date` /
+    `date-time`.
+
+    Raises:
+        UnsupportedSchemaKeywordError: for another `format`, or a `format` with length or
+            pattern keywords.
+        InvalidJsonSchemaError: for a length that is not an int >= 0 or a pattern that is
+            not a str.
+    """
+    fmt = node.get("format")
+    if fmt is not None:
+        if fmt not in ("date", "date-time"):
+            raise at.no(
+                "format",
+                f"`format` {fmt!r} on a string",
+                "accepted: `format` 'date' or 'date-time' (an ISO 8601 value), or a string "
+                "without `format` (free text, with `minLength`, `maxLength`, `pattern`)",
+            )
+        mixed = [k for k in ("minLength", "maxLength", "pattern") if k in node]
+        if mixed:
+            raise at.no(
+                mixed[0],
+                f"`{mixed[0]}` beside `format` {fmt!r}",
+                "accepted: a `format` alone (its grammar fixes the text)",
+            )
+        tp: Any = datetime.date if fmt == "date" else datetime.datetime
+        return tp | None if nullable else tp
+    for kw, bound in (("minLength", "min_length"), ("maxLength", "max_length")):
+        v = node.get(kw)
+        at.need(v is None or (is_int(v) and v >= 0), f"`{kw}` is not an int >= 0")
+        if v is not None:
+            meta.bounds[bound] = v
+    pattern = node.get("pattern")
+    at.need(pattern is None or isinstance(pattern, str), "`pattern` is not a str")
+    if pattern is not None:
+        meta.bounds["pattern"] = pattern
+    return str | None if nullable else str
+
+
+def number_type(node: Node, at: At, meta: FieldMeta, nullable: bool) -> Any:
+    """A generated number: `float` with `ge`/`le` from `minimum`/`maximum`.
+
+    Raises:
+        UnsupportedSchemaKeywordError: for `exclusiveMinimum`/`exclusiveMaximum` or
+            `multipleOf`, which a number's grammar does not enforce.
+        InvalidJsonSchemaError: for a bound that is not a finite number.
+    """
+    for kw in ("exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
+        if node.get(kw) is not None and node.get(kw) is not False:  # (0 == False)
+            raise at.no(
+                kw,
+                f"`{kw}` on a number",
+                "accepted: a number with inclusive `minimum`/`maximum`, which its grammar enforces",
+            )
+    for kw, bound in (("minimum", "ge"), ("maximum", "le")):
+        v = node.get(kw)
+        ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+        at.need(ok and (v is None or math.isfinite(v)), f"`{kw}` is {v!r}")
+        if v is not None:
+            meta.bounds[bound] = v
+    if "ge" in meta.bounds and "le" in meta.bounds:
+        at.need(meta.bounds["ge"] <= meta.bounds["le"], "`minimum` is above `maximum`")
+    return float | None if nullable else float
 
 
 def build_model(obj: ParsedObject) -> type[BaseModel]:

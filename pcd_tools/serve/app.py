@@ -121,6 +121,7 @@ def _job(req: Any, temperature: float, tokens: int) -> Job:
         allow_empty=req.allow_empty,
         calibration=req.calibration,
         tokens=tokens,
+        max_new_tokens=getattr(req, "max_new_tokens", None),
     )
 
 

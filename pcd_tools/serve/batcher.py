@@ -47,6 +47,7 @@ class Job:
         calibration: `"contextual"` or `"none"` for this request, or None for the
             decider's own setting (`Decider.decide(..., calibration=)`).
         tokens: Prompt tokens (for the per-batch token budget); 0 if unknown.
+        max_new_tokens: The token limit of generated fields that set none, or None.
         future: Resolved with the `Decision`, or with the exception that scoring raised.
     """
 
@@ -58,11 +59,12 @@ class Job:
     allow_empty: bool = False
     calibration: str | None = None
     tokens: int = 0
+    max_new_tokens: int | None = None
     future: Future[Decision[Any]] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.perf_counter)
 
     @property
-    def key(self) -> tuple[str, float, str, int, bool, str | None]:
+    def key(self) -> tuple[str, float, str, int, bool, str | None, int | None]:
         """Jobs with equal keys can share one `decide_many` call."""
         return (
             self.schema.fingerprint(),
@@ -71,6 +73,7 @@ class Job:
             self.orders,
             self.allow_empty,
             self.calibration,
+            self.max_new_tokens,
         )
 
 
@@ -259,7 +262,9 @@ class MicroBatcher:
 
     def _decide_many(self, job: Job, contexts: list[str]) -> list[Decision[Any]]:
         # only when asked: the decider's own setting applies otherwise
-        extra = {} if job.calibration is None else {"calibration": job.calibration}
+        extra: dict[str, Any] = {} if job.calibration is None else {"calibration": job.calibration}
+        if job.max_new_tokens is not None:
+            extra["max_new_tokens"] = job.max_new_tokens
         return self.worker_decider.decide_many(
             job.schema,
             contexts,

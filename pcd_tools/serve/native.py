@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidArgumentError, SchemaError
+from ..hybrid import check_max_new_tokens
 from ..orders import check_orders
 from ..schema import Schema, StructuredSchema
 from .errors import ApiError
@@ -38,6 +39,7 @@ KEYS = (
     "calibration",
     "context",
     "examples",
+    "max_new_tokens",
     "orders",
     "schema",
     "scoring",
@@ -57,6 +59,8 @@ class DecideRequest:
         orders: Listing orders averaged over (>= 1).
         allow_empty: Decide on an empty or whitespace-only context.
         calibration: `"contextual"` or `"none"`, or None for the server's decider setting.
+        max_new_tokens: The token limit of each generated field that sets none itself, or
+            None for the library's default (256).
     """
 
     schema: Schema
@@ -66,6 +70,7 @@ class DecideRequest:
     orders: int = 1
     allow_empty: bool = False
     calibration: str | None = None
+    max_new_tokens: int | None = None
 
 
 def parse_decide(body: Any, *, max_questions: int = 64) -> DecideRequest:
@@ -143,10 +148,16 @@ def parse_decide(body: Any, *, max_questions: int = 64) -> DecideRequest:
             f"is set when the server starts: pcd serve --calibration FILE); got {calibration!r}.",
             field="calibration",
         )
+    try:
+        limit = check_max_new_tokens(body.get("max_new_tokens"))
+    except InvalidArgumentError as e:
+        raise ApiError(422, "invalid_request", str(e), field="max_new_tokens") from e
+    options = (t, scoring, orders, allow_empty, calibration, limit)
     spec = body.get("schema")
     if isinstance(spec, dict) and _is_json_schema(spec):
-        schema = _with_examples(_compile_json(spec, max_questions), body)
-        return DecideRequest(schema, context, t, scoring, orders, allow_empty, calibration)
+        return DecideRequest(
+            _with_examples(_compile_json(spec, max_questions), body), context, *options
+        )
     name, instructions, fields = _unwrap(spec)
     n = len(fields)
     if n > max_questions:
@@ -161,9 +172,7 @@ def parse_decide(body: Any, *, max_questions: int = 64) -> DecideRequest:
     schema = _compile(key)
     if isinstance(spec, dict) and "examples" in spec and "fields" in spec:
         schema = _with_examples(schema, {"examples": spec["examples"]}, "schema.examples")
-    return DecideRequest(
-        _with_examples(schema, body), context, t, scoring, orders, allow_empty, calibration
-    )
+    return DecideRequest(_with_examples(schema, body), context, *options)
 
 
 def _with_examples(schema: Schema, body: dict[str, Any], where: str = "examples") -> Schema:

@@ -19,7 +19,7 @@ up a chat reply.
 | `temperature` | PCD's softmax temperature (default 1); 0 is the limit: probability 1 on the answer |
 | `n` | 1 only (PCD's answer is deterministic) |
 | `logprobs`, `top_logprobs` | one entry per field value, with its log-probability under PCD |
-| `max_tokens`, `max_completion_tokens` | an answer longer than this is a 400, never cut |
+| `max_tokens`, `max_completion_tokens` | an answer longer than this is a 400, never cut; also each generated field's token limit |
 | `stream`, `stream_options.include_usage` | server-sent events of the same answer |
 | `seed`, `top_p`, `stop`, penalties, `user`, `metadata`, `store`, ... | accepted; no effect on a scored answer |
 | `pcd` (via `extra_body`) | `{"orders"?, "scoring"?, "allow_empty"?, "calibration"?, "examples"?}` as in `/v1/decide` |
@@ -126,6 +126,12 @@ class ChatRequest:
     def pcd_temperature(self) -> float:
         """The temperature the decision is scored at (1 for the zero limit)."""
         return self.temperature or 1.0
+
+    @property
+    def max_new_tokens(self) -> int | None:
+        """The limit of each generated field: `max_tokens`, since no field of the answer may
+        take more than the whole answer (which is checked once it is written)."""
+        return self.max_tokens
 
 
 def _bad(message: str, param: str | None = None, status: int = 400) -> ApiError:

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 
-from ..errors import ContextTooLongError, InvalidContextError, PcdToolsError, SchemaError
+from ..errors import (
+    ContextTooLongError,
+    GenerationError,
+    GenerationLimitError,
+    InvalidContextError,
+    PcdToolsError,
+    SchemaError,
+)
 from .batcher import Job, MicroBatcher
 from .body import _check_unicode, read_json_body
 from .errors import ApiError
@@ -180,6 +187,9 @@ class _Server:
             raise ApiError(422, "invalid_schema", str(e)) from e
         except InvalidContextError as e:
             raise ApiError(422, "invalid_request", f"{field}: {e}", field=field) from e
+        except GenerationError as e:  # a generated field: its limit, or its grammar
+            kind = "generation_limit" if isinstance(e, GenerationLimitError) else "generation_error"
+            raise ApiError(422, kind, str(e), field=e.field) from e
         except PcdToolsError as e:
             raise ApiError(422, "invalid_request", str(e)) from e
 

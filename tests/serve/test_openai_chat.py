@@ -274,16 +274,16 @@ def test_unsupported_keyword_is_a_422_naming_keyword_and_path(server):
             "team": {"enum": ["billing", "tech"]},
             "customer": {
                 "type": "object",
-                "properties": {"name": {"type": "string"}},
-                "required": ["name"],
+                "properties": {"email": {"type": "string", "format": "email"}},
+                "required": ["email"],
             },
         },
         "required": ["team", "customer"],
     }
     fmt = {"type": "json_schema", "json_schema": {"name": "T", "schema": schema}}
     err = _err(_post(server, {"model": "m", "messages": _user(), "response_format": fmt}), 422)
-    assert "string" in err["message"] and "customer" in err["message"]
-    assert err["param"] == "/properties/customer/properties/name"
+    assert "'email'" in err["message"] and "customer" in err["message"]
+    assert err["param"] == "/properties/customer/properties/email"
 
 
 def test_schema_over_the_limits_is_a_413(server):
@@ -320,9 +320,10 @@ def test_v1_decide_accepts_a_json_schema(server, tiny):
     big = {"type": "object", "properties": props, "required": list(props)}
     r = httpx.post(url + "/decide", json={"schema": big, "context": TEXT}, headers=auth)
     assert r.status_code == 413, r.text
-    free = {"type": "object", "properties": {"why": {"type": "string"}}, "required": ["why"]}
-    r = httpx.post(url + "/decide", json={"schema": free, "context": TEXT}, headers=auth)
-    assert r.status_code == 422 and r.json()["error"]["field"] == "schema/properties/why"
+    uri = {"type": "string", "format": "uri"}
+    bad = {"type": "object", "properties": {"link": uri}, "required": ["link"]}
+    r = httpx.post(url + "/decide", json={"schema": bad, "context": TEXT}, headers=auth)
+    assert r.status_code == 422 and r.json()["error"]["field"] == "schema/properties/link"
 
 
 def test_v1_decide_takes_examples_calibration_and_pmi(server, tiny):
