@@ -23,6 +23,7 @@ from ..errors import ContextTooLongError, InvalidArgumentError
 from ..prompt import Question
 from ..schema import Schema
 from . import cpu_kernels as _kernels
+from .cpus import usable_cpus
 from .pack import Plan, build_plan, plan_key, question_plan
 from .passes import PACKABLE, LayerKV, Passes, packed_result
 from .platform import import_mlx, set_blas_threads
@@ -82,7 +83,8 @@ class Engine:
         bos_token_id: Prepended to the prompt when `add_bos` is set.
         add_bos: Whether the model expects a BOS token.
         pack_budget: Tokens per packed chunk (CPU); GPU runs one chunk.
-        streams: CPU streams to spread chunks over.
+        streams: CPU streams to spread chunks over (default 2, or 1 where this process
+            may use only one CPU: `cpus.usable_cpus`).
         prefix_cache_size: Schema prefixes kept (LRU).
         prefix_cache_bytes: Byte budget for cached prefix K/V.
         stream_blas_threads: BLAS threads while several CPU streams run at once.
@@ -103,7 +105,7 @@ class Engine:
         bos_token_id: int | None = None,
         add_bos: bool = False,
         pack_budget: int = 256,
-        streams: int = 2,
+        streams: int | None = None,
         prefix_cache_size: int = 16,
         prefix_cache_bytes: int = 1 << 30,
         stream_blas_threads: int = 1,
@@ -125,6 +127,8 @@ class Engine:
         self.prefix_cache = PrefixCache(prefix_cache_size, prefix_cache_bytes)
         self.passes = Passes(model, model_type)
         self.packable = self.passes.packable
+        if streams is None:  # two halves of a pass, if this process may use two CPUs
+            streams = min(2, usable_cpus())
         self.n_streams = max(1, streams) if device == "cpu" else 1
         self._local = threading.local()
         self.default_mode: PassMode = "packed" if self.packable else "batched"

@@ -44,6 +44,7 @@ __all__ = [
     "set_blas_threads",
     "setup_blas",
     "sgemm_address",
+    "slow_blas_message",
 ]
 
 FAST_GFLOPS = 50.0
@@ -191,6 +192,10 @@ def _bind(path: str) -> tuple[str, Any, bool]:
     # 2 cores: the triage prefill's attention 381 -> 278 ms, and the baselines' decode
     # steps are no slower. A value the user set is kept.
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", str(OPENBLAS_THREAD_TIMEOUT))
+    # Its pool is sized when it loads: to this process's CPUs, not the host's cores.
+    from .cpus import usable_cpus
+
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(usable_cpus()))
     try:
         lib = ctypes.CDLL(path, mode=local)
     except OSError as exc:
@@ -310,6 +315,8 @@ def blas_status(measure: bool = True) -> BlasInfo:
         if _measured is not None or not measure:
             return _measured or info
         gflops = measure_gflops()
+        if gflops < FAST_GFLOPS and info.bound_before_import:  # a busy moment? once more
+            gflops = max(gflops, measure_gflops())
         fast = gflops >= FAST_GFLOPS or info.name == "accelerate"
         note = info.note
         if not fast and info.bound_before_import:
@@ -328,10 +335,48 @@ def ensure_fast_path() -> BlasInfo:
         slow_linux_cpu = not info.fast and sys.platform.startswith("linux")
         if slow_linux_cpu and not _warned and device_info().device == "cpu":
             _warned = True
-            msg = f"MLX uses a slow BLAS on this Linux CPU ({info.gflops or 0:.1f} GFLOP/s "
-            msg += f"for a float32 matmul, {info.name}); PCD will be 10-50x slower. {_FIX}"
-            warnings.warn(PcdPerformanceWarning(f"{msg} Details: {info.note}"), stacklevel=2)
+            warnings.warn(PcdPerformanceWarning(slow_blas_message(info)), stacklevel=2)
     return info
+
+
+def slow_blas_message(info: BlasInfo, load: float | None = None) -> str:
+    """What a slow float32 matmul means, worded for what was found.
+
+    - A fast BLAS bound before mlx, timed while the machine was busy (load average at or
+      above the usable CPUs): contention, nothing to reinstall.
+    - The same on a quiet machine: a CPU quota, throttling or a weak build; the CPU
+      budget is named and nothing is reinstalled either.
+    - No fast BLAS bound (MLX's reference BLAS): how to install one.
+
+    Args:
+        info: The measured BLAS status.
+        load: The 1-minute load average (read when None).
+    """
+    from .cpus import busy, cpu_budget
+
+    budget = cpu_budget()
+    is_busy, load = busy(budget.cpus, load)
+    rate = f"{info.gflops or 0:.1f} GFLOP/s for a float32 matmul"
+    cpus = f"{budget.cpus} usable CPUs ({budget.source})"
+    if info.bound_before_import and is_busy:
+        return (
+            f"The bound BLAS ({info.name}) ran at {rate} while this machine was busy (load "
+            f"average {load:.1f} on {cpus}): other processes hold the CPUs, so PCD runs "
+            "slower until they finish. The BLAS is bound correctly; nothing needs "
+            f"reinstalling. Details: {info.note}"
+        )
+    if info.bound_before_import:
+        return (
+            f"The bound BLAS ({info.name}) ran at only {rate} on a quiet machine (load "
+            f"average {load:.1f} on {cpus}). It is bound correctly, so look for a CPU quota or "
+            "throttling (PCD sizes its threads from the affinity mask and the cgroup quota; "
+            "PCD_THREADS overrides), or point PCD_BLAS at another OpenBLAS or MKL. "
+            f"Details: {info.note}"
+        )
+    return (
+        f"MLX uses a slow BLAS on this Linux CPU ({rate}, {info.name}); PCD will be 10-50x "
+        f"slower. {_FIX} Details: {info.note}"
+    )
 
 
 def cpu_kernels_library() -> tuple[Any, str]:
@@ -367,8 +412,23 @@ def device_info() -> DeviceInfo:
     if mx.default_device().type == mx.gpu:
         cuda = getattr(getattr(mx, "cuda", None), "is_available", None)
         device = "cuda" if cuda is not None and cuda() else "metal"
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return DeviceInfo(device, "float32" if device == "cpu" else "keep", cpus or 1, mx.__version__)
+    from .cpus import usable_cpus
+
+    return DeviceInfo(
+        device, "float32" if device == "cpu" else "keep", usable_cpus(), mx.__version__
+    )
+
+
+def _budget_text() -> str:
+    from .cpus import busy, cpu_budget
+
+    b = cpu_budget()
+    quota = "none" if b.quota is None else f"{b.quota:g} CPUs"
+    load = busy(b.cpus)[1]
+    return (
+        f"{b.cpus} threads ({b.source}; affinity {b.affinity}, cgroup quota {quota}); "
+        f"load average {load:.1f}"
+    )
 
 
 def doctor() -> dict[str, Any]:
@@ -380,6 +440,7 @@ def doctor() -> dict[str, Any]:
         "device": dev.device,
         "default_dtype": dev.default_dtype,
         "cpu_count": dev.cpu_count,
+        "cpu_budget": _budget_text(),
         "mlx_version": dev.mlx_version,
         "blas": info.name,
         "blas_path": info.path,

@@ -8,7 +8,6 @@ take half the work, with the BLAS at one thread, cut a packed pass nearly in hal
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Callable
@@ -16,13 +15,15 @@ from concurrent.futures import Future
 from typing import Any
 
 from . import cpu_kernels
+from .cpus import usable_cpus
 from .platform import import_mlx, set_blas_threads
 
 mx = import_mlx()
 
 __all__ = ["ALL_THREADS", "row_groups", "run_on_workers"]
 
-ALL_THREADS = os.cpu_count() or 1
+# The CPUs this process may use (affinity mask, cgroup quota, PCD_THREADS), not the host's.
+ALL_THREADS = usable_cpus()
 
 
 class _StreamWorkers:

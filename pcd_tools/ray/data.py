@@ -218,7 +218,12 @@ def _pool(actors: int | tuple[int, int] | None, num_cpus: float) -> Any:
     import ray.data
 
     if actors is None:
-        cpus = ray.cluster_resources().get("CPU", 1) if ray.is_initialized() else os.cpu_count()
+        if ray.is_initialized():
+            cpus = ray.cluster_resources().get("CPU", 1)
+        else:
+            from pcd_tools.engine.cpus import usable_cpus
+
+            cpus = usable_cpus()
         return ray.data.ActorPoolStrategy(min_size=1, max_size=max(1, int((cpus or 1) // num_cpus)))
     lo, hi = (actors, actors) if isinstance(actors, int) else actors
     for v in (lo, hi):

@@ -218,6 +218,7 @@ def test_doctor_keys(shared_cache: Path) -> None:
             "device",
             "default_dtype",
             "cpu_count",
+            "cpu_budget",
             "mlx_version",
             "blas",
             "blas_path",

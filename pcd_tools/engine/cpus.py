@@ -1,0 +1,196 @@
+"""How many CPUs this process may really use, and how busy they are.
+
+`os.cpu_count()` counts the host's cores. A process pinned to fewer
+(`taskset`, Kubernetes' static CPU manager) sees that in `os.sched_getaffinity`; a
+container with a CPU quota (`docker --cpus=2`, a Kubernetes CPU limit) sees every core
+but may only use `quota / period` of them per period: the kernel throttles the rest. A
+BLAS or a stream pool sized to the host then runs more spinning threads than it has
+CPUs, and each one waits for the others at every barrier (DESIGN §4: a 300-token
+prefill 6x slower under contention).
+
+`usable_cpus()` is the smallest of:
+
+- the affinity mask (`os.sched_getaffinity(0)`);
+- the cgroup v2 quota (`cpu.max`: `"<quota> <period>"` or `"max <period>"`) of this
+  process's cgroup (`/proc/self/cgroup`), else the cgroup v1 CFS quota
+  (`cpu.cfs_quota_us` / `cpu.cfs_period_us`), rounded up (1.5 CPUs -> 2);
+- `PCD_THREADS`, when set (an int >= 1): the user's own choice.
+
+`busy()` reads the 1-minute load average against that count, to tell a slow BLAS from
+a busy machine.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InvalidArgumentError
+
+__all__ = ["CpuBudget", "busy", "cgroup_quota", "cpu_budget", "usable_cpus"]
+
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+@dataclass(frozen=True)
+class CpuBudget:
+    """The CPUs this process may use, and where the limit comes from.
+
+    Args:
+        cpus: The count to size thread pools by (>= 1).
+        affinity: CPUs in the affinity mask (the host's count where there is none).
+        quota: The cgroup CPU quota in CPUs (e.g. 1.5), or None when there is none.
+        override: `PCD_THREADS`, when set.
+    """
+
+    cpus: int
+    affinity: int
+    quota: float | None
+    override: int | None
+
+    @property
+    def source(self) -> str:
+        """What set `cpus`: `"PCD_THREADS"`, `"cgroup quota"` or `"affinity"`."""
+        if self.override is not None:
+            return "PCD_THREADS"
+        if self.quota is not None and math.ceil(self.quota) < self.affinity:
+            return "cgroup quota"
+        return "affinity"
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _own_cgroup(proc_cgroup: str | None) -> tuple[str | None, dict[str, str]]:
+    """This process's cgroup v2 path, and its v1 paths by controller."""
+    v2, v1 = None, {}
+    for line in (proc_cgroup or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hid, ctrls, path = parts
+        if hid == "0" and ctrls == "":
+            v2 = path
+        for c in ctrls.split(","):
+            if c:
+                v1[c] = path
+    return v2, v1
+
+
+def cgroup_quota(root: Path = _CGROUP_ROOT, proc_cgroup: str | None = None) -> float | None:
+    """The CPU quota of this process's cgroup, in CPUs, or None for no quota.
+
+    Reads cgroup v2's `cpu.max` in this process's cgroup and then the root (where a
+    container sees its own cgroup mounted), else cgroup v1's CFS files. An unreadable or
+    malformed file counts as no quota.
+
+    Args:
+        root: The cgroup mount point.
+        proc_cgroup: The text of `/proc/self/cgroup` (read when None).
+    """
+    if proc_cgroup is None:
+        proc_cgroup = _read(Path("/proc/self/cgroup"))
+    v2, v1 = _own_cgroup(proc_cgroup)
+    dirs = [root / v2.lstrip("/")] if v2 and v2 != "/" else []
+    for d in [*dirs, root]:
+        text = _read(d / "cpu.max")
+        if text is None:
+            continue
+        parts = text.split()
+        if len(parts) == 2 and parts[0] != "max":
+            try:
+                quota, period = int(parts[0]), int(parts[1])
+            except ValueError:
+                return None
+            return quota / period if quota > 0 and period > 0 else None
+        return None
+    cpu = v1.get("cpu") or v1.get("cpuacct")
+    for d in ([root / "cpu" / cpu.lstrip("/")] if cpu else []) + [
+        root / "cpu",
+        root / "cpu,cpuacct",
+    ]:
+        q, p = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
+        if q is None or p is None:
+            continue
+        try:
+            quota, period = int(q), int(p)
+        except ValueError:
+            return None
+        return quota / period if quota > 0 and period > 0 else None
+    return None
+
+
+def _override(env: str | None) -> int | None:
+    if env is None or not env.strip():
+        return None
+    try:
+        n = int(env)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise InvalidArgumentError(
+            f"PCD_THREADS={env!r} is not accepted; expected an int >= 1 (the CPUs PCD's thread "
+            "pools may use), or leave it unset to size them from the affinity mask and the "
+            "cgroup CPU quota."
+        )
+    return n
+
+
+def cpu_budget(
+    affinity: Sequence[int] | None = None,
+    quota: float | bool | None = True,
+    env: str | bool | None = True,
+) -> CpuBudget:
+    """The CPUs to size thread pools by (see the module docstring).
+
+    Args:
+        affinity: The affinity mask; read from the OS when None.
+        quota: The cgroup quota in CPUs, None for none; `True` reads it.
+        env: The value of `PCD_THREADS`; `True` reads the environment.
+
+    Raises:
+        InvalidArgumentError: for a `PCD_THREADS` that is not an int >= 1.
+    """
+    if affinity is None:
+        mask = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        n_aff = len(mask) if mask else (os.cpu_count() or 1)
+    else:
+        n_aff = max(1, len(affinity))
+    q = cgroup_quota() if quota is True else None if quota is None else float(quota)
+    over = _override(os.environ.get("PCD_THREADS") if env is True else env)  # type: ignore[arg-type]
+    cpus = n_aff if q is None else max(1, min(n_aff, math.ceil(q - 1e-9)))
+    if over is not None:
+        cpus = over
+    return CpuBudget(cpus, n_aff, q, over)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may use: `cpu_budget().cpus`."""
+    return cpu_budget().cpus
+
+
+def busy(cpus: int | None = None, load: float | None = None) -> tuple[bool, float]:
+    """Whether the CPUs are taken: the 1-minute load average is at least `cpus` (as many
+    runnable threads as CPUs, on average, over the last minute).
+
+    Args:
+        cpus: The CPUs to compare with (`usable_cpus()` when None).
+        load: The load average (read when None; 0 where the OS has none).
+
+    Returns:
+        `(busy, load average)`.
+    """
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (OSError, AttributeError):
+            load = 0.0
+    n = usable_cpus() if cpus is None else cpus
+    return load >= n, load

@@ -1,0 +1,102 @@
+"""CPU sizing: the affinity mask, the cgroup quota (v2 and v1, from fake cgroup trees),
+PCD_THREADS; and the slow-BLAS warning worded for what was found (busy machine, bound
+but slow, or no fast BLAS)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pcd_tools.engine.cpus import busy, cgroup_quota, cpu_budget
+from pcd_tools.engine.platform import BlasInfo, slow_blas_message
+from pcd_tools.errors import InvalidArgumentError
+
+pytestmark = pytest.mark.unit
+
+V2 = "0::/kubepods/pod1/ctr\n"
+V1 = "4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n2:cpuset:/docker/abc\n"
+
+
+def _file(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [("150000 100000\n", 1.5), ("max 100000\n", None), ("200000 100000", 2.0), ("x y", None)],
+)
+def test_cgroup_v2_quota_of_the_process_cgroup(tmp_path, text, want):
+    _file(tmp_path / "kubepods/pod1/ctr/cpu.max", text)
+    _file(tmp_path / "cpu.max", "max 100000\n")  # the root: never read first
+    assert cgroup_quota(tmp_path, V2) == want
+
+
+def test_cgroup_v2_quota_at_the_root_in_a_container(tmp_path):
+    _file(tmp_path / "cpu.max", "50000 100000\n")
+    assert cgroup_quota(tmp_path, "0::/\n") == 0.5
+
+
+def test_cgroup_v1_cfs_quota(tmp_path):
+    _file(tmp_path / "cpu/docker/abc/cpu.cfs_quota_us", "300000\n")
+    _file(tmp_path / "cpu/docker/abc/cpu.cfs_period_us", "100000\n")
+    assert cgroup_quota(tmp_path, V1) == 3.0
+    _file(tmp_path / "cpu/docker/abc/cpu.cfs_quota_us", "-1\n")  # no limit
+    assert cgroup_quota(tmp_path, V1) is None
+
+
+def test_no_cgroup_files_is_no_quota(tmp_path):
+    assert cgroup_quota(tmp_path, "") is None
+
+
+def test_budget_is_the_smallest_of_affinity_quota_and_the_override():
+    b = cpu_budget(affinity=range(8), quota=1.5, env=None)
+    assert (b.cpus, b.affinity, b.quota, b.source) == (2, 8, 1.5, "cgroup quota")
+    b = cpu_budget(affinity=range(2), quota=16.0, env=None)
+    assert (b.cpus, b.source) == (2, "affinity")
+    b = cpu_budget(affinity=range(4), quota=None, env=None)
+    assert (b.cpus, b.source) == (4, "affinity")
+    assert cpu_budget(affinity=range(4), quota=0.2, env=None).cpus == 1
+    b = cpu_budget(affinity=range(4), quota=2.0, env="3")
+    assert (b.cpus, b.override, b.source) == (3, 3, "PCD_THREADS")
+
+
+@pytest.mark.parametrize("env", ["0", "-2", "two", "1.5"])
+def test_a_bad_pcd_threads_is_refused_by_name(env):
+    with pytest.raises(InvalidArgumentError, match=f"PCD_THREADS={env!r}"):
+        cpu_budget(affinity=range(2), quota=None, env=env)
+
+
+def test_busy_compares_the_load_with_the_cpus():
+    assert busy(2, 2.5) == (True, 2.5)
+    assert busy(2, 2.0)[0] is True
+    assert busy(2, 1.2) == (False, 1.2)
+
+
+def _info(bound: bool) -> BlasInfo:
+    return BlasInfo(
+        "openblas (system)" if bound else "mlx default",
+        "/usr/lib/libopenblas.so.0" if bound else None,
+        False,
+        16.8,
+        bound,
+        "bound /usr/lib/libopenblas.so.0" if bound else "reference BLAS",
+    )
+
+
+def test_slow_blas_message_on_a_busy_machine_says_contention_not_reinstall(monkeypatch):
+    monkeypatch.setenv("PCD_THREADS", "2")
+    msg = slow_blas_message(_info(True), load=6.3)
+    assert "busy (load average 6.3 on 2 usable CPUs (PCD_THREADS))" in msg
+    assert "nothing needs reinstalling" in msg and "pip install" not in msg
+
+
+def test_slow_blas_message_when_bound_on_a_quiet_machine_names_quota(monkeypatch):
+    monkeypatch.setenv("PCD_THREADS", "2")
+    msg = slow_blas_message(_info(True), load=0.3)
+    assert "quiet machine" in msg and "CPU quota" in msg and "pip install" not in msg
+
+
+def test_slow_blas_message_without_a_fast_blas_says_how_to_install_one(monkeypatch):
+    monkeypatch.setenv("PCD_THREADS", "2")
+    msg = slow_blas_message(_info(False), load=6.3)
+    assert "10-50x slower" in msg and "pip install scipy-openblas32" in msg
