@@ -5,7 +5,10 @@ For each scenario, in one process on one model, every run times (after a warm-up
 - PCD cold (schema prefix not cached; the token plan is) and PCD warm (prefix cached);
 - a bare prefill of the same prompt, the physical floor;
 - greedy JSON generation and grammar-constrained generation, both reusing a KV cache of
-  the schema part of the prompt.
+  the schema part of the prompt;
+- llama.cpp (the `peer` extra, `pcd_tools.peer`): the same GGUF, prompt ids and threads,
+  grammar-constrained greedy decoding, cold and warm (schema part cached). Skipped with a
+  message (`BenchPlan.skipped`) when `llama-cpp-python` is not installed.
 
 Methods are interleaved within each run so drift on a busy machine hits them alike.
 Peak RSS is measured per method in a fresh subprocess. Times are medians (min-max).
@@ -34,7 +37,9 @@ from typing import Any
 from .errors import InvalidArgumentError
 
 __all__ = [
+    "ALL_METHODS",
     "METHODS",
+    "PEER",
     "BenchPlan",
     "bench_scenario",
     "load_scenarios",
@@ -46,6 +51,8 @@ __all__ = [
 ]
 
 METHODS = ("pcd", "greedy", "constrained")
+PEER = "llamacpp"
+ALL_METHODS = (*METHODS, PEER)
 _PKG_NAME = "pcd_bench_scenarios"
 
 
@@ -140,8 +147,8 @@ def measure(
         scenario: A `Scenario` from the registry.
         runs: Timed runs per method.
         warmup: Untimed runs first (builds plans, caches and the grammar index).
-        methods: Which of "pcd", "greedy", "constrained" to time ("pcd" includes the bare
-            prefill).
+        methods: Which of "pcd", "greedy", "constrained", "llamacpp" to time ("pcd"
+            includes the bare prefill).
         throughput: If > 0, also time `decide_many` over this many contexts against as many
             sequential `decide` calls.
         advance: Called with a short label after each step (progress display).
@@ -151,6 +158,7 @@ def measure(
 
     step = advance or (lambda label: None)
     compiled = compile_schema(scenario.schema)
+    peer = _peer(decider) if PEER in methods else None
     ctx = scenario.context
     rec: dict[str, list[Any]] = {}
 
@@ -185,6 +193,18 @@ def measure(
                     add(f"{name}_match", g.schema_match)
                     add(f"{name}_text", g.json_text)
                 step(name)
+        if peer is not None:
+            cold = peer.run(compiled, ctx, warm=False)
+            warm = peer.run(compiled, ctx, warm=True)
+            if timed:
+                add(PEER, warm.wall_ms)
+                add(f"{PEER}_cold", cold.wall_ms)
+                add(f"{PEER}_prefill", warm.prefill_ms)
+                add(f"{PEER}_tokens", warm.tokens)
+                add(f"{PEER}_match", warm.result.schema_match and cold.result.schema_match)
+                add(f"{PEER}_text", warm.result.json_text)
+                add(f"{PEER}_values", warm.result.values)
+            step(PEER)
 
     out: dict[str, Any] = {
         "scenario": scenario.name,
@@ -223,9 +243,47 @@ def measure(
             # both sides reuse the cached schema prefix: warm against warm
             out[f"speedup_vs_{name}"] = out[f"{name}_ms"] / out["warm_pcd_ms"]
             out[f"speedup_vs_{name}_cold_pcd"] = out[f"{name}_ms"] / out["pcd_ms"]
+    if peer is not None:
+        out.update(_peer_keys(rec, out))
     if throughput > 0 and "pcd" in methods:
         out.update(_throughput(decider, compiled, scenario, throughput, step))
     return out
+
+
+_PEERS: dict[int, Any] = {}
+
+
+def _peer(decider: Any) -> Any:
+    """The llama.cpp peer of `decider` (loaded once per decider)."""
+    from .peer import LlamaCppPeer
+
+    key = id(decider)
+    if key not in _PEERS:
+        _PEERS.clear()  # one model at a time
+        _PEERS[key] = LlamaCppPeer(decider)
+    return _PEERS[key]
+
+
+def _peer_keys(rec: dict[str, list[Any]], out: dict[str, Any]) -> dict[str, Any]:
+    """llama.cpp's keys: warm and cold times, tokens, validity, agreement with PCD."""
+    keys: dict[str, Any] = {}
+    keys[f"{PEER}_ms"], keys[f"{PEER}_ms_min"], keys[f"{PEER}_ms_max"] = _stats(rec[PEER])
+    keys[f"{PEER}_cold_ms"], keys[f"{PEER}_cold_ms_min"], keys[f"{PEER}_cold_ms_max"] = _stats(
+        rec[f"{PEER}_cold"]
+    )
+    keys[f"{PEER}_prefill_ms"] = statistics.median(rec[f"{PEER}_prefill"])
+    keys[f"{PEER}_tokens"] = int(statistics.median(rec[f"{PEER}_tokens"]))
+    keys[f"{PEER}_schema_match"] = all(rec[f"{PEER}_match"])
+    keys[f"{PEER}_output"] = rec[f"{PEER}_text"][-1]
+    values = rec[f"{PEER}_values"][-1]
+    answer = out.get("pcd_answer")
+    if answer is not None:
+        same = sum(values is not None and values.get(k) == v for k, v in answer.items())
+        keys[f"{PEER}_agreement"] = same / max(1, len(answer))
+    if "warm_pcd_ms" in out:
+        keys[f"speedup_vs_{PEER}"] = keys[f"{PEER}_ms"] / out["warm_pcd_ms"]
+        keys[f"speedup_vs_{PEER}_cold"] = keys[f"{PEER}_cold_ms"] / out["pcd_ms"]
+    return keys
 
 
 def _throughput(decider: Any, compiled: Any, scenario: Any, n: int, step: Any) -> dict[str, Any]:
@@ -332,7 +390,9 @@ class BenchPlan:
         scenarios: The chosen `Scenario`s, in order.
         runs: Timed runs per method.
         warmup: Untimed runs first.
-        methods: Which of `METHODS` to time.
+        methods: Which of `ALL_METHODS` to time.
+        skipped: Why a method asked for was left out (the llama.cpp peer without its
+            extra), or None.
         throughput: Contexts for the `decide_many` throughput run (triage only; 0 skips).
         rss_methods: Methods whose peak RSS is measured in a fresh process.
         scenarios_dir: Where the scenarios came from (the RSS probes read them again).
@@ -343,6 +403,7 @@ class BenchPlan:
     runs: int = 5
     warmup: int = 1
     methods: tuple[str, ...] = METHODS
+    skipped: str | None = None
     throughput: int = 32
     rss_methods: tuple[str, ...] = METHODS
     scenarios_dir: str | None = None
@@ -355,7 +416,7 @@ class BenchPlan:
     def steps(self, scenario: Any) -> int:
         """How many progress steps `bench_scenario` reports for `scenario`."""
         per_run = (1 if "pcd" in self.methods else 0) + sum(
-            m in self.methods for m in ("greedy", "constrained")
+            m in self.methods for m in ("greedy", "constrained", PEER)
         )
         thr = self.throughput_for(scenario)
         return per_run * (self.warmup + self.runs) + (2 if thr else 0) + len(self.rss_methods)
@@ -367,7 +428,7 @@ def plan_bench(
     scenarios_dir: str | None = None,
     runs: int = 5,
     warmup: int = 1,
-    methods: Sequence[str] = METHODS,
+    methods: Sequence[str] = ALL_METHODS,
     throughput: int = 32,
     rss: bool = True,
     model: str | None = None,
@@ -379,7 +440,8 @@ def plan_bench(
         scenarios_dir: The scenarios package directory; default `default_scenarios_dir()`.
         runs: Timed runs per method (>= 1).
         warmup: Untimed runs first (>= 0).
-        methods: A non-empty subset of `METHODS`.
+        methods: A non-empty subset of `ALL_METHODS`; `llamacpp` is left out, with the
+            reason in `skipped`, when `llama-cpp-python` is not installed.
         throughput: Contexts for triage's `decide_many` run (0 skips).
         rss: Measure each method's peak RSS in a fresh process.
         model: The model source the RSS probes load.
@@ -392,17 +454,28 @@ def plan_bench(
             f"--runs must be >= 1 and --warmup >= 0; got {runs} and {warmup}."
         )
     chosen_methods = tuple(methods)
-    bad = [m for m in chosen_methods if m not in METHODS]
+    bad = [m for m in chosen_methods if m not in ALL_METHODS]
     if bad or not chosen_methods:
         raise InvalidArgumentError(
-            f"unknown --methods {bad or chosen_methods}; accepted: {list(METHODS)}."
+            f"unknown --methods {bad or chosen_methods}; accepted: {list(ALL_METHODS)}."
         )
+    skipped = None
+    if PEER in chosen_methods:
+        from .peer import peer_available
+
+        why = peer_available()
+        if why is not None:
+            skipped = f"llama.cpp peer skipped: {why}"
+            chosen_methods = tuple(m for m in chosen_methods if m != PEER)
+            if not chosen_methods:
+                raise InvalidArgumentError(skipped)
     chosen = _select(load_scenarios(scenarios_dir), list(scenarios) if scenarios else None)
     return BenchPlan(
         scenarios=tuple(chosen),
         runs=runs,
         warmup=warmup,
         methods=chosen_methods,
+        skipped=skipped,
         throughput=throughput,
         rss_methods=tuple(m for m in METHODS if m in chosen_methods) if rss else (),
         scenarios_dir=scenarios_dir,

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from .. import bench
-from ..bench import METHODS
+from ..bench import ALL_METHODS
 from ..errors import InvalidArgumentError
 from ._common import UsageError, check_at_least
 
@@ -34,8 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs first")
     parser.add_argument(
         "--methods",
-        default=",".join(METHODS),
-        help="comma-separated subset of pcd,greedy,constrained",
+        default=",".join(ALL_METHODS),
+        help="comma-separated subset of pcd,greedy,constrained,llamacpp (llamacpp: the "
+        "llama.cpp peer, from the `peer` extra; skipped with a message when missing)",
     )
     parser.add_argument(
         "--throughput",
@@ -77,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from e
     err = Console(stderr=True)
     out = Console(stderr=bool(args.json))
+    if plan.skipped:
+        err.print(plan.skipped, highlight=False)
 
     from ..decider import Decider
 
@@ -142,6 +145,19 @@ def print_scenario(console: Any, r: dict[str, Any]) -> None:
             ),
             highlight=False,
         )
+    if "llamacpp_ms" in r:
+        console.print(
+            _fmt_line(
+                "llama.cpp",
+                r["llamacpp_ms"],
+                r["llamacpp_ms_min"],
+                r["llamacpp_ms_max"],
+                f"{r['llamacpp_tokens']} tokens | cold {r['llamacpp_cold_ms']:.1f} ms | valid "
+                f"{r['llamacpp_schema_match']} | agrees with PCD on "
+                f"{100 * r.get('llamacpp_agreement', 0):.0f}% of fields",
+            ),
+            highlight=False,
+        )
     if "pcd_ms" in r:
         console.print(
             _fmt_line(
@@ -161,6 +177,8 @@ def print_scenario(console: Any, r: dict[str, Any]) -> None:
             if "speedup_vs_constrained" in r
             else ""
         )
+        if "speedup_vs_llamacpp" in r:
+            extra += f" (vs llama.cpp: {r['speedup_vs_llamacpp']:.1f}x)"
         console.print(f"SPEEDUP: {r['speedup_vs_greedy']:.1f}x{extra}", highlight=False)
 
 
@@ -180,11 +198,13 @@ def print_summary(console: Any, results: list[dict[str, Any]]) -> None:
         "greedy",
         "tokens",
         "constrained",
+        "llama.cpp",
         "PCD warm",
         "PCD cold",
         "bare prefill",
         "vs greedy",
         "vs constrained",
+        "vs llama.cpp",
         "peak RSS MB (PCD/greedy)",
     ):
         t.add_column(col, justify="left" if col == "scenario" else "right")
@@ -204,11 +224,13 @@ def print_summary(console: Any, results: list[dict[str, Any]]) -> None:
             f(r, "greedy_ms"),
             f(r, "greedy_tokens"),
             f(r, "constrained_ms"),
+            f(r, "llamacpp_ms"),
             f(r, "warm_pcd_ms"),
             f(r, "pcd_ms"),
             f(r, "bare_prefill_ms"),
             f(r, "speedup_vs_greedy", "{:.1f}x"),
             f(r, "speedup_vs_constrained", "{:.1f}x"),
+            f(r, "speedup_vs_llamacpp", "{:.1f}x"),
             rss,
         )
     console.print(t)

@@ -1,0 +1,210 @@
+"""llama.cpp as the peer in `pcd bench`: what a user would run instead on a CPU.
+
+`LlamaCppPeer` runs `llama-cpp-python` (the `peer` extra, built from its sdist: about 12
+minutes on 2 cores) on the same GGUF file as the decider, with the same prompt token ids
+(`plan.head_ids + context + plan.tail_ids`, exactly what PCD and our baselines see), the
+same thread count, and a GBNF grammar built by llama.cpp from the schema's JSON schema
+(`baseline.json_schema_of`). Decoding is greedy (`temp=0`) under that grammar until the
+end-of-generation token.
+
+- **cold**: the whole prompt is evaluated from an empty KV cache;
+- **warm**: the schema part of the prompt (`plan.head_ids`) stays in llama.cpp's KV
+  cache and only the context and the rest are evaluated, as llama.cpp does by itself for
+  a shared token prefix, and as PCD's warm request and our warm baselines do.
+
+The grammar is built once per schema and not timed (as the outlines index of our
+constrained baseline is not). The answer is parsed with the baselines' `build_result`,
+so its validity and its agreement with PCD are judged alike.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import PcdToolsError
+
+__all__ = ["LlamaCppPeer", "PeerRun", "PeerUnavailableError", "after_brace", "peer_available"]
+
+INSTALL = (
+    "pip install 'pcd-tools[peer]' (builds llama-cpp-python 0.3.36 from its sdist: about 12 "
+    "minutes on 2 cores, needs a C++ compiler and cmake)"
+)
+
+
+class PeerUnavailableError(PcdToolsError, RuntimeError):
+    """The llama.cpp peer cannot run: the extra is missing or the model is not a GGUF."""
+
+
+def peer_available() -> str | None:
+    """None when `llama_cpp` imports, else why not (with how to install it)."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError as e:
+        return f"llama-cpp-python is not installed ({e}); {INSTALL}"
+    return None
+
+
+@dataclass(frozen=True)
+class PeerRun:
+    """One llama.cpp request.
+
+    Args:
+        wall_ms: Wall time from the first prompt token evaluated to the last token.
+        prefill_ms: Wall time of evaluating the prompt (the part not cached).
+        tokens: Tokens generated (the end-of-generation token not counted).
+        text: The generated JSON text.
+        result: The baselines' `GenerationResult` of that text (validity, answers).
+    """
+
+    wall_ms: float
+    prefill_ms: float
+    tokens: int
+    text: str
+    result: Any
+
+
+_ROOT = 'root ::= "{" space '
+_SPACE = 'space ::= " "?'
+# Our constrained baseline's whitespace between tokens (`grammar.WHITESPACE`, [\n ]{0,3})
+_OUR_SPACE = "space ::= ([\\n ] ([\\n ] [\\n ]?)?)?"
+
+
+def after_brace(json_schema: str) -> str:
+    """llama.cpp's GBNF grammar of `json_schema` (`json_schema_to_gbnf`), from after
+    the object's opening brace (the prompt already ends with it), with the whitespace our
+    constrained baseline allows (up to three spaces or newlines): the same language as
+    the baseline's outlines index.
+
+    Raises:
+        PeerUnavailableError: if llama.cpp's grammar has an unexpected shape.
+    """
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    gbnf = json_schema_to_gbnf(json_schema)
+    lines = gbnf.splitlines()
+    roots = [i for i, ln in enumerate(lines) if ln.startswith(_ROOT)]
+    spaces = [i for i, ln in enumerate(lines) if ln.strip() == _SPACE]
+    if len(roots) != 1 or len(spaces) != 1:
+        raise PeerUnavailableError(
+            f"llama.cpp's grammar of the schema has no single {_ROOT!r} and {_SPACE!r} "
+            "rule; this llama-cpp-python version writes JSON grammars differently (accepted: "
+            "0.3.x, as pinned by the peer extra)."
+        )
+    lines[roots[0]] = "root ::= space " + lines[roots[0]][len(_ROOT) :]
+    lines[spaces[0]] = _OUR_SPACE
+    return "\n".join(lines) + "\n"
+
+
+class LlamaCppPeer:
+    """llama.cpp on the decider's own GGUF file, with its prompt ids and threads.
+
+    Args:
+        decider: The `Decider` (its GGUF path, tokenizer, prompt plan and window).
+        n_threads: llama.cpp's threads; default the CPUs this process may use.
+
+    Raises:
+        PeerUnavailableError: when `llama_cpp` is missing or the model is not a GGUF file.
+    """
+
+    def __init__(self, decider: Any, n_threads: int | None = None):
+        why = peer_available()
+        if why is not None:
+            raise PeerUnavailableError(why)
+        path = str(getattr(decider.loaded, "path", "") or "")
+        if not path.endswith(".gguf"):
+            raise PeerUnavailableError(
+                f"the llama.cpp peer needs a GGUF model file; {decider.model_id} was loaded "
+                f"from {path or 'memory'!r}. Accepted: Decider.load('model.gguf') or the "
+                "embedded model."
+            )
+        import llama_cpp
+
+        from .engine.cpus import usable_cpus
+
+        self.decider = decider
+        self.n_threads = n_threads or usable_cpus()
+        self.llama = llama_cpp.Llama(
+            model_path=path,
+            n_ctx=int(decider.engine.context_window),
+            n_threads=self.n_threads,
+            n_threads_batch=self.n_threads,
+            n_batch=512,
+            logits_all=False,
+            verbose=False,
+        )
+        self._grammars: dict[str, Any] = {}
+        self._eog = {int(self.llama.token_eos())}
+        is_eog = getattr(llama_cpp, "llama_vocab_is_eog", None)
+        vocab = getattr(getattr(self.llama, "_model", None), "vocab", None)
+        self._is_eog = (lambda t: bool(is_eog(vocab, t))) if is_eog and vocab else None
+
+    def grammar(self, schema: Any) -> Any:
+        """llama.cpp's grammar of the schema's JSON schema (built once per schema)."""
+        import llama_cpp
+
+        from .engine.baseline import json_schema_of
+
+        js = json.dumps(json_schema_of(schema), sort_keys=True)
+        g = self._grammars.get(js)
+        if g is None:
+            g = llama_cpp.LlamaGrammar.from_string(after_brace(js), verbose=False)
+            self._grammars[js] = g
+        return g
+
+    def _ended(self, token: int) -> bool:
+        return token in self._eog or (self._is_eog is not None and self._is_eog(token))
+
+    def run(
+        self, schema: Any, context: str, *, warm: bool, max_tokens: int | None = None
+    ) -> PeerRun:
+        """Decides `context` by grammar-constrained greedy decoding.
+
+        Args:
+            schema: Anything `compile_schema` accepts.
+            context: The text.
+            warm: Keep the schema part of the prompt in the KV cache (cold: evaluate all).
+            max_tokens: Generation limit (default as our constrained baseline's).
+
+        Returns:
+            The run's times, tokens and parsed answer.
+        """
+        from .engine.baseline import _check_max, build_result, token_spans
+        from .schema import compile_schema
+
+        compiled = compile_schema(schema)
+        plan = self.decider.engine.plan(compiled)
+        head = list(plan.head_ids)
+        prompt = head + self.decider.engine.encode_ids(context) + list(plan.tail_ids)
+        limit = _check_max(max_tokens, self.decider, compiled)
+        grammar = self.grammar(compiled)
+        llama = self.llama
+        cached = list(llama.input_ids[: llama.n_tokens]) if llama.n_tokens else []
+        if warm and cached[: len(head)] != head:  # put the schema part in the cache first
+            llama.reset()
+            llama.eval(head)
+        t0 = time.perf_counter()
+        if warm:
+            llama.n_tokens = len(head)  # keep the schema part; eval drops the rest
+            todo = prompt[len(head) :]
+        else:
+            llama.reset()
+            todo = prompt
+        ids: list[int] = []
+        t1 = 0.0
+        gen = llama.generate(todo, temp=0.0, top_k=1, reset=False, grammar=grammar)
+        for tok in gen:
+            if not t1:
+                t1 = time.perf_counter()
+            if self._ended(int(tok)) or len(ids) >= limit:
+                break
+            ids.append(int(tok))
+        gen.close()
+        t2 = time.perf_counter()
+        t1 = t1 or t2
+        tk = self.decider.loaded.tokenizer
+        text = tk.decode(ids)
+        result = build_result(compiled, text, token_spans(tk, ids), [], 0, (t0, t1, t2))
+        return PeerRun((t2 - t0) * 1e3, (t1 - t0) * 1e3, len(ids), text, result)
