@@ -222,6 +222,7 @@ def decide_hybrid(
                 calibration_method=method,
                 generate_ms=timing.generate_ms / n,
                 segments=tuple(hb.segments[j]),
+                examples=len(compiled.examples),
             )
     return [d for d in out if d is not None]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .schema import Example, FieldSpec, Schema
-from .schema.spec import Answer
+from .schema.spec import Answer, Written
 
 __all__ = [
     "PromptParts",
@@ -267,6 +267,8 @@ def example_answer(schema: Schema, example: Example) -> str:
 
 
 def _answer_part(f: FieldSpec, a: Answer) -> str:
+    if isinstance(a, Written):  # a generated field's value, as written
+        return field_suffix(f) + a.text
     if isinstance(a, tuple):
         flags = ", ".join(
             f"{json.dumps(str(c.label), ensure_ascii=False)}: {'true' if i in a else 'false'}"

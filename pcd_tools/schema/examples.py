@@ -16,12 +16,16 @@ Every field must be answered, except an `Optional` one, which may be left out (i
 written as `null`, as the model's `None`). A value must be one of the field's allowed
 answers, and a `choices_by` child's one of those allowed with the parent's value. A bad
 example raises `InvalidExampleError` naming the list it came from, its index, the field
-and the accepted values. The checked examples are `Example`s: choice indices per field.
+and the accepted values. A generated field's value (`str`, `float`, a date, ...) is
+checked against its annotation (lengths, pattern, bounds) and written as its JSON. The
+checked examples are `Example`s: choice indices per scored field, `Written` values per
+generated one.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -29,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..errors import InvalidExampleError
-from .spec import Answer, Example, FieldSpec, Schema
+from .spec import Answer, Example, FieldSpec, Schema, Written
 
 __all__ = [
     "EXAMPLE_KEYS",
@@ -95,17 +99,6 @@ def parse_examples(schema: Schema, raw: Any, source: str) -> tuple[Example, ...]
             index=-1,
             source=source,
             model=schema.name,
-        )
-    generated = [f.name for f in schema.fields if f.generated]
-    if raw and generated:
-        raise InvalidExampleError(
-            f"{schema.name}: {source}: few-shot examples are not supported on a schema with "
-            f"generated fields ({generated}); accepted: no examples ([]) with generated "
-            "fields, or examples on a schema whose fields are all scored.",
-            index=0,
-            source=source,
-            model=schema.name,
-            field=generated[0],
         )
     return tuple(_Checker(schema, source, i).example(item) for i, item in enumerate(raw))
 
@@ -190,6 +183,8 @@ class _Checker:
         return tuple((f.name, got[f.name]) for f in self.schema.fields if f.name in got)
 
     def value(self, f: FieldSpec, v: Any, got: Mapping[str, Answer]) -> Answer:
+        if f.generation is not None:
+            return self.written(f, v)
         if f.kind == "multilabel":
             return self.labels(f, v)
         i = _match(f, v)
@@ -208,6 +203,26 @@ class _Checker:
                     f.name,
                 )
         return i
+
+    def written(self, f: FieldSpec, v: Any) -> Written:
+        """A generated field's value, checked against its annotation (lengths, pattern,
+        bounds) and written as the decoder would: its JSON."""
+        from pydantic import ValidationError
+
+        from ..hybrid import value_adapter
+
+        assert f.generation is not None
+        adapter = value_adapter(f.generation, f.optional)
+        try:
+            native = adapter.validate_python(v)
+        except ValidationError as e:
+            what = "; ".join(err["msg"] for err in e.errors())
+            raise self.fail(
+                f"{_short(v)} is not a valid value ({what}); accepted: "
+                f"{f.generation.json_schema(f.optional)}.",
+                f.name,
+            ) from None
+        return Written(json.dumps(adapter.dump_python(native, mode="json"), ensure_ascii=False))
 
     def labels(self, f: FieldSpec, v: Any) -> tuple[int, ...]:
         if isinstance(v, (str, bytes, Mapping)) or not isinstance(v, (list, tuple, set, frozenset)):

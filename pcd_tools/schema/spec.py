@@ -195,8 +195,20 @@ class FieldSpec:
         return len(self.choices)
 
 
-# A field's answer in an example: a choice index, or a multi-label field's chosen labels.
-Answer = int | tuple[int, ...]
+@dataclass(frozen=True)
+class Written:
+    """A generated field's value in an example: its JSON text, as the answer shows it.
+
+    Args:
+        text: The value's JSON (`"a short reason"`, `12.5`, `["a", "b"]`, ...).
+    """
+
+    text: str
+
+
+# A field's answer in an example: a choice index, a multi-label field's chosen labels, or
+# a generated field's written value.
+Answer = int | tuple[int, ...] | Written
 
 
 @dataclass(frozen=True)
@@ -205,9 +217,10 @@ class Example:
 
     Args:
         input: The example's text, shown as an earlier user turn.
-        answers: `(field name, answer)` in schema order: a choice index, or for a
-            multi-label field the indices of the labels that apply. The fields of a
-            union branch the example did not take are absent.
+        answers: `(field name, answer)` in schema order: a choice index, for a
+            multi-label field the indices of the labels that apply, for a generated field
+            its `Written` value. The fields of a union branch the example did not take
+            are absent.
     """
 
     input: str
@@ -300,7 +313,12 @@ class Schema:
         out: dict[str, Any] = {}
         for name, a in example.answers:
             choices = self.field(name).choices
-            out[name] = [choices[i].label for i in a] if isinstance(a, tuple) else choices[a].label
+            if isinstance(a, Written):
+                out[name] = json.loads(a.text)
+            else:
+                out[name] = (
+                    [choices[i].label for i in a] if isinstance(a, tuple) else choices[a].label
+                )
         return {"input": example.input, "output": out}
 
     def fingerprint(self) -> str:
@@ -395,7 +413,9 @@ def _project(schema: Schema, fields: Sequence[FieldSpec], example: Example) -> E
             continue
         old = schema.field(f.name).choices
         kept = [c.label for c in f.choices]
-        if isinstance(a, tuple):
+        if isinstance(a, Written):  # a generated field is never narrowed
+            answers.append((f.name, a))
+        elif isinstance(a, tuple):
             answers.append(
                 (f.name, tuple(kept.index(old[i].label) for i in a if old[i].label in kept))
             )

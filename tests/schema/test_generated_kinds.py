@@ -231,14 +231,23 @@ def test_a_parent_before_a_generated_field_is_written_not_waited_for():
     assert segments(s) == [("scored", ("parent",)), ("generated", ("why",)), ("scored", ("child",))]
 
 
-def test_examples_are_refused_on_a_schema_with_generated_fields():
+def test_model_config_examples_on_a_schema_with_generated_fields_are_checked():
     class WithExamples(BaseModel):
         model_config = ConfigDict(json_schema_extra={"examples": [{"input": "x", "output": {}}]})
         why: str
         ok: bool
 
-    with pytest.raises(InvalidExampleError, match="not supported on a schema with generated"):
+    with pytest.raises(InvalidExampleError, match="no value for 'why'"):
         compile_schema(WithExamples)
+
+    class Good(BaseModel):
+        model_config = ConfigDict(
+            json_schema_extra={"examples": [{"input": "x", "output": {"why": "w", "ok": True}}]}
+        )
+        why: str
+        ok: bool
+
+    assert compile_schema(Good).examples[0].answer("why").text == '"w"'
 
 
 def test_a_subset_keeps_generated_fields_and_refuses_to_narrow_them():
