@@ -159,6 +159,8 @@ def measure(
     step = advance or (lambda label: None)
     compiled = compile_schema(scenario.schema)
     peer = _peer(decider) if PEER in methods else None
+    if PEER in methods and peer is None:
+        methods = tuple(m for m in methods if m != PEER)
     ctx = scenario.context
     rec: dict[str, list[Any]] = {}
 
@@ -254,13 +256,18 @@ _PEERS: dict[int, Any] = {}
 
 
 def _peer(decider: Any) -> Any:
-    """The llama.cpp peer of `decider` (loaded once per decider)."""
-    from .peer import LlamaCppPeer
+    """The llama.cpp peer of `decider` (loaded once per decider), or None when it cannot
+    run here (a non-GGUF model, a llama.cpp build for another CPU): said once on stderr."""
+    from .peer import LlamaCppPeer, PeerUnavailableError
 
     key = id(decider)
     if key not in _PEERS:
         _PEERS.clear()  # one model at a time
-        _PEERS[key] = LlamaCppPeer(decider)
+        try:
+            _PEERS[key] = LlamaCppPeer(decider)
+        except PeerUnavailableError as e:
+            print(f"llama.cpp peer skipped: {e}", file=sys.stderr)
+            _PEERS[key] = None
     return _PEERS[key]
 
 

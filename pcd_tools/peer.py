@@ -19,14 +19,24 @@ so its validity and its agreement with PCD are judged alike.
 
 from __future__ import annotations
 
+import functools
 import json
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import PcdToolsError
 
-__all__ = ["LlamaCppPeer", "PeerRun", "PeerUnavailableError", "after_brace", "peer_available"]
+__all__ = [
+    "LlamaCppPeer",
+    "PeerRun",
+    "PeerUnavailableError",
+    "after_brace",
+    "peer_available",
+    "probe_model",
+]
 
 INSTALL = (
     "pip install 'pcd-tools[peer]' (builds llama-cpp-python 0.3.36 from its sdist: about 12 "
@@ -98,6 +108,37 @@ def after_brace(json_schema: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+_PROBE = """
+import sys, llama_cpp
+llama = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=256, n_threads=2, verbose=False)
+llama.eval(llama.tokenize(b"Hello world, this is a probe of the batched matmul. " * 4))
+llama.eval(llama.tokenize(b" one more"))
+print("ok")
+"""
+REBUILD = (
+    'CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" pip install '
+    "--force-reinstall --no-binary llama-cpp-python 'pcd-tools[peer]'"
+)
+
+
+@functools.lru_cache(maxsize=8)
+def probe_model(path: str) -> str | None:
+    """None when llama.cpp evaluates a few tokens of `path` in a child process, else why
+    not. A build for the wrong CPU dies of SIGILL (e.g. `-march=native` on a VM that
+    reports AMX it does not enable), which would kill the benchmark itself."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, path], capture_output=True, text=True, timeout=300
+    )
+    if done.returncode == 0 and done.stdout.strip().endswith("ok"):
+        return None
+    if done.returncode == -4:
+        return (
+            "llama.cpp died of an illegal instruction on this CPU (its build targets CPU "
+            f"features this machine does not run); rebuild it portable: {REBUILD}"
+        )
+    return f"llama.cpp could not run the model (exit {done.returncode}): {done.stderr[-400:]}"
+
+
 class LlamaCppPeer:
     """llama.cpp on the decider's own GGUF file, with its prompt ids and threads.
 
@@ -120,6 +161,9 @@ class LlamaCppPeer:
                 f"from {path or 'memory'!r}. Accepted: Decider.load('model.gguf') or the "
                 "embedded model."
             )
+        broken = probe_model(path)
+        if broken is not None:
+            raise PeerUnavailableError(broken)
         import llama_cpp
 
         from .engine.cpus import usable_cpus

@@ -75,8 +75,11 @@ def test_the_grammar_continues_after_the_prompts_brace():
 @pytest.mark.engine
 def test_the_peer_answers_validly_warm_and_cold_on_the_embedded_model(real):
     pytest.importorskip("llama_cpp")
-    from pcd_tools.peer import LlamaCppPeer
+    from pcd_tools.peer import LlamaCppPeer, probe_model
 
+    broken = probe_model(real.loaded.path)
+    if broken is not None:
+        pytest.skip(broken)
     peer = LlamaCppPeer(real)
     cold = peer.run(Ticket, TEXT, warm=False)
     warm = peer.run(Ticket, TEXT, warm=True)
@@ -89,3 +92,15 @@ def test_the_peer_answers_validly_warm_and_cold_on_the_embedded_model(real):
 
     plan = real.engine.plan(compile_schema(Ticket))
     assert list(peer.llama.input_ids[: len(plan.head_ids)]) == list(plan.head_ids)
+
+
+@pytest.mark.engine
+def test_a_llama_cpp_build_that_dies_is_reported_not_fatal(monkeypatch, real, capsys):
+    pytest.importorskip("llama_cpp")
+    from pcd_tools import bench
+
+    monkeypatch.setattr("pcd_tools.peer.probe_model", lambda path: "died of SIGILL; rebuild")
+    bench._PEERS.clear()
+    assert bench._peer(real) is None
+    assert "llama.cpp peer skipped: died of SIGILL; rebuild" in capsys.readouterr().err
+    bench._PEERS.clear()
