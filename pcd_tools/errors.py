@@ -10,6 +10,7 @@ __all__ = [
     "BlasSetupError",
     "ChoicesByError",
     "ContextTooLongError",
+    "DecodeUnavailableError",
     "DependencyCycleError",
     "DuplicateChoiceError",
     "EmptySchemaError",
@@ -341,3 +342,15 @@ class GenerationLimitError(GenerationError):
         super().__init__(message, field=field, partial_text=partial_text)
         self.limit = limit
         self.context_index = context_index
+
+
+class DecodeUnavailableError(PcdToolsError, RuntimeError):
+    """Native int8 decoding (`decode="int8"`) was asked for but cannot run here.
+
+    Attributes:
+        reason: Why (the device, the model's architecture, no C compiler, ...).
+    """
+
+    def __init__(self, message: str, *, reason: str):
+        super().__init__(message)
+        self.reason = reason

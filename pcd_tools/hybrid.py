@@ -8,8 +8,10 @@ takes, turns the scored questions into `FieldResult`s exactly as for other schem
 into a `FieldResult` without a probability, and builds the `Decision`s with their
 segments and timings.
 
-Generation runs context by context (`decide_many` batches the prefill and each scored
-segment's pass across contexts, not the decode steps).
+`decide_many` batches the prefill and each scored segment's pass across contexts, and on
+CPU engines with native decode (`engine.fast_decode`) steps every context's generated
+field in lockstep, the weights read once per step for all of them; on the MLX path the
+contexts decode one after another.
 """
 
 from __future__ import annotations

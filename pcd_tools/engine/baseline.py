@@ -10,6 +10,11 @@ which ends with the answer's opening `{`, on the decider's own model and weights
   the logits in our own MLX loop (outlines' and llguidance's MLX paths need Metal).
 - `bare_prefill_ms`: one plain prefill of the whole prompt, the physical floor.
 
+The prompt runs through MLX; each generated token then takes one step through the same
+decoder as PCD's generated fields: native int8 steps (`fast_decode`) where the engine
+uses them (`decode="auto"` on CPU), MLX float32 otherwise, so comparisons stay like for
+like. Native steps leave the MLX cache holding the prompt only.
+
 With `prompt_cache=True` the generators reuse an mlx-lm `KVCache` of the schema part
 (`plan.head_ids`), trimmed back after each call, as a production server would. The
 grammar lives in `grammar`, the reading of the answer in `json_answer`.
@@ -73,6 +78,28 @@ def _last_logits(model: Any, tokens: Sequence[int], cache: list[Any]) -> Any:
     if inner is not None:
         return head(inner(x, cache=cache)[:, -1, :])[0].astype(mx.float32)
     return model(x, cache=cache)[0, -1, :].astype(mx.float32)
+
+
+class _Steps:
+    """The one-token steps of a baseline after its prompt: native int8 steps where the
+    engine decodes natively (`fast_decode`), as PCD's generated fields do, else MLX."""
+
+    def __init__(self, decider: Decider, cache: list[Any], limit: int):
+        from .fast_decode import decoder_for
+
+        self.model, self.cache = decider.loaded.model, cache
+        decoder = decoder_for(decider.engine)
+        self.native = decoder.stepper([cache], limit) if decoder is not None else None
+
+    def __call__(self, t: int) -> Any:
+        """Float32 logits, (V,), after token `t`."""
+        if self.native is None:
+            return _last_logits(self.model, [t], self.cache)
+        return mx.array(self.native.step([t])[0])
+
+    def close(self) -> None:
+        if self.native is not None:
+            self.native.close()
 
 
 _HEADS: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[int, ...], list[Any]]] = (
@@ -172,6 +199,7 @@ def greedy_json(
         try:
             logits = _last_logits(decider.loaded.model, prompt[start:], cache)
             passes += 1
+            step = _Steps(decider, cache, limit)
             ids: list[int] = []
             probs: list[float] = []
             scanner = ObjectScanner()
@@ -196,10 +224,11 @@ def greedy_json(
                 text += piece
                 if len(ids) >= limit:
                     break
-                logits = _last_logits(decider.loaded.model, [t], cache)
+                logits = step(t)
                 passes += 1
             t2 = time.perf_counter()
             t1 = t1 or t2
+            step.close()
         finally:
             if prompt_cache:
                 from mlx_lm.models.cache import trim_prompt_cache
@@ -253,6 +282,7 @@ def constrained_json(
         try:
             logits = _last_logits(decider.loaded.model, prompt[start:], cache)
             passes += 1
+            step = _Steps(decider, cache, limit)
             state = guide.start
             ids: list[int] = []
             probs: list[float] = []
@@ -277,10 +307,11 @@ def constrained_json(
                 state = index.get_next_state(state, t)
                 if state is None or index.is_final_state(state) or len(ids) >= limit:
                     break
-                logits = _last_logits(decider.loaded.model, [t], cache)
+                logits = step(t)
                 passes += 1
             t2 = time.perf_counter()
             t1 = t1 or t2
+            step.close()
         finally:
             if prompt_cache:
                 from mlx_lm.models.cache import trim_prompt_cache

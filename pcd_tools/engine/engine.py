@@ -24,6 +24,7 @@ from ..prompt import Question
 from ..schema import Schema
 from . import cpu_kernels as _kernels
 from .cpus import usable_cpus
+from .fast_decode import check_decode, decoder_for
 from .pack import Plan, build_plan, plan_key, question_plan
 from .passes import PACKABLE, LayerKV, Passes, packed_result
 from .platform import import_mlx, set_blas_threads
@@ -92,6 +93,10 @@ class Engine:
             scored together (CPU); groups run concurrently on the stream workers.
         cpu_kernels: Run attention softmax and SiLU in numpy (`cpu_kernels` module) on
             CPU; default on for CPU engines unless `PCD_CPU_KERNELS=0`.
+        decode: How generated tokens are decoded: `"auto"` (native int8 steps,
+            `fast_decode`, on CPU engines of llama / qwen2 models with a C compiler; MLX
+            otherwise), `"int8"` (native, else `DecodeUnavailableError`) or `"mlx"` (MLX
+            float32 steps). Default: `$PCD_DECODE`, else `"auto"`.
     """
 
     def __init__(
@@ -111,6 +116,7 @@ class Engine:
         stream_blas_threads: int = 1,
         cpu_kernels: bool | None = None,
         batch_tokens: int = 1024,
+        decode: str | None = None,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -136,6 +142,9 @@ class Engine:
         if cpu_kernels is None:
             cpu_kernels = device == "cpu" and os.environ.get("PCD_CPU_KERNELS", "1") != "0"
         self.cpu_kernels = bool(cpu_kernels) and device == "cpu" and _kernels.install(model)
+        self.decode = check_decode(decode)
+        if self.decode == "int8":
+            decoder_for(self)  # build now: say at load time when it cannot run
 
     # --- threads and streams --------------------------------------------------------------
 

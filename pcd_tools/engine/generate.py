@@ -2,8 +2,9 @@
 
 A generated field's value is decoded greedily after its key (`'\\n  "name": '`), on the
 same KV cache as the rest of the answer: the key (and any answers written before it)
-run as one model call, then one call per token. At each step the token is the most
-probable one that
+run as one MLX call, then one step per token: native 8-bit steps (`fast_decode`, one
+step for every context of a batch that has not ended, `decode_rows`) or MLX float32
+calls. At each step the token is the most probable one that
 
 - outlines-core's index of the field's regular expression (`value_regex.field_regex`:
   the value, then its terminator `,` or `\\n}`) allows from the current state, and
@@ -42,6 +43,7 @@ __all__ = [
     "GeneratedValue",
     "TextLimits",
     "decode_field",
+    "decode_rows",
     "field_guide",
     "forward",
     "write",
@@ -245,6 +247,174 @@ def _log_softmax_at(logits: np.ndarray, t: int) -> float:
     return float(logits[t] - m - np.log(np.exp(logits - m).sum()))
 
 
+class _MlxSteps:
+    """One-token steps through MLX float32, one model call per row (the reference path);
+    the same interface as `fast_decode.Stepper`."""
+
+    def __init__(self, passes: Any, caches: Sequence[list[Any]]):
+        self.passes, self.caches = passes, caches
+
+    def position(self, row: int) -> int:
+        return int(self.caches[row][0].offset)
+
+    def step(self, tokens: Sequence[int], rows: Sequence[int]) -> list[np.ndarray]:
+        return [forward(self.passes, [t], self.caches[r]) for t, r in zip(tokens, rows)]
+
+    def close(self) -> None:
+        pass
+
+
+class _Row:
+    """One context's greedy decoding of one field under its guide."""
+
+    def __init__(self, guide: FieldGuide, first: np.ndarray, t0: float):
+        self.state = guide.index.get_initial_state()
+        self.lstate: Any = TextLimits.start
+        self.ids: list[int] = []
+        self.lps: list[float] = []
+        self.logits = first
+        self.t0, self.t1 = t0, 0.0
+
+
+def decode_rows(
+    passes: Any,
+    caches: Sequence[list[Any]],
+    forced: Sequence[Sequence[int]],
+    guide: FieldGuide,
+    spec: FieldSpec,
+    limit: int,
+    tokenizer: Any,
+    *,
+    terminator: str,
+    max_position: int,
+    decoder: Any = None,
+) -> tuple[list[GeneratedValue], list[list[int]], int]:
+    """Writes each row's `forced` tokens (earlier answers and the key) into its cache with
+    one MLX call, then decodes the field's value for every row under `guide`.
+
+    With `decoder` (a `fast_decode.NativeDecoder`) the rows step in lockstep through
+    native int8 steps, all rows in one call per step; a row that has ended stops
+    stepping. Its value's tokens are then not in its cache: the caller writes them with
+    whatever follows (one MLX float32 call), as it writes the last token on the MLX path,
+    so later passes see exactly the K/V of MLX decoding. Without it each row's steps are
+    MLX calls (the reference).
+
+    Args:
+        passes: The model's `Passes` (transformer and head).
+        caches: Per row, its mlx-lm `KVCache`s, holding everything before `forced`.
+        forced: Per row, the token ids to run first (they end with the field's key).
+        guide: The field's guide.
+        spec: The field.
+        limit: The most tokens a value may take.
+        tokenizer: Decodes the values' text.
+        terminator: The text the grammar ends a value with (`,` or `\\n}`).
+        max_position: The model's window: positions beyond it raise.
+        decoder: The native decoder, or None for MLX steps.
+
+    Returns:
+        Per row its value and the value's tokens not yet in its cache (for the caller
+        to write), and the model calls that ran one after another.
+
+    Raises:
+        GenerationLimitError: if a row's grammar has not ended after `limit` tokens (the
+            first such row; `context_index` is its index in `caches`).
+        GenerationError: if no token can continue a row's grammar.
+        ContextTooLongError: if a row reaches the model's window.
+    """
+    from ..errors import ContextTooLongError
+
+    rows: list[_Row] = []
+    for cache, ids in zip(caches, forced):
+        t0 = time.perf_counter()
+        if cache[0].offset + len(ids) > max_position:
+            raise ContextTooLongError(
+                cache[0].offset + len(ids),
+                max_position,
+                detail=f"Writing the key of the generated field {spec.name!r} reached the "
+                "model's window.",
+            )
+        rows.append(_Row(guide, forward(passes, ids, cache), t0))
+    calls = len(rows)
+    steps: Any = (
+        decoder.stepper(caches, limit) if decoder is not None else _MlxSteps(passes, caches)
+    )
+    index = guide.index
+    n_vocab = rows[0].logits.shape[0]
+    active = [r for r, row in enumerate(rows) if not index.is_final_state(row.state)]
+    try:
+        while active:
+            for r in active:
+                _check(rows[r], r, steps.position(r), spec, limit, tokenizer, max_position)
+            stepping = [r for r in active if rows[r].ids]
+            if stepping:
+                out = steps.step([rows[r].ids[-1] for r in stepping], stepping)
+                calls += 1 if decoder is not None else len(stepping)
+                for r, logits in zip(stepping, out):
+                    rows[r].logits = logits
+            for r in active:
+                row = rows[r]
+                scores = np.where(guide.mask(row.state, n_vocab), row.logits, -np.inf)
+                t, row.lstate = _pick(scores, guide, row.lstate, spec, tokenizer, row.ids)
+                row.ids.append(t)
+                row.lps.append(_log_softmax_at(row.logits, t))
+                row.state = index.get_next_state(row.state, t)
+                if index.is_final_state(row.state):
+                    row.t1 = time.perf_counter()
+            active = [r for r in active if not index.is_final_state(rows[r].state)]
+    finally:
+        steps.close()
+    values, pending = [], []
+    for row in rows:
+        text = tokenizer.decode(row.ids)
+        if not text.endswith(terminator):
+            raise GenerationError(
+                f"{spec.name}: the decoded value {text!r} does not end with {terminator!r}; "
+                "the tokenizer's decoding disagrees with its token bytes.",
+                field=spec.name,
+                partial_text=text,
+            )
+        ms = ((row.t1 or time.perf_counter()) - row.t0) * 1e3
+        values.append(
+            GeneratedValue(
+                spec.name, text[: len(text) - len(terminator)], tuple(row.ids), tuple(row.lps), ms
+            )
+        )
+        pending.append(list(row.ids) if decoder is not None else row.ids[-1:])
+    return values, pending, calls
+
+
+def _check(
+    row: _Row,
+    r: int,
+    position: int,
+    spec: FieldSpec,
+    limit: int,
+    tokenizer: Any,
+    max_position: int,
+) -> None:
+    """Raises if row `r` may not take another token: its limit, or the window."""
+    from ..errors import ContextTooLongError
+
+    if len(row.ids) >= limit:
+        partial = tokenizer.decode(row.ids)
+        raise GenerationLimitError(
+            f"{spec.name}: the generated value did not end within max_new_tokens={limit} "
+            f"tokens; generated so far: {partial!r}. Accepted: a larger max_new_tokens "
+            "(per request, or json_schema_extra={'max_new_tokens': n} on the field), or a "
+            "max_length that makes the grammar end sooner.",
+            field=spec.name,
+            limit=limit,
+            partial_text=partial,
+            context_index=r,
+        )
+    if position + 1 > max_position:
+        raise ContextTooLongError(
+            position + 1,
+            max_position,
+            detail=f"Decoding the generated field {spec.name!r} reached the model's window.",
+        )
+
+
 def decode_field(
     passes: Any,
     cache: list[Any],
@@ -256,88 +426,34 @@ def decode_field(
     *,
     terminator: str,
     max_position: int,
-) -> tuple[GeneratedValue, int]:
+    decoder: Any = None,
+) -> tuple[GeneratedValue, list[int], int]:
     """Writes `forced` (earlier answers and the key) into `cache`, then decodes the
-    field's value under `guide`. The value's last token is not run: the caller writes it
-    with whatever follows.
-
-    Args:
-        passes: The model's `Passes` (transformer and head).
-        cache: The context's mlx-lm `KVCache`s, holding everything before `forced`.
-        forced: Token ids to run first (they end with the field's key).
-        guide: The field's guide.
-        spec: The field.
-        limit: The most tokens the value may take.
-        tokenizer: Decodes the value's text.
-        terminator: The text the grammar ends the value with (`,` or `\\n}`).
-        max_position: The model's window: positions beyond it raise.
+    field's value under `guide` (`decode_rows` for one context).
 
     Returns:
-        The value, and the model calls that ran.
+        The value, its tokens not yet in the cache (the last one on the MLX path, all of
+        them with `decoder`: the caller writes them with whatever follows), and the model
+        calls that ran.
 
     Raises:
         GenerationLimitError: if the grammar has not ended after `limit` tokens.
         GenerationError: if no token can continue the grammar.
+        ContextTooLongError: if the value reaches the model's window.
     """
-    from ..errors import ContextTooLongError
-
-    t0 = time.perf_counter()
-    if cache[0].offset + len(forced) > max_position:
-        raise ContextTooLongError(
-            cache[0].offset + len(forced),
-            max_position,
-            detail=f"Writing the key of the generated field {spec.name!r} reached the model's "
-            "window.",
-        )
-    logits = forward(passes, forced, cache)
-    calls = 1
-    n_vocab = logits.shape[0]
-    index = guide.index
-    state, lstate = index.get_initial_state(), TextLimits.start
-    ids: list[int] = []
-    lps: list[float] = []
-    while not index.is_final_state(state):
-        if len(ids) >= limit:
-            partial = tokenizer.decode(ids)
-            raise GenerationLimitError(
-                f"{spec.name}: the generated value did not end within max_new_tokens={limit} "
-                f"tokens; generated so far: {partial!r}. Accepted: a larger max_new_tokens "
-                "(per request, or json_schema_extra={'max_new_tokens': n} on the field), or a "
-                "max_length that makes the grammar end sooner.",
-                field=spec.name,
-                limit=limit,
-                partial_text=partial,
-            )
-        if cache[0].offset + 1 > max_position:
-            raise ContextTooLongError(
-                cache[0].offset + 1,
-                max_position,
-                detail=f"Decoding the generated field {spec.name!r} reached the model's window.",
-            )
-        if ids:
-            logits = forward(passes, [ids[-1]], cache)
-            calls += 1
-        scores = np.where(guide.mask(state, n_vocab), logits, -np.inf)
-        t, lstate = _pick(scores, guide, lstate, spec, tokenizer, ids)
-        ids.append(t)
-        lps.append(_log_softmax_at(logits, t))
-        state = index.get_next_state(state, t)
-    text = tokenizer.decode(ids)
-    if not text.endswith(terminator):
-        raise GenerationError(
-            f"{spec.name}: the decoded value {text!r} does not end with {terminator!r}; the "
-            "tokenizer's decoding disagrees with its token bytes.",
-            field=spec.name,
-            partial_text=text,
-        )
-    value = GeneratedValue(
-        spec.name,
-        text[: len(text) - len(terminator)],
-        tuple(ids),
-        tuple(lps),
-        (time.perf_counter() - t0) * 1e3,
+    values, pending, calls = decode_rows(
+        passes,
+        [cache],
+        [forced],
+        guide,
+        spec,
+        limit,
+        tokenizer,
+        terminator=terminator,
+        max_position=max_position,
+        decoder=decoder,
     )
-    return value, calls
+    return values[0], pending[0], calls
 
 
 def _pick(

@@ -6,15 +6,21 @@ answer's `{`), each context keeps its own mlx-lm `KVCache`, and the segments run
 order:
 
 - a **generated** segment decodes its fields one after the other on that cache
-  (`generate.decode_field`): the text written since the last model call (a scored
-  segment's answers) and the field's key run as one call, then one call per token;
+  (`generate.decode_rows`): the text written since the last model call (a scored
+  segment's answers, or the previous value) and the field's key run as one MLX call,
+  then one step per token. With native int8 decoding (`fast_decode`, the default on CPU)
+  all contexts of the batch step in lockstep, one native step for every context whose
+  value has not ended; the value's tokens then go into the MLX cache with what follows,
+  so scored fields see float32 K/V exactly as with MLX decoding. On the MLX path the
+  contexts decode one after the other;
 - a **scored** segment is one packed pass over its fields' suffixes (with the waves of
   its own dependent fields) after everything written so far: the contexts' caches are
   stacked (right-padded) into one batch, exactly as the first pass of a schema without
   generated fields runs after the prompt. The chosen answers are then written into the
   JSON before what follows.
 
-Generation runs context by context; the scored passes batch the contexts.
+The prefill and the scored passes batch the contexts; so do the decode steps with
+native decoding.
 """
 
 from __future__ import annotations
@@ -38,7 +44,8 @@ from ..prompt import (
 from ..schema import Schema
 from ..schema.generated import segments
 from ..waves import WaveAnswers
-from .generate import DEFAULT_MAX_NEW_TOKENS, GeneratedValue, decode_field, field_guide, write
+from .fast_decode import decoder_for
+from .generate import DEFAULT_MAX_NEW_TOKENS, GeneratedValue, decode_rows, field_guide, write
 from .pack import Plan
 from .passes import LayerKV
 from .platform import import_mlx, set_blas_threads
@@ -205,8 +212,7 @@ def run_hybrid(
         suffix_s = 0.0
         for kind, names in segments(schema):
             if kind == "generated":
-                for r, row in enumerate(rows):
-                    passes += _generate(engine, schema, row, r, names, max_new_tokens, eos, term)
+                passes += _generate(engine, schema, rows, names, max_new_tokens, eos, term)
                 continue
             passes += _feed_pending(engine, rows)
             ts = time.perf_counter()
@@ -250,16 +256,45 @@ def _feed_pending(engine: Engine, rows: Sequence[_Row]) -> int:
 def _generate(
     engine: Engine,
     schema: Schema,
-    row: _Row,
-    r: int,
+    rows: Sequence[_Row],
     names: Sequence[str],
     max_new_tokens: int | None,
     eos: frozenset[int],
     term: str,
 ) -> int:
-    """Decodes a generated segment's fields for one row; returns the model calls."""
+    """Decodes a generated segment's fields for every row; returns the model calls.
+
+    With native decoding the rows decode each field in lockstep (one step for all rows
+    that have not ended); on the MLX path they decode one after the other.
+    """
+    decoder = decoder_for(engine)
+    if decoder is not None:
+        return _generate_rows(
+            engine, schema, rows, range(len(rows)), names, max_new_tokens, eos, term, decoder
+        )
+    return sum(
+        _generate_rows(engine, schema, [row], [r], names, max_new_tokens, eos, term, None)
+        for r, row in enumerate(rows)
+    )
+
+
+def _generate_rows(
+    engine: Engine,
+    schema: Schema,
+    rows: Sequence[_Row],
+    index: Sequence[int],
+    names: Sequence[str],
+    max_new_tokens: int | None,
+    eos: frozenset[int],
+    term: str,
+    decoder: Any,
+) -> int:
+    """Decodes a generated segment's fields for `rows` (their positions in the batch are
+    `index`) together; returns the model calls."""
     calls = 0
-    prefix, ids, text = row.text, [], ""
+    prefix = [row.text for row in rows]
+    texts = ["" for _ in rows]
+    ids: list[list[int]] = [[] for _ in rows]
     tok = engine.tokenizer
     for name in names:
         spec = schema.field(name)
@@ -271,28 +306,31 @@ def _generate(
         key_ids = engine.encode_ids(key)
         with mx.stream(engine.stream), engine.kernels():
             try:
-                value, n = decode_field(
+                values, pending, n = decode_rows(
                     engine.passes,
-                    row.cache,
-                    [*row.pending, *key_ids],
+                    [row.cache for row in rows],
+                    [[*row.pending, *key_ids] for row in rows],
                     guide,
                     spec,
                     limit,
                     tok,
                     terminator=end,
                     max_position=engine.context_window,
+                    decoder=decoder,
                 )
             except GenerationLimitError as e:
-                e.context_index = r
+                e.context_index = index[e.context_index or 0]
                 raise
         calls += n
-        row.generated[name] = value
-        row.pending = [value.token_ids[-1]]
-        piece = key + value.text + end
-        text += piece
-        ids += [*key_ids, *value.token_ids]
-    row.segments.append(Segment("generated", tuple(names), prefix, text, tuple(ids)))
-    row.text += text
+        for j, row in enumerate(rows):
+            value = values[j]
+            row.generated[name] = value
+            row.pending = pending[j]
+            texts[j] += key + value.text + end
+            ids[j] += [*key_ids, *value.token_ids]
+    for j, row in enumerate(rows):
+        row.segments.append(Segment("generated", tuple(names), prefix[j], texts[j], tuple(ids[j])))
+        row.text += texts[j]
     return calls
 
 

@@ -3,7 +3,8 @@
 `compile_c` builds a C file into a shared library once per source, flags and machine, in
 the pcd-tools cache. `load_cpu_kernels` builds `_cpu_kernels.c` that way and loads it
 with its C signatures declared; `cpu_kernels` dispatches to it and `platform.doctor`
-reports on it. This module imports neither mlx nor the other engine modules, so both can
+reports on it. `load_decode_kernels` does the same for `_decode.c`, the native int8
+decode step that `fast_decode` drives. This module imports neither mlx nor the other engine modules, so both can
 use it.
 """
 
@@ -21,9 +22,19 @@ from typing import Any
 
 from pcd_tools.errors import NativeBuildError
 
-__all__ = ["cache_dir", "compile_c", "load_cpu_kernels"]
+__all__ = [
+    "DecodeLayer",
+    "DecodeLin",
+    "DecodeModel",
+    "DecodeRow",
+    "cache_dir",
+    "compile_c",
+    "load_cpu_kernels",
+    "load_decode_kernels",
+]
 
 _KERNELS_SOURCE = Path(__file__).with_name("_cpu_kernels.c")
+_DECODE_SOURCE = Path(__file__).with_name("_decode.c")
 
 
 def cache_dir() -> Path:
@@ -125,3 +136,113 @@ def load_cpu_kernels(gemm: int | None) -> tuple[Any, str]:
     lib.pcd_softmax_row.restype = ctypes.c_float
     lib.gemm = gemm  # type: ignore[attr-defined]
     return lib, f"on ({lib.pcd_attention_simd_width()}-bit softmax): {note}"
+
+
+def load_decode_kernels() -> Any:
+    """Build (once, on disk) and load `_decode.c`, its functions declared.
+
+    Returns:
+        The ctypes library.
+
+    Raises:
+        NativeBuildError: No C compiler, an unwritable cache, a failed compile, or a
+            library that does not load.
+    """
+    path, _ = compile_c(
+        _DECODE_SOURCE, "decode", flags=("-O3", "-fno-math-errno"), libs=("-lpthread", "-lm")
+    )
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise NativeBuildError(f"cannot load {path}: {exc}") from exc
+    p, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
+    lib.pcd_decode_path.argtypes = [i32]
+    lib.pcd_decode_path.restype = i32
+    lib.pcd_pool_new.argtypes = [i32, i32]
+    lib.pcd_pool_new.restype = p
+    lib.pcd_pool_threads.argtypes = [p]
+    lib.pcd_pool_threads.restype = i32
+    lib.pcd_pool_free.argtypes = [p]
+    lib.pcd_pool_free.restype = None
+    lib.pcd_decode_step.argtypes = [p, p, p, i32, p, i32, i32]
+    lib.pcd_decode_step.restype = i32
+    lib.pcd_quantize_q8.argtypes = [p, i64, i64, p, p, p, i32, i32]
+    lib.pcd_quantize_q8.restype = None
+    return lib
+
+
+# --- the structures of `_decode.c` (same order and types) ---------------------------------
+
+
+class DecodeLin(ctypes.Structure):
+    """`pcd_lin_t`: one matrix (8-bit or float32), its block scales and minimums, bias."""
+
+    _fields_ = [
+        ("w", ctypes.c_void_p),
+        ("s", ctypes.c_void_p),
+        ("mn", ctypes.c_void_p),
+        ("bias", ctypes.c_void_p),
+        ("rows", ctypes.c_int32),
+        ("cols", ctypes.c_int32),
+    ]
+
+
+class DecodeLayer(ctypes.Structure):
+    """`pcd_layer_t`: a transformer layer's norms and matrices."""
+
+    _fields_ = [
+        ("attn_norm", ctypes.c_void_p),
+        ("mlp_norm", ctypes.c_void_p),
+        ("qkv", DecodeLin),
+        ("o", DecodeLin),
+        ("gate_up", DecodeLin),
+        ("down", DecodeLin),
+    ]
+
+
+class DecodeModel(ctypes.Structure):
+    """`pcd_model_t`: the shapes, the layers, the head and the RoPE tables."""
+
+    _fields_ = [
+        *[
+            (n, ctypes.c_int32)
+            for n in [
+                "n_layers",
+                "hidden",
+                "n_heads",
+                "n_kv_heads",
+                "head_dim",
+                "inter",
+                "vocab",
+                "wbits",
+                "rope_traditional",
+                "rope_dims",
+                "rope_len",
+                "pad",
+            ]
+        ],
+        ("eps", ctypes.c_float),
+        ("attn_scale", ctypes.c_float),
+        ("embed", ctypes.c_void_p),
+        ("final_norm", ctypes.c_void_p),
+        ("rope_cos", ctypes.c_void_p),
+        ("rope_sin", ctypes.c_void_p),
+        ("layers", ctypes.c_void_p),
+        ("head", DecodeLin),
+    ]
+
+
+class DecodeRow(ctypes.Structure):
+    """`pcd_row_t`: one sequence of a step: its token, positions and K/V."""
+
+    _fields_ = [
+        ("token", ctypes.c_int32),
+        ("n_prefix", ctypes.c_int32),
+        ("n_new", ctypes.c_int32),
+        ("cap", ctypes.c_int32),
+        ("pk", ctypes.c_void_p),
+        ("pv", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("nk", ctypes.c_void_p),
+        ("nv", ctypes.c_void_p),
+    ]
