@@ -33,7 +33,7 @@ from ..schema import FieldSpec
 from ..schema.spec import Generation
 from .grammar import token_bytes, vocabulary
 from .platform import import_mlx
-from .value_regex import field_regex
+from .value_regex import field_regex, opener
 
 mx = import_mlx()
 
@@ -131,6 +131,8 @@ class FieldGuide:
         limits: The character and item counts the regex leaves to the decoder.
         masks: Index state -> allowed token ids as a boolean mask, filled as met.
         build_ms: Wall time of building the index.
+        opener: What the value starts with, written with the key instead of decoded
+            (`value_regex.opener`: `"` for a string or a date, `[` for a list, or "").
     """
 
     regex: str
@@ -139,6 +141,12 @@ class FieldGuide:
     limits: TextLimits
     masks: dict[int, np.ndarray]
     build_ms: float
+    opener: str = ""
+
+    @property
+    def limit_start(self) -> LimitState:
+        """The length walker's state after the opener (inside the string after `"`)."""
+        return (True, False, 0, 0, False) if self.opener == '"' else TextLimits.start
 
     def mask(self, state: int, n_vocab: int) -> np.ndarray:
         """The tokens the index allows from `state` (EOS never)."""
@@ -171,7 +179,8 @@ def field_guide(
     import outlines_core
 
     assert spec.generation is not None
-    regex = field_regex(spec.generation, spec.optional, terminator)
+    first = opener(spec.generation, spec.optional)
+    regex = field_regex(spec.generation, spec.optional, terminator, opened=True)
     vocab, n_vocab, _ = vocabulary(tokenizer, model, eos)
     table = token_bytes(tokenizer, n_vocab)
     per_tok = _CACHE.setdefault(tokenizer, OrderedDict())
@@ -179,7 +188,7 @@ def field_guide(
     hit = per_tok.get(key)
     if hit is not None:
         per_tok.move_to_end(key)
-        return FieldGuide(regex, hit[0], table, TextLimits(spec.generation), hit[1], hit[2])
+        return FieldGuide(regex, hit[0], table, TextLimits(spec.generation), hit[1], hit[2], first)
     t0 = time.perf_counter()
     try:
         index = outlines_core.Index(regex, vocab)
@@ -196,7 +205,7 @@ def field_guide(
         per_tok[key] = (index, masks, ms)
         while len(per_tok) > _GUIDES_KEPT:
             per_tok.popitem(last=False)
-    return FieldGuide(regex, index, table, TextLimits(spec.generation), masks, ms)
+    return FieldGuide(regex, index, table, TextLimits(spec.generation), masks, ms, first)
 
 
 @dataclass(frozen=True)
@@ -269,7 +278,8 @@ class _Row:
 
     def __init__(self, guide: FieldGuide, first: np.ndarray, t0: float):
         self.state = guide.index.get_initial_state()
-        self.lstate: Any = TextLimits.start
+        self.lstate: Any = guide.limit_start
+        self.opener = guide.opener  # written with the key; part of the value's text
         self.ids: list[int] = []
         self.lps: list[float] = []
         self.logits = first
@@ -376,7 +386,11 @@ def decode_rows(
         ms = ((row.t1 or time.perf_counter()) - row.t0) * 1e3
         values.append(
             GeneratedValue(
-                spec.name, text[: len(text) - len(terminator)], tuple(row.ids), tuple(row.lps), ms
+                spec.name,
+                guide.opener + text[: len(text) - len(terminator)],
+                tuple(row.ids),
+                tuple(row.lps),
+                ms,
             )
         )
         pending.append(list(row.ids) if decoder is not None else row.ids[-1:])
@@ -396,7 +410,7 @@ def _check(
     from ..errors import ContextTooLongError
 
     if len(row.ids) >= limit:
-        partial = tokenizer.decode(row.ids)
+        partial = row.opener + tokenizer.decode(row.ids)
         raise GenerationLimitError(
             f"{spec.name}: the generated value did not end within max_new_tokens={limit} "
             f"tokens; generated so far: {partial!r}. Accepted: a larger max_new_tokens "
@@ -472,7 +486,7 @@ def _pick(
             f"{guide.regex!r} after {tokenizer.decode(ids)!r}; accepted: a pattern whose "
             "characters the tokenizer can write.",
             field=spec.name,
-            partial_text=tokenizer.decode(ids),
+            partial_text=guide.opener + tokenizer.decode(ids),
         )
     if not guide.limits.active:
         return best, lstate
@@ -489,5 +503,5 @@ def _pick(
         "accepted: lengths the pattern can always meet, or the lengths written into the "
         "pattern itself (e.g. [a-z]{1,20}).",
         field=spec.name,
-        partial_text=tokenizer.decode(ids),
+        partial_text=guide.opener + tokenizer.decode(ids),
     )

@@ -302,7 +302,7 @@ def _generate_rows(
         limit = spec.generation.max_new_tokens or max_new_tokens or DEFAULT_MAX_NEW_TOKENS
         end = "\n}" if name == schema.fields[-1].name else term
         guide = field_guide(tok, engine.model, eos, spec, end)
-        key = field_suffix(spec)
+        key = field_suffix(spec) + guide.opener  # the opening quote is written, not decoded
         key_ids = engine.encode_ids(key)
         with mx.stream(engine.stream), engine.kernels():
             try:
@@ -326,7 +326,7 @@ def _generate_rows(
             value = values[j]
             row.generated[name] = value
             row.pending = pending[j]
-            texts[j] += key + value.text + end
+            texts[j] += field_suffix(spec) + value.text + end  # value.text has the opener
             ids[j] += [*key_ids, *value.token_ids]
     for j, row in enumerate(rows):
         row.segments.append(Segment("generated", tuple(names), prefix[j], texts[j], tuple(ids[j])))

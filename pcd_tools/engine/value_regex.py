@@ -29,6 +29,7 @@ __all__ = [
     "field_regex",
     "int_range",
     "json_string_pattern",
+    "opener",
     "value_regex",
 ]
 
@@ -248,10 +249,33 @@ def value_regex(gen: Generation) -> str:
     return f'"{DATE}T{TIME}"'
 
 
-def field_regex(gen: Generation, optional: bool, terminator: str) -> str:
+def opener(gen: Generation, optional: bool) -> str:
+    """What every value of the field starts with, written with its key instead of
+    decoded: `"` for a string or a date, `[` for a list (nothing when it may be `null`).
+
+    Decoding the opening quote lets a tokenizer's merged tokens (`",` , `" `) stand for
+    the quote plus the value's first characters, and a small model takes the `",` it
+    knows from closing strings: values then start with a stray `, `. Written with the
+    key, the quote is in the prompt and the first decoded token is the value's own.
+    """
+    if optional:
+        return ""
+    return (
+        "["
+        if gen.type == "string_list"
+        else '"'
+        if gen.type in ("string", "date", "datetime")
+        else ""
+    )
+
+
+def field_regex(gen: Generation, optional: bool, terminator: str, opened: bool = False) -> str:
     """A generated field's value (or `null` when optional) followed by `terminator`
-    (`,` or `\\n}`), the text its decoding must produce."""
+    (`,` or `\\n}`), the text its decoding must produce; with `opened`, less its
+    `opener` (already written with the key)."""
     value = value_regex(gen)
+    if opened and opener(gen, optional):
+        value = value[2:] if value.startswith("\\[") else value[1:]
     if optional:
         value = f"(?:{value}|null)"
     term = "".join({"\n": r"\n", "}": r"\}"}.get(c, c) for c in terminator)

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, StringConstraints, create_model
 
+from pcd_tools.engine.value_regex import opener
 from pcd_tools.errors import (
     GenerationLimitError,
     InvalidArgumentError,
@@ -108,8 +109,9 @@ def test_generated_results_have_no_probability_and_downstream_handles_it(tiny):
     assert r.generated and r.probability is None and r.distribution == {}
     assert r.top_choices == [] and r.margin is None and r.entropy is None
     assert r.cardinality == 0 and r.expected is None
+    # the opening quote is written with the key; the value's own tokens are decoded
     assert r.tokens == len(d.segments[0].token_ids) - len(
-        tiny.engine.encode_ids('\n  "reasoning": ')
+        tiny.engine.encode_ids('\n  "reasoning": "')
     )
     assert r.generation_ms > 0 and r.mean_logprob < 0
     scored = [f.probability for f in d.fields.values() if not f.generated]
@@ -190,7 +192,9 @@ def test_the_token_limit_raises_with_the_partial_text(tiny):
         tiny.decide(Reasoned, CONTEXT, max_new_tokens=3)
     err = e.value
     assert (err.field, err.limit, err.context_index) == ("reasoning", 3, 0)
-    assert len(tiny.engine.encode_ids(err.partial_text)) == 3 and err.partial_text.startswith('"')
+    # the opening quote was written with the key: three decoded tokens after it
+    assert err.partial_text.startswith('"')
+    assert len(tiny.engine.encode_ids(err.partial_text[1:])) == 3
     assert "max_new_tokens=3" in str(err)
 
     class OwnLimit(BaseModel):
@@ -302,7 +306,10 @@ def test_the_grammar_is_always_respected(tiny, case):
         d = tiny.decide(model, CONTEXT, max_new_tokens=limit)
     except GenerationLimitError as e:
         assert e.limit == limit
-        assert len(tiny.engine.encode_ids(e.partial_text)) == limit
+        spec = compile_schema(model).field(e.field)
+        lead = opener(spec.generation, spec.optional)  # written with the key, not decoded
+        assert e.partial_text.startswith(lead)
+        assert len(tiny.engine.encode_ids(e.partial_text[len(lead) :])) == limit
         return
     assert isinstance(d.value, model)
     if d.json_text is None:  # every drawn int had a small range: all fields are scored
