@@ -72,7 +72,7 @@ def run_checked(src: str, ns: dict[str, Any], label: str) -> list[str]:
 
 def test_the_readme_blocks_are_all_run_here():
     assert len(_blocks(README)) == len(QUICK) + len(AGENTS) + len(SERVE) + len(SCALE)
-    assert len(QUICK) == 4 and len(AGENTS) == 5 and len(SERVE) == 2 and len(SCALE) == 1
+    assert len(QUICK) == 5 and len(AGENTS) == 5 and len(SERVE) == 2 and len(SCALE) == 1
 
 
 def test_quick_start_runs_as_written(real, monkeypatch):
@@ -107,6 +107,26 @@ def test_schemas_section_runs_as_written(real):
     assert sum(table.values()) == pytest.approx(1.0)
 
 
+def test_free_text_section_runs_as_written(real):
+    from typing import Literal
+
+    from pydantic import BaseModel, Field
+
+    ns: dict[str, Any] = {
+        "__name__": "readme",
+        "decider": real,
+        "BaseModel": BaseModel,
+        "Field": Field,
+        "Literal": Literal,
+    }
+    checked = run_checked(QUICK[3], ns, "free text")
+    assert len(checked) == 4
+    d = ns["d"]
+    assert len(d.value.reasoning) <= 80 and len(d.value.reply_draft) <= 80
+    total = d.prefill_ms + d.suffix_eval_ms + d.generate_ms
+    assert total == pytest.approx(d.elapsed_ms, rel=0.05)
+
+
 def test_without_labels_section_runs_as_written(real):
     # the quick start defines Triage, decider and tickets; run it on the session's model
     ns: dict[str, Any] = {"__name__": "readme", "real": real}
@@ -114,7 +134,7 @@ def test_without_labels_section_runs_as_written(real):
     assert quick != QUICK[0]
     with contextlib.redirect_stdout(io.StringIO()):
         exec(compile(quick, "README.md (quick start)", "exec", dont_inherit=True), ns)
-    checked = run_checked(QUICK[3], ns, "without labels")
+    checked = run_checked(QUICK[4], ns, "without labels")
     assert len(checked) == 3
 
 
