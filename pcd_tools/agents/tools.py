@@ -163,7 +163,7 @@ class DecisionTool(BaseTool):
                 self._context(kwargs),
                 temperature=self.temperature,
                 orders=self.orders,
-                max_new_tokens=self.max_new_tokens,
+                **({} if self.max_new_tokens is None else {"max_new_tokens": self.max_new_tokens}),
             )
         except SchemaError:
             raise  # a programming error, not something the calling model can fix
