@@ -22,19 +22,15 @@ one JSON-ready dict per scenario; `pcd bench` (`pcd_tools.cli.bench`) prints the
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from .bench_scenarios import _select, load_scenarios, peak_rss, probe
 from .errors import InvalidArgumentError
+from .peer import PEER
 
 __all__ = [
     "ALL_METHODS",
@@ -51,66 +47,7 @@ __all__ = [
 ]
 
 METHODS = ("pcd", "greedy", "constrained")
-PEER = "llamacpp"
 ALL_METHODS = (*METHODS, PEER)
-_PKG_NAME = "pcd_bench_scenarios"
-
-
-# --- scenarios ---------------------------------------------------------------------------
-
-
-def default_scenarios_dir() -> Path:
-    """`benchmarks/scenarios` next to the package (editable install), else under the cwd."""
-    beside = Path(__file__).resolve().parent.parent / "benchmarks" / "scenarios"
-    here = Path.cwd() / "benchmarks" / "scenarios"
-    return beside if (beside / "__init__.py").is_file() or not here.is_dir() else here
-
-
-def load_scenarios(directory: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Imports the scenarios package and returns its `SCENARIOS` registry.
-
-    Args:
-        directory: The `scenarios` package directory; default `default_scenarios_dir()`.
-
-    Raises:
-        InvalidArgumentError: if the directory has no `__init__.py` with `SCENARIOS`.
-    """
-    d = Path(directory) if directory is not None else default_scenarios_dir()
-    init = d / "__init__.py"
-    if not init.is_file():
-        raise InvalidArgumentError(
-            f"no benchmark scenarios at {d} (expected a package with __init__.py). "
-            "`pcd bench` reads them from the repository's benchmarks/scenarios: run it from an "
-            "editable install (`pip install -e .`) or pass --scenarios-dir PATH."
-        )
-    name = f"{_PKG_NAME}_{abs(hash(str(d.resolve())))}"
-    mod = sys.modules.get(name)
-    if mod is None:
-        spec = importlib.util.spec_from_file_location(
-            name, init, submodule_search_locations=[str(d)]
-        )
-        if spec is None or spec.loader is None:  # pragma: no cover - importlib contract
-            raise InvalidArgumentError(f"cannot import the scenarios package at {d}.")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        try:
-            spec.loader.exec_module(mod)
-        except BaseException:
-            del sys.modules[name]
-            raise
-    scenarios = getattr(mod, "SCENARIOS", None)
-    if not isinstance(scenarios, dict) or not scenarios:
-        raise InvalidArgumentError(f"{init} defines no SCENARIOS registry (a non-empty dict).")
-    return scenarios
-
-
-def _select(scenarios: dict[str, Any], names: list[str] | None) -> list[Any]:
-    if not names:
-        return list(scenarios.values())
-    unknown = [n for n in names if n not in scenarios]
-    if unknown:
-        raise InvalidArgumentError(f"unknown scenario(s) {unknown}; accepted: {sorted(scenarios)}.")
-    return [scenarios[n] for n in names]
 
 
 # --- measurement -------------------------------------------------------------------------
@@ -158,7 +95,9 @@ def measure(
 
     step = advance or (lambda label: None)
     compiled = compile_schema(scenario.schema)
-    peer = _peer(decider) if PEER in methods else None
+    from .peer import bench_peer, peer_keys
+
+    peer = bench_peer(decider) if PEER in methods else None
     if PEER in methods and peer is None:
         methods = tuple(m for m in methods if m != PEER)
     ctx = scenario.context
@@ -246,51 +185,10 @@ def measure(
             out[f"speedup_vs_{name}"] = out[f"{name}_ms"] / out["warm_pcd_ms"]
             out[f"speedup_vs_{name}_cold_pcd"] = out[f"{name}_ms"] / out["pcd_ms"]
     if peer is not None:
-        out.update(_peer_keys(rec, out))
+        out.update(peer_keys(rec, out))
     if throughput > 0 and "pcd" in methods:
         out.update(_throughput(decider, compiled, scenario, throughput, step))
     return out
-
-
-_PEERS: dict[int, Any] = {}
-
-
-def _peer(decider: Any) -> Any:
-    """The llama.cpp peer of `decider` (loaded once per decider), or None when it cannot
-    run here (a non-GGUF model, a llama.cpp build for another CPU): said once on stderr."""
-    from .peer import LlamaCppPeer, PeerUnavailableError
-
-    key = id(decider)
-    if key not in _PEERS:
-        _PEERS.clear()  # one model at a time
-        try:
-            _PEERS[key] = LlamaCppPeer(decider)
-        except PeerUnavailableError as e:
-            print(f"llama.cpp peer skipped: {e}", file=sys.stderr)
-            _PEERS[key] = None
-    return _PEERS[key]
-
-
-def _peer_keys(rec: dict[str, list[Any]], out: dict[str, Any]) -> dict[str, Any]:
-    """llama.cpp's keys: warm and cold times, tokens, validity, agreement with PCD."""
-    keys: dict[str, Any] = {}
-    keys[f"{PEER}_ms"], keys[f"{PEER}_ms_min"], keys[f"{PEER}_ms_max"] = _stats(rec[PEER])
-    keys[f"{PEER}_cold_ms"], keys[f"{PEER}_cold_ms_min"], keys[f"{PEER}_cold_ms_max"] = _stats(
-        rec[f"{PEER}_cold"]
-    )
-    keys[f"{PEER}_prefill_ms"] = statistics.median(rec[f"{PEER}_prefill"])
-    keys[f"{PEER}_tokens"] = int(statistics.median(rec[f"{PEER}_tokens"]))
-    keys[f"{PEER}_schema_match"] = all(rec[f"{PEER}_match"])
-    keys[f"{PEER}_output"] = rec[f"{PEER}_text"][-1]
-    values = rec[f"{PEER}_values"][-1]
-    answer = out.get("pcd_answer")
-    if answer is not None:
-        same = sum(values is not None and values.get(k) == v for k, v in answer.items())
-        keys[f"{PEER}_agreement"] = same / max(1, len(answer))
-    if "warm_pcd_ms" in out:
-        keys[f"speedup_vs_{PEER}"] = keys[f"{PEER}_ms"] / out["warm_pcd_ms"]
-        keys[f"speedup_vs_{PEER}_cold"] = keys[f"{PEER}_cold_ms"] / out["pcd_ms"]
-    return keys
 
 
 def _throughput(decider: Any, compiled: Any, scenario: Any, n: int, step: Any) -> dict[str, Any]:
@@ -312,78 +210,6 @@ def _throughput(decider: Any, compiled: Any, scenario: Any, n: int, step: Any) -
         "decide_many_rps": n / many,
         "decide_many_speedup": seq / many,
     }
-
-
-# --- peak memory in fresh processes ------------------------------------------------------
-
-
-def _rss_kb(key: str) -> int | None:
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def probe(
-    method: str, scenario: str, scenarios_dir: str | None = None, model: str | None = None
-) -> dict[str, float]:
-    """Loads, resets the RSS high-water mark, runs one method once; the child of `peak_rss`.
-
-    Args:
-        method: One of `METHODS`.
-        scenario: The scenario's name.
-        scenarios_dir: The scenarios package directory; default `default_scenarios_dir()`.
-        model: The model source for `Decider.load`; default the embedded model.
-
-    Returns:
-        `peak_rss_mb` (during the request) and `rss_after_load_mb`.
-    """
-    import resource
-
-    from .decider import Decider
-    from .engine.baseline import constrained_json, greedy_json
-
-    sc = _select(load_scenarios(scenarios_dir), [scenario])[0]
-    decider = Decider.load(model)
-    after_load = _rss_kb("VmRSS") or 0
-    reset = False
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")  # resets VmHWM to the current RSS
-        reset = True
-    except OSError:
-        pass
-    if method == "pcd":
-        decider.decide(sc.schema, sc.context)
-    elif method == "greedy":
-        greedy_json(decider, sc.schema, sc.context)
-    else:
-        constrained_json(decider, sc.schema, sc.context)
-    peak = _rss_kb("VmHWM") if reset else None
-    if peak is None:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"peak_rss_mb": peak / 1024, "rss_after_load_mb": after_load / 1024}
-
-
-def peak_rss(
-    method: str, scenario: str, scenarios_dir: str | None, model: str | None
-) -> dict[str, float]:
-    """Peak RSS (MB) of one cold request of `method` in a fresh process, and RSS after load."""
-    request = {
-        "method": method,
-        "scenario": scenario,
-        "scenarios_dir": scenarios_dir,
-        "model": model,
-    }
-    cmd = [sys.executable, "-m", "pcd_tools.bench", json.dumps(request)]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"memory probe {method}/{scenario} failed:\n{done.stderr[-2000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 # --- a whole run -------------------------------------------------------------------------
@@ -547,7 +373,3 @@ def run_bench(
         step = None if advance is None else (lambda label, n=sc.name: advance(n, label))
         results.append(bench_scenario(decider, sc, plan, advance=step))
     return results
-
-
-if __name__ == "__main__":  # the memory probe: `python -m pcd_tools.bench '{"method": ...}'`
-    print(json.dumps(probe(**json.loads(sys.argv[1]))))

@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import json
 import time
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from .errors import GenerationError, GenerationLimitError, InvalidArgumentError
 from .joint import answers
 from .result import BatchTiming, Decision, FieldResult
 from .schema import FieldSpec, Schema
-from .schema.spec import Generation, python_type
+from .schema.spec import value_adapter
 from .waves import WaveAnswers
 
 if TYPE_CHECKING:
@@ -81,12 +80,6 @@ def check_hybrid_options(schema: Schema, *, orders: int, scoring: str, method: s
             "them; accepted: orders=1, scoring='full' or 'constrained', calibration 'none' or "
             "a fitted calibration."
         )
-
-
-@lru_cache(maxsize=256)
-def value_adapter(gen: Generation, optional: bool) -> TypeAdapter[Any]:
-    """The (cached) Pydantic validator of a generated field's value."""
-    return TypeAdapter(python_type(gen, optional))
 
 
 def generated_result(spec: FieldSpec, value: GeneratedValue) -> FieldResult:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -30,11 +31,14 @@ from typing import Any
 from .errors import PcdToolsError
 
 __all__ = [
+    "PEER",
     "LlamaCppPeer",
     "PeerRun",
     "PeerUnavailableError",
     "after_brace",
+    "bench_peer",
     "peer_available",
+    "peer_keys",
     "probe_model",
 ]
 
@@ -252,3 +256,51 @@ class LlamaCppPeer:
         text = tk.decode(ids)
         result = build_result(compiled, text, token_spans(tk, ids), [], 0, (t0, t1, t2))
         return PeerRun((t2 - t0) * 1e3, (t1 - t0) * 1e3, len(ids), text, result)
+
+
+# --- in `pcd bench` ------------------------------------------------------------------
+
+PEER = "llamacpp"
+
+
+def _stats(xs: list[float]) -> tuple[float, float, float]:
+    return statistics.median(xs), min(xs), max(xs)
+
+
+_PEERS: dict[int, Any] = {}
+
+
+def bench_peer(decider: Any) -> Any:
+    """The llama.cpp peer of `decider` (loaded once per decider), or None when it cannot
+    run here (a non-GGUF model, a llama.cpp build for another CPU): said once on stderr."""
+    key = id(decider)
+    if key not in _PEERS:
+        _PEERS.clear()  # one model at a time
+        try:
+            _PEERS[key] = LlamaCppPeer(decider)
+        except PeerUnavailableError as e:
+            print(f"llama.cpp peer skipped: {e}", file=sys.stderr)
+            _PEERS[key] = None
+    return _PEERS[key]
+
+
+def peer_keys(rec: dict[str, list[Any]], out: dict[str, Any]) -> dict[str, Any]:
+    """llama.cpp's keys: warm and cold times, tokens, validity, agreement with PCD."""
+    keys: dict[str, Any] = {}
+    keys[f"{PEER}_ms"], keys[f"{PEER}_ms_min"], keys[f"{PEER}_ms_max"] = _stats(rec[PEER])
+    keys[f"{PEER}_cold_ms"], keys[f"{PEER}_cold_ms_min"], keys[f"{PEER}_cold_ms_max"] = _stats(
+        rec[f"{PEER}_cold"]
+    )
+    keys[f"{PEER}_prefill_ms"] = statistics.median(rec[f"{PEER}_prefill"])
+    keys[f"{PEER}_tokens"] = int(statistics.median(rec[f"{PEER}_tokens"]))
+    keys[f"{PEER}_schema_match"] = all(rec[f"{PEER}_match"])
+    keys[f"{PEER}_output"] = rec[f"{PEER}_text"][-1]
+    values = rec[f"{PEER}_values"][-1]
+    answer = out.get("pcd_answer")
+    if answer is not None:
+        same = sum(values is not None and values.get(k) == v for k, v in answer.items())
+        keys[f"{PEER}_agreement"] = same / max(1, len(answer))
+    if "warm_pcd_ms" in out:
+        keys[f"speedup_vs_{PEER}"] = keys[f"{PEER}_ms"] / out["warm_pcd_ms"]
+        keys[f"speedup_vs_{PEER}_cold"] = keys[f"{PEER}_cold_ms"] / out["pcd_ms"]
+    return keys

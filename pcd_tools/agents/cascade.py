@@ -39,8 +39,8 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import BaseModel, ValidationError
 
 from ..errors import InvalidArgumentError
-from ..hybrid import value_adapter
 from ..schema import FieldSpec, compile_schema
+from ..schema.spec import value_adapter
 from .errors import CascadeError, LowConfidenceError
 from .stages import (
     ChatModelStage,

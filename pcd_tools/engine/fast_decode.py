@@ -53,6 +53,17 @@ from typing import Any
 import numpy as np
 
 from ..errors import DecodeUnavailableError, InvalidArgumentError, NativeBuildError
+from .decode_parts import (
+    QB,
+    _default_threads,
+    _dense,
+    _embedding,
+    _isa_from_env,
+    _np,
+    _rope_tables,
+    _ThreadTuner,
+    unsupported_reason,
+)
 from .native import DecodeLayer, DecodeLin, DecodeModel, DecodeRow
 from .platform import import_mlx
 
@@ -68,9 +79,7 @@ __all__ = [
 ]
 
 DECODE_MODES = ("auto", "int8", "mlx")
-_ISAS = {"auto": 0, "avx512": 512, "512": 512, "avx2": 256, "256": 256, "scalar": 1, "1": 1}
-_ARCHS = ("mlx_lm.models.llama", "mlx_lm.models.qwen2")
-_QB = 32
+_QB = QB
 _SCHEMES = ("affine", "symmetric", "auto")
 _SPIN = 2000  # pause loops (~50-150 us) before a waiting thread sleeps
 _ROPE_MIN = 4096
@@ -98,141 +107,6 @@ def check_decode(value: Any, source: str = "decode") -> str:
             "(native int8 steps, an error where unavailable) or 'mlx' (MLX float32 steps)."
         )
     return value
-
-
-def _np(a: Any) -> np.ndarray:
-    """A float32 numpy array of an MLX array: a view when it is float32 already."""
-    if a.dtype != mx.float32:
-        a = a.astype(mx.float32)
-    mx.eval(a)
-    return np.ascontiguousarray(np.array(a, copy=False))
-
-
-def _dense(layer: Any) -> tuple[np.ndarray, np.ndarray | None]:
-    """A linear layer's float32 weight (out, in) and bias."""
-    import mlx.nn as nn
-
-    if isinstance(layer, nn.QuantizedLinear):
-        w = mx.dequantize(layer.weight, layer.scales, layer.biases, layer.group_size, layer.bits)
-    elif isinstance(layer, nn.Linear):
-        w = layer.weight
-    else:
-        raise TypeError(f"{type(layer).__name__} is not a linear layer")
-    return _np(w), (_np(layer["bias"]) if "bias" in layer else None)
-
-
-def _embedding(emb: Any) -> np.ndarray:
-    import mlx.nn as nn
-
-    if isinstance(emb, nn.QuantizedEmbedding):
-        return _np(mx.dequantize(emb.weight, emb.scales, emb.biases, emb.group_size, emb.bits))
-    return _np(emb.weight)
-
-
-def unsupported_reason(model: Any, device: str) -> str | None:
-    """Why native int8 decoding cannot run `model` on `device`, or None if it can."""
-    import mlx.nn as nn
-
-    if device != "cpu":
-        return f"the engine runs on {device!r}; native decoding is for CPU engines"
-    if type(model).__module__ not in _ARCHS:
-        return f"{type(model).__module__}.{type(model).__name__} is not a llama or qwen2 model"
-    inner: Any = getattr(model, "model", None)
-    layers = list(getattr(inner, "layers", []) or [])
-    if not layers or not hasattr(inner, "embed_tokens"):
-        return "the model has no transformer layers or token embedding to read"
-    if any(getattr(layer, "use_sliding", False) for layer in layers):
-        return "the model has sliding-window attention layers"
-    a = layers[0].self_attn
-    if not all(isinstance(n, nn.RMSNorm) for n in (layers[0].input_layernorm, inner.norm)):
-        return "the model's norms are not RMSNorm"
-    args = getattr(model, "args", None)
-    hidden = int(getattr(args, "hidden_size", 0) or 0)
-    inter = int(getattr(args, "intermediate_size", 0) or 0)
-    width = int(a.q_proj.weight.shape[0])  # output rows: the same for quantized layers
-    if not hidden or not inter or hidden % _QB or inter % _QB or width % _QB:
-        return (
-            f"the hidden ({hidden}), MLP ({inter}) or attention ({width}) width is not a "
-            f"multiple of {_QB}"
-        )
-    return None
-
-
-def _rope_tables(rope: Any, head_dim: int, n: int, check: bool) -> tuple[Any, ...]:
-    """cos and sin (n, dims / 2) of the model's rope module at positions [0, n), probed
-    from the module itself (it rotates pairs (i1[k], i2[k]) by angle k); its layout and
-    rotated dims. With `check`, None unless they reproduce the module on random vectors."""
-    dims = int(getattr(rope, "dims", head_dim))
-    trad = bool(getattr(rope, "traditional", False))
-    idx = np.arange(dims)
-    i1, i2 = (idx[0::2], idx[1::2]) if trad else (idx[: dims // 2], idx[dims // 2 :])
-    probe = np.zeros((1, 1, n, head_dim), np.float32)
-    probe[..., i1] = 1.0
-    out = np.array(rope(mx.array(probe), offset=0).astype(mx.float32))[0, 0]
-    cos, sin = np.ascontiguousarray(out[:, i1]), np.ascontiguousarray(out[:, i2])
-    rng = np.random.default_rng(0)
-    for off in (0, 7, n - 2) if check else ():
-        x = rng.standard_normal((2, head_dim)).astype(np.float32)
-        want = np.array(rope(mx.array(x[None, None]), offset=off).astype(mx.float32))[0, 0]
-        c, s_, got = cos[off : off + 2], sin[off : off + 2], x.copy()
-        got[:, i1] = x[:, i1] * c - x[:, i2] * s_
-        got[:, i2] = x[:, i1] * s_ + x[:, i2] * c
-        if not np.allclose(got, want, rtol=1e-4, atol=1e-4):
-            return None, None, trad, dims
-    return cos, sin, trad, dims
-
-
-def _isa_from_env(isa: str | int | None) -> int:
-    if isa is None:
-        isa = os.environ.get("PCD_DECODE_ISA", "auto")
-    key = str(isa).strip().lower()
-    if key not in _ISAS:
-        raise InvalidArgumentError(
-            f"decode ISA {isa!r} is not known; accepted: {sorted(set(_ISAS) - {'512', '256', '1'})}"
-        )
-    return _ISAS[key]
-
-
-def _default_threads() -> int:
-    """`$PCD_DECODE_THREADS`, else the CPUs this process may use (its affinity mask, less
-    a cgroup quota: `cpus.usable_cpus`)."""
-    from .cpus import usable_cpus
-
-    env = os.environ.get("PCD_DECODE_THREADS", "").strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return usable_cpus()
-
-
-class _ThreadTuner:
-    """How many of the pool's threads a step uses: the count with the fastest recent
-    steps (per batch size class), trying each count again every 16th step. Where other
-    processes hold the cores, fewer threads win (each waits less at the step's 121
-    barriers): on this 2-core VM at a load average of ~4, 1 thread took 19.9 ms/token and
-    2 took 26.5 ms. A fixed count (`threads=` or `PCD_DECODE_THREADS`) is never tuned."""
-
-    def __init__(self, n: int, fixed: bool):
-        self.n, self.fixed, self.calls = n, fixed, 0
-        self.times: dict[tuple[int, int], list[float]] = {}
-
-    def pick(self, batch: int) -> int:
-        if self.fixed or self.n == 1:
-            return self.n
-        self.calls += 1
-        key = min(batch.bit_length(), 4)
-        counts = range(1, self.n + 1)
-        for t in counts:
-            if len(self.times.get((key, t), ())) < 2:
-                return t
-        if self.calls % 16 == 0:
-            return counts[(self.calls // 16) % self.n]
-        return min(counts, key=lambda t: float(np.median(self.times[(key, t)])))
-
-    def record(self, batch: int, threads: int, seconds: float) -> None:
-        if not self.fixed:
-            recent = self.times.setdefault((min(batch.bit_length(), 4), threads), [])
-            recent.append(seconds)
-            del recent[:-5]
 
 
 class NativeDecoder:

@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..errors import InvalidExampleError
-from .spec import Answer, Example, FieldSpec, Schema, Written
+from .spec import Answer, Example, FieldSpec, Schema, Written, value_adapter
 
 __all__ = [
     "EXAMPLE_KEYS",
@@ -208,8 +208,6 @@ class _Checker:
         """A generated field's value, checked against its annotation (lengths, pattern,
         bounds) and written as the decoder would: its JSON."""
         from pydantic import ValidationError
-
-        from ..hybrid import value_adapter
 
         assert f.generation is not None
         adapter = value_adapter(f.generation, f.optional)

@@ -11,9 +11,10 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, create_model
+from pydantic import BaseModel, TypeAdapter, create_model
 from pydantic import Field as PydField
 
 from ..errors import SchemaError
@@ -384,6 +385,12 @@ class Schema:
         if any("." in k and k not in self.model.model_fields for k in data):
             data = unflatten(data)
         return self.model.model_validate(data)
+
+
+@lru_cache(maxsize=256)
+def value_adapter(gen: Generation, optional: bool = False) -> TypeAdapter[Any]:
+    """The (cached) Pydantic validator of a generated field's value."""
+    return TypeAdapter(python_type(gen, optional))
 
 
 def _untie(fields: list[FieldSpec], narrowed: set[str]) -> list[FieldSpec]:

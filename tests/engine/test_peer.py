@@ -97,10 +97,10 @@ def test_the_peer_answers_validly_warm_and_cold_on_the_embedded_model(real):
 @pytest.mark.engine
 def test_a_llama_cpp_build_that_dies_is_reported_not_fatal(monkeypatch, real, capsys):
     pytest.importorskip("llama_cpp")
-    from pcd_tools import bench
+    from pcd_tools import peer as peer_mod
 
     monkeypatch.setattr("pcd_tools.peer.probe_model", lambda path: "died of SIGILL; rebuild")
-    bench._PEERS.clear()
-    assert bench._peer(real) is None
+    peer_mod._PEERS.clear()
+    assert peer_mod.bench_peer(real) is None
     assert "llama.cpp peer skipped: died of SIGILL; rebuild" in capsys.readouterr().err
-    bench._PEERS.clear()
+    peer_mod._PEERS.clear()
