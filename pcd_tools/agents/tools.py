@@ -103,10 +103,10 @@ class DecisionTool(BaseTool):
         orders = check_orders(kwargs.get("orders", 1))
         check_max_new_tokens(kwargs.get("max_new_tokens"))
         schema = kwargs.get("schema", kwargs.get("schema_"))
-        if orders > 1 and schema is not None and compile_schema(schema).hybrid:
-            check_hybrid_options(
-                compile_schema(schema), orders=orders, scoring="full", method="none"
-            )
+        if orders > 1 and schema is not None:  # refuses orders > 1 with generated fields
+            compiled = compile_schema(schema)
+            if compiled.hybrid:
+                check_hybrid_options(compiled, orders=orders, scoring="full", method="none")
         super().__init__(**kwargs)
 
     @classmethod
