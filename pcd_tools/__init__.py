@@ -16,8 +16,9 @@ from .errors import (
 from .schema import FieldDefinition, StructuredSchema, decision
 
 if TYPE_CHECKING:
-    from .decider import Decider, run_parallel_generation
+    from .decider import Decider
     from .result import Decision, FieldResult
+    from .seed import run_parallel_generation
 
 __version__ = "0.1.0"
 
@@ -37,7 +38,7 @@ __all__ = [
 
 _LAZY = {
     "Decider": "decider",
-    "run_parallel_generation": "decider",
+    "run_parallel_generation": "seed",
     "Decision": "result",
     "FieldResult": "result",
 }

@@ -111,8 +111,15 @@ def measure(
         if "pcd" in methods:
             d = _cold_decide(decider, compiled, ctx)
             w = decider.decide(compiled, ctx)
+            whole = (
+                decider.decide(compiled, ctx, pruning="off") if w.certified is not None else None
+            )
             b = bare_prefill_ms(decider, compiled, ctx)
             if timed:
+                if whole is not None:  # a field was pruned: the exhaustive pass beside it
+                    add("warm_whole", whole.elapsed_ms)
+                    add("whole_agrees", whole.value == w.value)
+                add("certified", w.certified is not False)
                 add("pcd", d.elapsed_ms)
                 add("prefill", d.prefill_ms)
                 add("suffix", d.suffix_eval_ms)
@@ -171,6 +178,11 @@ def measure(
         out["pcd_vs_bare_prefill"] = out["pcd_ms"] / out["bare_prefill_ms"]
         out["warm_vs_cold"] = out["warm_pcd_ms"] / out["pcd_ms"]
         out["pcd_answer"] = rec["answer"][-1]
+        out["certified"] = all(rec["certified"])
+        if "warm_whole" in rec:  # pruned fields: the same decision scored whole
+            out["warm_exhaustive_ms"] = statistics.median(rec["warm_whole"])
+            out["pruned_vs_exhaustive"] = out["warm_pcd_ms"] / out["warm_exhaustive_ms"]
+            out["pruned_agrees"] = all(rec["whole_agrees"])
     for name in ("greedy", "constrained"):
         if name not in methods:
             continue

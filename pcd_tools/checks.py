@@ -22,6 +22,7 @@ __all__ = [
     "check_context",
     "check_contexts",
     "check_options",
+    "check_pruning",
 ]
 
 Scoring = Literal["full", "constrained", "pmi"]
@@ -108,6 +109,7 @@ def check_options(
     *,
     examples: Any = None,
     calibration: Any = None,
+    pruning: Any = "auto",
 ) -> tuple[Schema, dict[str, Any]]:
     """Compiles the schema and checks every option of a decision call.
 
@@ -122,6 +124,7 @@ def check_options(
         examples: Few-shot examples replacing the schema's own (None keeps them); they
             become part of the compiled schema.
         calibration: The call's label-free calibration (see `check_calibration`).
+        pruning: `"auto"`, `"on"` or `"off"` (see `check_pruning`).
 
     Returns:
         The compiled schema (with the call's examples) and the options, normalised, as
@@ -151,4 +154,27 @@ def check_options(
         "allow_empty": bool(allow_empty),
         "calibration": check_calibration(calibration),
     }
+    options["pruning"] = check_pruning(pruning, k, options["scoring"])
     return compiled, options
+
+
+def check_pruning(pruning: Any, orders: int = 1, scoring: str = "full") -> str:
+    """A decision's `pruning`: `"auto"`, `"on"` or `"off"`.
+
+    Raises:
+        InvalidArgumentError: for another value, or `"on"` with `orders > 1` (averaged
+            distributions need every candidate) or `scoring="pmi"` (its empty-context
+            scores need every candidate).
+    """
+    if pruning not in ("auto", "on", "off"):
+        raise InvalidArgumentError(
+            f"pruning={pruning!r}; accepted: 'auto' (prune fields with large candidate "
+            "tries), 'on' (prune every field that can be) or 'off' (score every field whole)."
+        )
+    if pruning == "on" and (orders > 1 or scoring == "pmi"):
+        why = f"orders={orders}" if orders > 1 else "scoring='pmi'"
+        raise InvalidArgumentError(
+            f"pruning='on' cannot be combined with {why}, which needs every candidate's "
+            "score; accepted: pruning='auto' or 'off' with it."
+        )
+    return str(pruning)

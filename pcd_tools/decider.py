@@ -1,7 +1,7 @@
 """`Decider`: a loaded model plus the PCD engine, the object users call.
 
-It also hosts the seed-compatible `run_parallel_generation` and the process-wide default
-decider used by `@decision` models' `.decide()`.
+It also hosts the process-wide default decider used by `@decision` models' `.decide()`
+(the seed-compatible `run_parallel_generation` is in `pcd_tools.seed`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from .schema import Schema, compile_schema
 if TYPE_CHECKING:
     from .engine.engine import Engine, PassMode, ScoredBatch
     from .engine.models import LoadedModel
+    from .engine.prune import PruneMode
 
-__all__ = ["Decider", "default_decider", "run_parallel_generation"]
+__all__ = ["Decider", "default_decider"]
 
 T = TypeVar("T")
 
@@ -221,6 +222,7 @@ class Decider:
         examples: Sequence[Any] | None = None,
         calibration: LabelFree | None = None,
         max_new_tokens: int | None = None,
+        pruning: PruneMode = "auto",
     ) -> Decision[Any]:
         """Scores every field of `schema` for `context` (and generates its generated ones).
 
@@ -249,6 +251,13 @@ class Decider:
                 `"none"`, or None for the decider's own (`with_calibration`).
             max_new_tokens: The token limit of each generated field (`str`, `float`,
                 ...) that sets none itself; None for 256 (see `pcd_tools.hybrid`).
+            pruning: `"auto"` scores a field with a large candidate trie (over
+                `AUTO_NODES` positions, e.g. hundreds of multi-token codes) by certified
+                pruned search, and every other field whole; `"on"` prunes every field
+                that can be; `"off"` scores every field whole. A field's own
+                `json_schema_extra={"pruning": ...}` wins over `"auto"`. A pruned field
+                reports `certified`, `probability_bounds` and `unscored_mass` (see
+                `pcd_tools.engine.prune`).
 
         Returns:
             A `Decision` whose `.value` is an instance of the schema's model.
@@ -258,8 +267,10 @@ class Decider:
             InvalidExampleError: if an example does not fit the schema.
             InvalidContextError: if `context` is not a str, or is empty and `allow_empty`
                 is not set.
-            InvalidArgumentError: for a bad temperature, scoring, mode, calibration or
-                `orders`, or `scoring="pmi"` with contextual calibration.
+            InvalidArgumentError: for a bad temperature, scoring, mode, calibration,
+                `orders` or `pruning`, `scoring="pmi"` with contextual calibration, or
+                `pruning="on"` with `orders > 1`, `scoring="pmi"`, contextual
+                calibration, generated fields or a pass mode other than packed.
             CalibrationMismatchError: if the decider's fitted calibration was fitted for
                 another schema or on top of another label-free correction.
             ContextTooLongError: if the prompt does not fit the model's window.
@@ -279,6 +290,7 @@ class Decider:
             calibration=calibration,
             batch_size=1,
             max_new_tokens=max_new_tokens,
+            pruning=pruning,
         )[0]
 
     def decide_many(
@@ -296,6 +308,7 @@ class Decider:
         calibration: LabelFree | None = None,
         batch_size: int = 32,
         max_new_tokens: int | None = None,
+        pruning: PruneMode = "auto",
     ) -> list[Decision[Any]]:
         """Scores `schema` for several contexts, batching them for throughput.
 
@@ -320,6 +333,7 @@ class Decider:
             allow_empty,
             examples=examples,
             calibration=calibration,
+            pruning=pruning,
         )
         ctxs = check_contexts(contexts, allow_empty)
         size = check_batch_size(batch_size)
@@ -341,19 +355,17 @@ class Decider:
         orders: int,
         allow_empty: bool,
         calibration: LabelFree | None,
+        pruning: PruneMode,
     ) -> list[Decision[Any]]:
         method = resolve_method(self.label_free, calibration, scoring)
-        if orders > 1:
+        options = (batch_size, temperature, scoring, mode)
+        if orders > 1:  # averaged distributions: every field scored whole
             runs = [
-                decide_in_order(
-                    self, compiled, ctxs, batch_size, temperature, scoring, mode, o, method
-                )
+                decide_in_order(self, compiled, ctxs, *options, o, method, "off")
                 for o in orderings(compiled, orders)
             ]
             return average(compiled, runs)
-        return decide_in_order(
-            self, compiled, ctxs, batch_size, temperature, scoring, mode, choice_order, method
-        )
+        return decide_in_order(self, compiled, ctxs, *options, choice_order, method, pruning)
 
     async def adecide(
         self,
@@ -369,6 +381,7 @@ class Decider:
         examples: Sequence[Any] | None = None,
         calibration: LabelFree | None = None,
         max_new_tokens: int | None = None,
+        pruning: PruneMode = "auto",
     ) -> Decision[Any]:
         """`decide` for async code: awaits the engine worker, never blocks the event loop.
 
@@ -392,6 +405,7 @@ class Decider:
                 examples=examples,
                 calibration=calibration,
                 max_new_tokens=max_new_tokens,
+                pruning=pruning,
             )
         )[0]
 
@@ -409,6 +423,7 @@ class Decider:
         examples: Sequence[Any] | None = None,
         calibration: LabelFree | None = None,
         max_new_tokens: int | None = None,
+        pruning: PruneMode = "auto",
     ) -> list[Decision[Any]]:
         """`decide_many` for async code; the contexts join the engine worker's queue.
 
@@ -427,6 +442,7 @@ class Decider:
             allow_empty,
             examples=examples,
             calibration=calibration,
+            pruning=pruning,
         )
         resolve_method(self.label_free, options["calibration"], options["scoring"])
         ctxs = check_contexts(contexts, allow_empty)
@@ -476,24 +492,3 @@ def default_decider() -> Decider:
         if _DEFAULT is None:
             _DEFAULT = Decider.load()
         return _DEFAULT
-
-
-def run_parallel_generation(
-    context: str,
-    schema: Any,
-    temperature: float = 1.0,
-    decider: Decider | None = None,
-    *,
-    scoring: Scoring = "full",
-) -> dict[str, Any]:
-    """The seed's entry point: scores `schema` for `context` and returns the response dict.
-
-    Args:
-        context: The text to decide on.
-        schema: A `StructuredSchema`, dict spec, list of `FieldDefinition` or Pydantic model.
-        temperature: Softmax temperature (> 0).
-        decider: The decider to use; defaults to the embedded model.
-        scoring: `"full"` or `"constrained"`.
-    """
-    d = decider or default_decider()
-    return d.decide(schema, context, temperature=temperature, scoring=scoring).to_response()

@@ -14,8 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .bounds import PartialScores
 from .checks import check_context
 from .contextual import Correction, label_free
+from .engine.prune import Pruning, pruning_for
+from .errors import InvalidArgumentError
 from .joint import answers
 from .prompt import PromptPreview, field_suffix
 from .result import BatchTiming, Decision
@@ -41,6 +44,7 @@ def decide_in_order(
     mode: PassMode | None,
     order: Mapping[str, Sequence[int]] | None,
     method: str,
+    pruning: str = "off",
 ) -> list[Decision[Any]]:
     """The decisions of `ctxs` under one listing order, in input order.
 
@@ -54,16 +58,20 @@ def decide_in_order(
         mode: The fields pass layout, or None for the engine's default.
         order: The listing order of the prompt, or None for the declared one.
         method: The label-free calibration, `"contextual"` or `"none"`.
+        pruning: `"auto"`, `"on"` or `"off"` (`pcd_tools.engine.prune.pruning_for`).
 
     Raises:
         CalibrationMismatchError: if the decider's calibration was fitted for another
             schema or on top of another label-free correction.
+        InvalidArgumentError: for `pruning="on"` with contextual calibration or a pass
+            mode other than packed.
     """
     plan_order = dict(order) if order is not None else None
     cal = decider.calibration
     if cal is not None and ctxs:
         cal.check_schema(compiled)
         cal.check_label_free(label_free(method, scoring))
+    pruner = _pruning(decider, compiled, pruning, scoring, mode, method)
     # Batch contexts of similar length together (less padding); answer in input order.
     by_len = sorted(range(len(ctxs)), key=lambda i: len(ctxs[i]))
     out: list[Decision[Any] | None] = [None] * len(ctxs)
@@ -84,9 +92,10 @@ def decide_in_order(
             mode=mode,
             choice_order=plan_order,
             follow_up=follow_up,
+            pruning=pruner,
         )
         logz = [
-            _log_scores(decider, compiled, batch, j, scoring, plan_order, corr)
+            _log_scores(decider, compiled, batch, j, scoring, plan_order, corr, pruner)
             for j in range(len(idx))
         ]
         timing = BatchTiming(
@@ -132,18 +141,50 @@ def _log_scores(
     scoring: Scoring,
     order: dict[str, Sequence[int]] | None,
     correction: Correction | None,
-) -> tuple[list[Any], list[np.ndarray]]:
-    """Row `i`'s questions and their candidate log scores, corrected if asked."""
+    pruning: Pruning | None = None,
+) -> tuple[list[Any], list[Any]]:
+    """Row `i`'s questions and their candidate log scores, corrected if asked; a pruned
+    question's are `PartialScores` (also when its search scored every candidate)."""
     plan = decider.engine.plan(schema, order)
     asked = batch.questions[i] if batch.questions else plan.questions
     tries = batch.tries[i] if batch.tries else plan.tries
-    logz = [
-        trie.score(edge, constrained=scoring == "constrained")
+    logz: list[Any] = [
+        trie.scores(edge, constrained=scoring == "constrained")
         for trie, edge in zip(tries, batch.edge_logp[i])
     ]
     if correction is not None:
         logz = correction(asked, logz)
+    if pruning is not None:
+        logz = [
+            PartialScores.whole(z) if isinstance(z, np.ndarray) and pruning.select(q, trie) else z
+            for q, trie, z in zip(asked, tries, logz)
+        ]
     return list(asked), logz
+
+
+def _pruning(
+    decider: Decider,
+    schema: Schema,
+    pruning: str,
+    scoring: Scoring,
+    mode: PassMode | None,
+    method: str,
+) -> Pruning | None:
+    """The request's pruning: none with a label-free correction (it needs every score)
+    or off the packed pass; fields with fitted biases are scored whole under `"auto"`."""
+    packed = (mode or decider.engine.default_mode) == "packed"
+    if pruning == "on" and (method == "contextual" or not packed):
+        why = "calibration='contextual'" if method == "contextual" else f"mode={mode!r}"
+        raise InvalidArgumentError(
+            f"pruning='on' cannot be combined with {why}: the correction needs every "
+            "candidate's score, and only the packed pass prunes; accepted: pruning='auto' "
+            "or 'off' with it."
+        )
+    if method == "contextual" or scoring == "pmi" or not packed:
+        return None
+    cal = decider.calibration
+    biased = frozenset(cal.biases) if cal is not None and pruning == "auto" else frozenset()
+    return pruning_for(schema, pruning, constrained=scoring == "constrained", whole=biased)
 
 
 def prompt_preview(

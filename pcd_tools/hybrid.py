@@ -60,11 +60,14 @@ def check_max_new_tokens(value: Any) -> int | None:
     return value
 
 
-def check_hybrid_options(schema: Schema, *, orders: int, scoring: str, method: str) -> None:
+def check_hybrid_options(
+    schema: Schema, *, orders: int, scoring: str, method: str, pruning: str = "auto"
+) -> None:
     """Refuses the options a schema with generated fields does not take yet.
 
     Raises:
-        InvalidArgumentError: for `orders > 1`, `scoring="pmi"` or contextual calibration.
+        InvalidArgumentError: for `orders > 1`, `scoring="pmi"`, contextual calibration or
+            `pruning="on"`.
     """
     generated = [f.name for f in schema.fields if f.generated]
     what = None
@@ -74,11 +77,13 @@ def check_hybrid_options(schema: Schema, *, orders: int, scoring: str, method: s
         what = "scoring='pmi' (its empty-context scores would need the generated text)"
     elif method == "contextual":
         what = "contextual calibration (its content-free scores would need the generated text)"
+    elif pruning == "on":
+        what = "pruning='on' (the scored segments between generated fields are scored whole)"
     if what is not None:
         raise InvalidArgumentError(
             f"{schema.name} has generated fields {generated}: {what} is not supported with "
             "them; accepted: orders=1, scoring='full' or 'constrained', calibration 'none' or "
-            "a fitted calibration."
+            "a fitted calibration, pruning 'auto' or 'off'."
         )
 
 
@@ -132,8 +137,10 @@ def decide_hybrid(
     orders: int,
     allow_empty: bool,
     calibration: LabelFree | None,
+    pruning: str = "auto",
 ) -> list[Decision[Any]]:
-    """The decisions of a schema with generated fields, in input order.
+    """The decisions of a schema with generated fields, in input order. Their scored
+    fields are scored whole (`pruning="auto"` or `"off"`).
 
     Args:
         decider: The decider (engine, fitted calibration, label-free default).
@@ -149,6 +156,7 @@ def decide_hybrid(
         allow_empty: Checked by the caller (the contexts are already checked).
         calibration: The call's label-free calibration (only `"none"` is accepted,
             also as the decider's own).
+        pruning: `"auto"` or `"off"`; `"on"` is refused.
 
     Raises:
         InvalidArgumentError: for an option the hybrid path does not take.
@@ -159,7 +167,7 @@ def decide_hybrid(
     from .engine.hybrid import run_hybrid
 
     method = resolve_method(decider.label_free, calibration, scoring)
-    check_hybrid_options(compiled, orders=orders, scoring=scoring, method=method)
+    check_hybrid_options(compiled, orders=orders, scoring=scoring, method=method, pruning=pruning)
     cal = decider.calibration
     if cal is not None and ctxs:
         cal.check_schema(compiled)

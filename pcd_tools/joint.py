@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from .field_scores import conditional_probs, field_results
 from .prompt import Question
-from .result import FieldResult, conditional_probs, field_results
+from .result import FieldResult
 from .schema import Schema
 
 __all__ = ["Joint", "answers"]

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
 from .prompt import Segment
-from .schema import FieldSpec, Schema
+from .schema import FieldSpec
 
 if TYPE_CHECKING:
-    from .prompt import Question
+    pass
 
 __all__ = [
     "BatchTiming",
@@ -21,8 +20,6 @@ __all__ = [
     "FieldResult",
     "Segment",
     "choose_labels",
-    "conditional_probs",
-    "field_results",
     "softmax_scores",
 ]
 
@@ -69,6 +66,14 @@ class FieldResult:
             decoding it.
         mean_logprob: For a generated field, the mean full-vocabulary log-probability of
             its tokens (greedy decoding under the grammar); not a probability of the value.
+        certified: For a field scored by pruned search (`pruning`), whether the answer is
+            provably the most probable candidate; None for a field scored whole. The
+            `distribution` of a pruned field holds each scored candidate's share of the
+            scored mass and 0.0 for candidates that were never scored.
+        unscored_mass: For a pruned field, an upper bound of the total probability the
+            unscored candidates can hold; None otherwise.
+        probability_bounds: For a pruned field, (lower, upper) bounds of the answer's
+            true probability (the exhaustive pass's); `probability` is the upper one.
     """
 
     name: str
@@ -83,6 +88,9 @@ class FieldResult:
     tokens: int | None = None
     generation_ms: float | None = None
     mean_logprob: float | None = None
+    certified: bool | None = None
+    unscored_mass: float | None = None
+    probability_bounds: tuple[float, float] | None = None
 
     @classmethod
     def from_generated(
@@ -219,6 +227,15 @@ class FieldResult:
             "entropy": round(self.entropy or 0.0, 6),
             "top_choices": [{"choice": c, "probability": round(p, 6)} for c, p in self.top_choices],
             **({"expected": round(self.expected, 6)} if self.expected is not None else {}),
+            **(self._pruned() if self.certified is not None else {}),
+        }
+
+    def _pruned(self) -> dict[str, Any]:
+        assert self.probability_bounds is not None and self.unscored_mass is not None
+        return {
+            "certified": self.certified,
+            "unscored_mass": round(self.unscored_mass, 6),
+            "probability_bounds": [round(b, 6) for b in self.probability_bounds],
         }
 
 
@@ -235,55 +252,6 @@ def choose_labels(
     if max_labels is not None and len(keep) > max_labels:
         keep = keep[:max_labels]
     return sorted(keep)
-
-
-def field_results(
-    schema: Schema,
-    questions: Sequence[Question],
-    log_scores: Sequence[np.ndarray],
-    temperature: float,
-    calibration: Any = None,
-) -> dict[str, FieldResult]:
-    """Each field's result from its questions' candidate log scores.
-
-    A multi-label field's labels come as separate yes/no questions; a calibration may
-    hold a temperature (and biases) per label, under `field[label]`.
-    """
-
-    def probs(name: str, z: np.ndarray) -> np.ndarray:
-        if calibration is not None:
-            return np.asarray(calibration.probabilities(name, z, temperature))
-        return softmax_scores(z, temperature)
-
-    per_label: dict[str, list[tuple[float, float]]] = {}
-    out: dict[str, FieldResult] = {}
-    for q, z in zip(questions, log_scores):
-        spec = schema.field(q.field)
-        if q.label is None and q.choices is not None:  # only some allowed after a parent
-            p_full, z_full = np.zeros(spec.cardinality), np.full(spec.cardinality, -np.inf)
-            p_full[list(q.choices)] = conditional_probs(spec.name, z, temperature, calibration)
-            z_full[list(q.choices)] = z
-            out[spec.name] = FieldResult.from_probs(spec, p_full, z_full)
-            continue
-        if q.label is None:
-            out[spec.name] = FieldResult.from_probs(spec, probs(spec.name, z), z)
-            continue
-        p = probs(f"{spec.name}[{spec.choices[q.label].label}]", z)
-        per_label.setdefault(spec.name, []).append((float(p[0]), float(z[0] - z[1])))
-    for name, items in per_label.items():
-        spec = schema.field(name)
-        res = FieldResult.from_labels(spec, np.array([p for p, _ in items]), [d for _, d in items])
-        out[name] = res
-    return {f.name: out[f.name] for f in schema.fields if f.name in out}
-
-
-def conditional_probs(
-    name: str, log_scores: np.ndarray, temperature: float, calibration: Any = None
-) -> np.ndarray:
-    """A field's distribution over some of its choices (those allowed after a parent's
-    answer): the field's calibrated temperature applies, its per-choice biases do not."""
-    t = calibration.temperature(name) if calibration is not None else 1.0
-    return softmax_scores(np.asarray(log_scores, dtype=np.float64) / t, temperature)
 
 
 @dataclass(frozen=True)
@@ -415,6 +383,13 @@ class Decision(Generic[T]):
         is generated (no field has a probability)."""
         probs = [f.probability for f in self.fields.values() if f.probability is not None]
         return min(probs) if probs else None
+
+    @property
+    def certified(self) -> bool | None:
+        """Whether every field scored by pruned search has a certified answer (the
+        exhaustive pass's argmax); None when no field was pruned."""
+        flags = [f.certified for f in self.fields.values() if f.certified is not None]
+        return all(flags) if flags else None
 
     def low_confidence(self, threshold: float) -> list[str]:
         """Names of scored fields whose probability is below `threshold` (a generated

@@ -90,7 +90,7 @@ class WaveAnswers:
     def results(self, scored: Sequence[tuple[Question, Any, np.ndarray]]) -> dict[str, FieldResult]:
         """The field results of a context's scored questions so far."""
         qs = [q for q, _, _ in scored]
-        logz = [t.score(e, constrained=self.scoring == "constrained") for _, t, e in scored]
+        logz = [t.scores(e, constrained=self.scoring == "constrained") for _, t, e in scored]
         if self.correction is not None:
             logz = self.correction(qs, logz)
         return answers(self.schema, qs, logz, self.temperature, self.calibration)[0]

@@ -171,6 +171,13 @@ def print_scenario(console: Any, r: dict[str, Any]) -> None:
             ),
             highlight=False,
         )
+    if "warm_exhaustive_ms" in r:
+        console.print(
+            f"{'  pruned':<16}certified {r['certified']} | scored whole: "
+            f"{r['warm_exhaustive_ms']:.1f} ms ({r['pruned_vs_exhaustive']:.2f}x), same answer "
+            f"{r['pruned_agrees']}",
+            highlight=False,
+        )
     if "speedup_vs_greedy" in r:
         extra = (
             f" (vs constrained: {r['speedup_vs_constrained']:.1f}x)"

@@ -84,6 +84,13 @@ def _label_free_arguments(parser: argparse.ArgumentParser) -> None:
         help="PCD's scoring (default full); pmi is domain-conditional PMI",
     )
     parser.add_argument(
+        "--pruning",
+        choices=["off", "auto", "on"],
+        default="off",
+        help="PCD's pruned scoring of large fields (default off: the report then holds "
+        "every candidate's score); auto or on to measure pruning",
+    )
+    parser.add_argument(
         "--shots",
         type=int,
         default=0,
@@ -247,6 +254,7 @@ def run(args: argparse.Namespace) -> int:
         shots=shots,
         calibration=args.label_free,
         scoring=args.scoring,
+        pruning=args.pruning,
     )
     report.seed = args.seed
     if args.order_bias is not None:

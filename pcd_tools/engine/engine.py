@@ -29,7 +29,9 @@ from .pack import Plan, build_plan, plan_key, question_plan
 from .passes import PACKABLE, LayerKV, Passes, packed_result
 from .platform import import_mlx, set_blas_threads
 from .prefix_cache import PrefixCache
+from .prune import Pruning, pruned_pass
 from .trie import FieldTrie
+from .wave_pass import run_waves
 from .workers import ALL_THREADS, row_groups, run_on_workers
 
 if TYPE_CHECKING:
@@ -234,6 +236,7 @@ class Engine:
         choice_order: dict[str, Sequence[int]] | None = None,
         use_prefix_cache: bool = True,
         follow_up: FollowUp | None = None,
+        pruning: Pruning | None = None,
     ) -> ScoredBatch:
         """Scores every field of `schema` for each context.
 
@@ -246,6 +249,8 @@ class Engine:
             follow_up: For schemas with dependent fields: asked after each pass for every
                 context's next questions; each later wave is one more pass on the same
                 KV cache, one per group of contexts that ask the same questions.
+            pruning: Which questions to score by certified pruned search (`prune`), in
+                the packed pass; None scores every question whole.
         """
         if schema.hybrid:
             raise InvalidArgumentError(
@@ -261,7 +266,9 @@ class Engine:
             for i, c in enumerate(ctx_ids)
         ]
         with self.lock:
-            return self._score_locked(plan, ctx_ids, lengths, mode, use_prefix_cache, follow_up)
+            return self._score_locked(
+                plan, ctx_ids, lengths, mode, use_prefix_cache, follow_up, pruning
+            )
 
     def check_mode(self, mode: PassMode | None) -> PassMode:
         """The pass layout to use: `mode`, or the fastest exact one.
@@ -290,6 +297,7 @@ class Engine:
         mode: PassMode,
         use_cache: bool,
         follow_up: FollowUp | None = None,
+        pruning: Pruning | None = None,
     ) -> ScoredBatch:
         t0 = time.perf_counter()
         passes = 0
@@ -315,8 +323,8 @@ class Engine:
                 if use_cache:
                     self.prefix_cache.put(head, prefix)
             groups = (
-                [list(range(len(rows)))]  # waves need every row's KV after the first pass
-                if follow_up is not None
+                [list(range(len(rows)))]  # waves and levels need every row's KV
+                if follow_up is not None or self._pruned(plan, mode, pruning)
                 else row_groups(
                     rows,
                     sum(len(c.tokens) for c in plan.chunks),
@@ -333,14 +341,16 @@ class Engine:
             kvs = self._parallel([lambda: self.passes.prefill(rows, prefix)])
             passes += 1
         t1 = time.perf_counter()
-        edge, n = self._fields_pass(plan, kvs[0], valid, mode)
+        edge, n = self._fields_pass(plan, kvs[0], valid, mode, pruning)
         passes += n
         asked: list[list[Question]] = []
         tries: list[list[FieldTrie]] = []
         if follow_up is not None:
             asked = [list(plan.questions) for _ in rows]
             tries = [list(plan.tries) for _ in rows]
-            passes += self._waves(plan, kvs[0], valid, lengths, mode, follow_up, edge, asked, tries)
+            passes += self._waves(
+                plan, kvs[0], valid, lengths, mode, follow_up, edge, asked, tries, pruning
+            )
         t2 = time.perf_counter()
         return ScoredBatch(
             edge_logp=edge,
@@ -353,73 +363,59 @@ class Engine:
             tries=tries,
         )
 
+    def _pruned(self, plan: Plan, mode: PassMode, pruning: Pruning | None) -> list[int]:
+        """The questions of `plan` to score by pruned search (packed passes only)."""
+        if pruning is None or mode != "packed":
+            return []
+        return [
+            i for i, (q, t) in enumerate(zip(plan.questions, plan.tries)) if pruning.select(q, t)
+        ]
+
     def _fields_pass(
-        self, plan: Plan, kv: LayerKV, valid: list[int], mode: PassMode
+        self,
+        plan: Plan,
+        kv: LayerKV,
+        valid: list[int],
+        mode: PassMode,
+        pruning: Pruning | None = None,
     ) -> tuple[list[list[np.ndarray]], int]:
         """One fields pass over every row of `kv`: per row, per question edge log p; and
         the model calls that ran one after another."""
         if mode == "packed":
             # One row group: its chunks are spread over the stream workers.
-            n_jobs = min(self.n_streams, len(plan.chunks))
-            jobs = [plan.chunks[j::n_jobs] for j in range(n_jobs)]
-            done = self._parallel(
-                [
-                    lambda chunks=chunks: self.passes.packed(plan, kv, valid, chunks)  # type: ignore[misc]
-                    for chunks in jobs
-                ]
-            )
-            outs = [o for d in done for o in d]
-            return packed_result(plan, outs, len(valid)), max(len(chunks) for chunks in jobs)
+            def run(chunks: list[Any]) -> tuple[list[Any], int]:
+                n_jobs = min(self.n_streams, len(chunks))
+                jobs = [chunks[j::n_jobs] for j in range(n_jobs)]
+                done = self._parallel(
+                    [
+                        lambda part=part: self.passes.packed(plan, kv, valid, part)  # type: ignore[misc]
+                        for part in jobs
+                    ]
+                )
+                return [o for d in done for o in d], max(len(part) for part in jobs)
+
+            pruned = self._pruned(plan, mode, pruning)
+            if pruned and pruning is not None:
+                streams = self.n_streams if self.device == "cpu" else 1
+                return pruned_pass(
+                    plan,
+                    pruned,
+                    len(valid),
+                    run,
+                    pack_budget=self.pack_budget,
+                    streams=streams,
+                    pruning=pruning,
+                )
+            outs, n = run(plan.chunks)
+            return packed_result(plan, outs, len(valid)), n
         with self.kernels():
             if mode == "batched":
                 return self.passes.batched(plan, kv, valid, self.pack_budget)
             return self.passes.sequential(plan, kv, valid)
 
-    def _waves(
-        self,
-        plan: Plan,
-        kv: LayerKV,
-        valid: list[int],
-        lengths: list[int],
-        mode: PassMode,
-        follow_up: FollowUp,
-        edge: list[list[np.ndarray]],
-        asked: list[list[Question]],
-        tries: list[list[FieldTrie]],
-    ) -> int:
-        """Later waves on the rows' KV: each wave is one pass per group of rows that ask
-        the same questions (their earlier answers agree); appends to `edge`, `asked` and
-        `tries` in place and returns the model calls that ran one after another."""
-        passes = 0
-        while True:
-            groups: dict[tuple[Question, ...], list[int]] = {}
-            for r in range(len(valid)):
-                nxt = follow_up(list(zip(asked[r], tries[r], edge[r])))
-                if nxt:
-                    groups.setdefault(tuple(nxt), []).append(r)
-            if not groups:
-                return passes
-            for qs, idx in groups.items():
-                sub = self.wave_plan(plan, qs)
-                need = max(lengths[r] for r in idx) + sub.extra_tokens
-                if need > self.context_window:
-                    raise ContextTooLongError(
-                        need,
-                        self.context_window,
-                        detail=f"A later wave ({', '.join(q.key for q in qs)}) writes the "
-                        f"earlier answers first and needs {sub.extra_tokens} tokens after the "
-                        "prompt.",
-                    )
-                rows_kv = kv
-                if len(idx) < len(valid):
-                    sel = mx.array(idx)
-                    rows_kv = [(k[sel], v[sel]) for k, v in kv]
-                got, n = self._fields_pass(sub, rows_kv, [valid[r] for r in idx], mode)
-                passes += n
-                for j, r in enumerate(idx):
-                    edge[r] = [*edge[r], *got[j]]
-                    asked[r] = [*asked[r], *sub.questions]
-                    tries[r] = [*tries[r], *sub.tries]
+    def _waves(self, plan: Plan, kv: LayerKV, *args: Any, **kwargs: Any) -> int:
+        """Later waves on the rows' KV (`wave_pass.run_waves`); returns the passes run."""
+        return run_waves(self, plan, kv, *args, **kwargs)
 
     def wave_plan(self, plan: Plan, qs: Sequence[Question]) -> Plan:
         """The cached plan of a later wave's questions after `plan`'s prompt."""

@@ -86,6 +86,7 @@ class Plan:
         chunks: The fields pass, cut into packed sequences.
         questions: What the pass asks: one question per field that depends on nothing
             (one per label for a multi-label field), in schema order.
+        variants: Other chunkings of the same pass, by key (a pruned first pass).
     """
 
     schema: Schema
@@ -94,6 +95,7 @@ class Plan:
     tries: list[FieldTrie]
     chunks: list[Chunk] = field(default_factory=list)
     questions: list[Question] = field(default_factory=list)
+    variants: dict[Any, list[Chunk]] = field(default_factory=dict, repr=False)
 
     @property
     def extra_tokens(self) -> int:
@@ -162,7 +164,12 @@ def question_plan(
     return plan
 
 
-def make_chunks(tries: list[FieldTrie], pack_budget: int, streams: int) -> list[Chunk]:
+def make_chunks(
+    tries: list[FieldTrie],
+    pack_budget: int,
+    streams: int,
+    nodes: dict[int, Sequence[int]] | None = None,
+) -> list[Chunk]:
     """Splits the fields pass into about `pack_budget`-token chunks.
 
     With several CPU streams and enough work there are a whole number of chunks per
@@ -172,16 +179,33 @@ def make_chunks(tries: list[FieldTrie], pack_budget: int, streams: int) -> list[
         tries: One trie per field.
         pack_budget: Tokens per chunk.
         streams: CPU streams the chunks are spread over (1 off CPU).
+        nodes: Per field, only these trie nodes are evaluated (a pruned field's level;
+            their ancestors' tokens are packed too); a field not named here is evaluated
+            whole, and a field named with no nodes is left out.
     """
-    total = sum(len(t.pack_tokens) for t in tries)
+    nodes = nodes or {}
+
+    def size(fi: int) -> int:
+        t = tries[fi]
+        return len(t.pack_tokens) if fi not in nodes else len(t.stem) + len(nodes[fi])
+
+    total = sum(size(fi) for fi in range(len(tries)) if fi not in nodes or len(nodes[fi]))
     n = max(1, math.ceil(total / pack_budget))
     if streams > 1 and total >= SPLIT_TOKENS:
         n = math.ceil(n / streams) * streams
     target = math.ceil(total / n)
     parts: list[tuple[int, list[int], int]] = []  # (field, nodes, size)
     for fi, t in enumerate(tries):
-        for nodes in split_trie(t, target):
-            parts.append((fi, nodes, len(t.stem) + len(nodes) - 1))
+        if fi in nodes:
+            chosen = sorted(int(x) for x in nodes[fi])
+            step = max(1, target - len(t.stem))
+            for i in range(0, len(chosen), step):
+                parts.append((fi, chosen[i : i + step], len(t.stem) + len(chosen[i : i + step])))
+            continue
+        for group in split_trie(t, target):
+            parts.append((fi, group, len(t.stem) + len(group) - 1))
+    if not parts:
+        return []
     n = min(n, len(parts))
     bins: list[list[int]] = [[] for _ in range(n)]
     load = [0] * n
@@ -230,7 +254,8 @@ def pack_parts(tries: list[FieldTrie], parts: list[tuple[int, list[int]]]) -> Ch
 
     Args:
         tries: One trie per field.
-        parts: (field index, trie nodes closed under ancestors) per part.
+        parts: (field index, trie nodes) per part; the tokens of their ancestors are
+            packed too, and only the listed nodes' logits are read.
     """
     slot_of: dict[tuple[int, ...], int] = {}
     tokens: list[int] = []
@@ -252,10 +277,14 @@ def pack_parts(tries: list[FieldTrie], parts: list[tuple[int, list[int]]]) -> Ch
     for fi, nodes in parts:
         trie = tries[fi]
         paths: dict[int, tuple[int, ...]] = {0: trie.stem}
-        for n in nodes:  # ancestors come first: node ids grow with depth-first insertion
-            if n:
-                paths[n] = paths[trie.node_parent[n]] + (trie.node_tokens[n],)
-        node_index.append(np.array([slot(paths[n]) for n in nodes]))
+
+        def path(n: int, trie: FieldTrie = trie, paths: dict = paths) -> tuple[int, ...]:
+            hit = paths.get(n)
+            if hit is None:  # an ancestor not evaluated here still has its token packed
+                hit = paths[n] = (*path(trie.node_parent[n]), trie.node_tokens[n])
+            return hit
+
+        node_index.append(np.array([slot(path(n)) for n in nodes]))
     t = len(tokens)
     allow = np.zeros((t, t), dtype=bool)
     for i in range(t):

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
+
+from ..bounds import PartialScores
 
 __all__ = ["FieldTrie", "build_trie"]
 
@@ -73,21 +76,117 @@ class FieldTrie:
         return rows
 
     def score(self, edge_logp: np.ndarray, *, constrained: bool = False) -> np.ndarray:
-        """Per-candidate log score from per-edge log-probabilities.
+        """Per-candidate log score from per-edge log-probabilities (NaN for a candidate
+        with an unscored edge).
 
         Args:
             edge_logp: Full-vocabulary log p of every edge's token at its node.
             constrained: Renormalise over each node's allowed children first.
         """
-        lp = edge_logp.astype(np.float64)
-        if constrained:
-            lp = lp.copy()
-            for node in range(self.n_nodes):
-                sel = self.edge_node == node
-                vals = lp[sel]
-                m = vals.max()
-                lp[sel] = vals - (m + np.log(np.exp(vals - m).sum()))
-        return np.array([lp[list(e)].sum() for e in self.cand_edges])
+        return self.cand_logp(self.edge_scores(edge_logp, constrained=constrained))
+
+    def cand_logp(self, lp: np.ndarray) -> np.ndarray:
+        """Per-candidate sum of its edges' scores `lp` (NaN if one is unscored)."""
+        m = self.cand_matrix
+        return np.where(m >= 0, lp[np.maximum(m, 0)], 0.0).sum(axis=1)
+
+    def scores(
+        self, edge_logp: np.ndarray, *, constrained: bool = False
+    ) -> np.ndarray | PartialScores:
+        """`score`, or for a pruned field (some edges unscored, NaN) its `PartialScores`:
+        the scored candidates' log scores and the unexpanded prefixes that bound the rest."""
+        lp = self.edge_scores(edge_logp, constrained=constrained)
+        z = self.cand_logp(lp)
+        if not np.isnan(z).any():
+            return z
+        front = self.frontier(lp)
+        return PartialScores(
+            z=z,
+            frontier_logp=self.prefix_logp(lp)[front],
+            frontier_members=tuple(self.node_members[n] for n in front),
+        )
+
+    def edge_scores(self, edge_logp: np.ndarray, *, constrained: bool = False) -> np.ndarray:
+        """Each edge's log p in float64; with `constrained`, renormalised over its node's
+        edges (a node not evaluated keeps NaN)."""
+        lp = np.asarray(edge_logp, dtype=np.float64)
+        if not constrained:
+            return lp
+        order, starts = self._edges_by_node
+        v = lp[order]
+        m = np.maximum.reduceat(v, starts)
+        cnt = np.diff(np.append(starts, len(v)))
+        mm = np.repeat(m, cnt)
+        lse = m + np.log(np.add.reduceat(np.exp(v - mm), starts))
+        out = np.empty_like(lp)
+        out[order] = v - np.repeat(lse, cnt)
+        return out
+
+    def prefix_logp(self, lp: np.ndarray) -> np.ndarray:
+        """Each node's log-probability of being reached (root 0.0), from edge scores;
+        NaN below a node that was not evaluated."""
+        pre = np.zeros(self.n_nodes)
+        edge = self.node_edge
+        for nodes in self._nodes_by_depth:
+            pre[nodes] = pre[np.asarray(self.node_parent)[nodes]] + lp[edge[nodes]]
+        return pre
+
+    def frontier(self, lp: np.ndarray) -> np.ndarray:
+        """The unexpanded prefixes: internal nodes not evaluated (their edges unscored)
+        whose parent was, so their own probability is known."""
+        evaluated = np.zeros(self.n_nodes, dtype=bool)
+        evaluated[self.edge_node[~np.isnan(lp)]] = True
+        parent = np.asarray(self.node_parent)
+        inner = np.arange(1, self.n_nodes)
+        return inner[~evaluated[inner] & evaluated[parent[inner]]]
+
+    @cached_property
+    def node_edge(self) -> np.ndarray:
+        """Per node, the edge that leads to it (-1 for the root)."""
+        index = {
+            (int(n), int(t)): e for e, (n, t) in enumerate(zip(self.edge_node, self.edge_token))
+        }
+        out = np.full(self.n_nodes, -1, dtype=np.int64)
+        for n in range(1, self.n_nodes):
+            out[n] = index[(self.node_parent[n], self.node_tokens[n])]
+        return out
+
+    @cached_property
+    def cand_matrix(self) -> np.ndarray:
+        """(candidates, longest path) edge indices, padded with -1."""
+        width = max(len(e) for e in self.cand_edges)
+        m = np.full((len(self.cand_edges), width), -1, dtype=np.int64)
+        for c, edges in enumerate(self.cand_edges):
+            m[c, : len(edges)] = edges
+        return m
+
+    @cached_property
+    def node_members(self) -> tuple[np.ndarray, ...]:
+        """Per node, the candidates whose path passes through it."""
+        members: list[list[int]] = [[] for _ in range(self.n_nodes)]
+        for c, edges in enumerate(self.cand_edges):
+            for e in edges:
+                members[int(self.edge_node[e])].append(c)
+        return tuple(np.array(m, dtype=np.int64) for m in members)
+
+    @cached_property
+    def subtree_nodes(self) -> tuple[np.ndarray, ...]:
+        """Per node, itself and every internal node below it (ids grow with depth)."""
+        below: list[list[int]] = [[n] for n in range(self.n_nodes)]
+        for n in range(self.n_nodes - 1, 0, -1):
+            below[self.node_parent[n]].extend(below[n])
+        return tuple(np.sort(np.array(b, dtype=np.int64)) for b in below)
+
+    @cached_property
+    def _nodes_by_depth(self) -> list[np.ndarray]:
+        depth = np.asarray(self.node_depth)
+        return [np.nonzero(depth == d)[0] for d in range(1, int(depth.max()) + 1)]
+
+    @cached_property
+    def _edges_by_node(self) -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(self.edge_node, kind="stable")
+        starts = np.searchsorted(self.edge_node[order], np.unique(self.edge_node))
+        return order, starts
 
 
 def build_trie(sequences: Sequence[Sequence[int]], *, what: str = "field") -> FieldTrie:

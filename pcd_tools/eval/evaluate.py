@@ -96,6 +96,7 @@ class EvalReport:
             field stratified on, ids and the examples), or None for zero-shot.
         label_free: The label-free correction of PCD's scores: `none`, `contextual` or
             `pmi`.
+        pruning: PCD's pruning: `off` (every candidate scored), `auto` or `on`.
     """
 
     dataset: str
@@ -113,6 +114,7 @@ class EvalReport:
     elapsed_s: float = 0.0
     shots: dict[str, Any] | None = None
     label_free: str = "none"
+    pruning: str = "off"
 
     def to_dict(self, *, items: bool = False, curves: bool = False) -> dict[str, Any]:
         """A JSON-serialisable dict; `items`/`curves` add per-item rows and risk curves."""
@@ -131,6 +133,7 @@ class EvalReport:
             "elapsed_s": self.elapsed_s,
             "shots": self.shots,
             "label_free": self.label_free,
+            "pruning": self.pruning,
         }
         if items:
             d["items"] = self.items
@@ -165,6 +168,7 @@ def evaluate(
     shots: Shots | None = None,
     calibration: LabelFree | None = None,
     scoring: Scoring = "full",
+    pruning: str = "off",
 ) -> EvalReport:
     """Evaluates PCD (and the constrained-generation baseline) on labelled examples.
 
@@ -187,6 +191,9 @@ def evaluate(
         calibration: PCD's label-free calibration (`"contextual"`, `"none"`), or None for
             the decider's.
         scoring: PCD's scoring: `"full"`, `"constrained"` or `"pmi"`.
+        pruning: PCD's pruning (`Decider.decide`); `"off"` by default, so that every
+            candidate's score is in the report. With `"auto"` or `"on"`, a pruned field's
+            unscored candidates count as probability 0.
 
     Raises:
         DatasetError: if a label is not one of its field's choices.
@@ -229,6 +236,7 @@ def evaluate(
         examples=shown,
         calibration=calibration,
         scoring=scoring,
+        pruning=pruning,
     )
     cal = getattr(d, "calibration", None)
     methods = pcd_methods(
@@ -271,6 +279,7 @@ def evaluate(
         calibration_file=getattr(cal, "path", None) if cal is not None else None,
         shots=shots.to_dict() if shots is not None and shots.k else None,
         label_free=label_free(decisions[0].calibration_method, decisions[0].scoring),
+        pruning=pruning,
     )
     if cal is not None and cal.thresholds:
         _check_thresholds(report, cal.thresholds)

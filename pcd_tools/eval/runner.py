@@ -66,6 +66,7 @@ def run_pcd(
     examples: Sequence[Any] | None = None,
     calibration: LabelFree | None = None,
     scoring: Scoring = "full",
+    pruning: str = "off",
 ) -> tuple[list[Decision[Any]], list[float]]:
     """Decides every text in batches.
 
@@ -82,6 +83,8 @@ def run_pcd(
         calibration: The label-free calibration of every call (`"contextual"`,
             `"none"`), or None for the decider's.
         scoring: `"full"`, `"constrained"` or `"pmi"`.
+        pruning: `"off"` (the default here: calibration and the raw-confidence metrics
+            need every candidate's score), `"auto"` or `"on"` (`Decider.decide`).
 
     Returns:
         The decisions, and per item the wall time of its batch divided by the batch size
@@ -102,6 +105,7 @@ def run_pcd(
                     examples=examples,
                     calibration=calibration,
                     scoring=scoring,
+                    pruning=pruning,  # type: ignore[arg-type]
                 )
             )
             each = (time.perf_counter() - t0) * 1e3 / len(chunk)

@@ -51,6 +51,8 @@ class FieldDefinition:
             may then be left out (they are every value named).
         pattern: A regular expression a string field's whole value matches.
         max_new_tokens: The most tokens a generated field's value may take.
+        pruning: `"auto"`, `"on"` or `"off"`: whether a large enum is scored by certified
+            pruned search (see `FieldSpec.pruning`); None for `"auto"`.
     """
 
     name: str
@@ -68,6 +70,7 @@ class FieldDefinition:
     choices_by: dict[str, Any] | None = None
     pattern: str | None = None
     max_new_tokens: int | None = None
+    pruning: str | None = None
 
 
 class StructuredSchema:
@@ -156,6 +159,7 @@ _DICT_KEYS = {
     "choices_by",
     "pattern",
     "max_new_tokens",
+    "pruning",
 }
 _OPTIONS = (
     "ge",
@@ -167,6 +171,7 @@ _OPTIONS = (
     "choices_by",
     "pattern",
     "max_new_tokens",
+    "pruning",
 )
 _WRAPPER_KEYS = ("examples", "fields", "instructions", "name")
 
@@ -363,6 +368,7 @@ def _from_definitions(name: str, instructions: str, defs: list[FieldDefinition])
                 ("depends_on", d.depends_on),
                 ("choices_by", d.choices_by),
                 ("max_new_tokens", d.max_new_tokens),
+                ("pruning", d.pruning),
             )
             if v is not None
         }

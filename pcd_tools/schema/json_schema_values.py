@@ -47,7 +47,14 @@ __all__ = [
 
 _MODULE = f"{__name__}.built"  # the built models' `__module__`: no source file to search
 
-PCD_KEYS = ("depends_on", "choices_by", "threshold", "choice_descriptions", "max_new_tokens")
+PCD_KEYS = (
+    "depends_on",
+    "choices_by",
+    "threshold",
+    "choice_descriptions",
+    "max_new_tokens",
+    "pruning",
+)
 """The `json_schema_extra` keys PCD reads, carried over from a property."""
 
 Node = Mapping[str, Any]

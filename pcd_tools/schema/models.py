@@ -161,6 +161,22 @@ def _model_fields(
         _check_name(model, name)
         path = prefix + name
         inner, optional = _split_optional(info.annotation)
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        pruning = _pruning(model, path, extra)
+        if pruning != "auto" and (
+            is_model(inner)
+            or is_model_union(info.annotation)
+            or "choices_by" in extra
+            or label_type(info.annotation) is not None
+        ):
+            raise InvalidFieldOptionError(
+                f"{_where(model, path)}: pruning={pruning!r} on a field that is not a single "
+                "choice; accepted: pruning on a Literal, Enum, bool or int-range field "
+                "without choices_by (nested models, unions and multi-label fields are scored "
+                "whole).",
+                model=model,
+                field=path,
+            )
         if is_model(inner):
             fields.extend(_nested_fields(model, path, inner, optional, stack, pending))
             continue
@@ -186,7 +202,6 @@ def _model_fields(
                 )
             )
             continue
-        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         deps = parse_depends_on(model, path, extra)
         if "choices_by" in extra:
             pending[path] = extra["choices_by"]
@@ -225,9 +240,31 @@ def _model_fields(
         desc = (info.description or docs.get(name) or "").strip()
         ordered = inner is int
         fields.append(
-            FieldSpec(path, kind, desc, tuple(choices), optional, ordered, depends_on=deps)  # type: ignore[arg-type]
+            FieldSpec(
+                path,
+                kind,  # type: ignore[arg-type]
+                desc,
+                tuple(choices),
+                optional,
+                ordered,
+                depends_on=deps,
+                pruning=pruning,  # type: ignore[arg-type]
+            )
         )
     return fields
+
+
+def _pruning(model: str, path: str, extra: dict[str, Any]) -> str:
+    """A field's `json_schema_extra={"pruning": ...}`: `"auto"` unless set."""
+    value = extra.get("pruning", "auto")
+    if value not in ("auto", "on", "off"):
+        raise InvalidFieldOptionError(
+            f"{_where(model, path)}: pruning={value!r}; accepted: 'auto' (prune when the "
+            "field's candidate trie is large), 'on' or 'off'.",
+            model=model,
+            field=path,
+        )
+    return str(value)
 
 
 def _nested_fields(

@@ -159,6 +159,11 @@ class FieldSpec:
         branch: For a field of a discriminated union's branch: `(discriminator field,
             index of the branch's value)`; the field is named `path[<value>].name`.
         generation: For a generated field, how its value is written.
+        pruning: How the field is scored (`json_schema_extra={"pruning": ...}`): `"auto"`
+            (by pruned search when its candidate trie is large and the request allows
+            it), `"on"` or `"off"` (always whole); see `pcd_tools.engine.prune`. Not part
+            of the schema's fingerprint: it changes how the field is scored, not the
+            prompt.
     """
 
     name: str
@@ -174,6 +179,7 @@ class FieldSpec:
     choices_by: tuple[str, tuple[tuple[int, ...], ...]] | None = None
     branch: tuple[str, int] | None = None
     generation: Generation | None = None
+    pruning: Literal["auto", "on", "off"] = "auto"
 
     @property
     def generated(self) -> bool:

@@ -122,6 +122,7 @@ def _job(req: Any, temperature: float, tokens: int) -> Job:
         calibration=req.calibration,
         tokens=tokens,
         max_new_tokens=getattr(req, "max_new_tokens", None),
+        pruning=req.pruning,
     )
 
 

@@ -48,6 +48,7 @@ class Job:
             decider's own setting (`Decider.decide(..., calibration=)`).
         tokens: Prompt tokens (for the per-batch token budget); 0 if unknown.
         max_new_tokens: The token limit of generated fields that set none, or None.
+        pruning: `"auto"`, `"on"` or `"off"` (`Decider.decide(..., pruning=)`).
         future: Resolved with the `Decision`, or with the exception that scoring raised.
     """
 
@@ -60,11 +61,12 @@ class Job:
     calibration: str | None = None
     tokens: int = 0
     max_new_tokens: int | None = None
+    pruning: str = "auto"
     future: Future[Decision[Any]] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.perf_counter)
 
     @property
-    def key(self) -> tuple[str, float, str, int, bool, str | None, int | None]:
+    def key(self) -> tuple[str, float, str, int, bool, str | None, int | None, str]:
         """Jobs with equal keys can share one `decide_many` call."""
         return (
             self.schema.fingerprint(),
@@ -74,6 +76,7 @@ class Job:
             self.allow_empty,
             self.calibration,
             self.max_new_tokens,
+            self.pruning,
         )
 
 
@@ -273,6 +276,7 @@ class MicroBatcher:
             orders=job.orders,
             allow_empty=job.allow_empty,
             batch_size=len(contexts),
+            pruning=job.pruning,
             **extra,
         )
 

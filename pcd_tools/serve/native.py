@@ -2,7 +2,7 @@
 
 Body: `{"schema": S, "context": str, "temperature"?: float, "scoring"?:
 "full"|"constrained"|"pmi", "orders"?: int, "allow_empty"?: bool, "calibration"?:
-"contextual"|"none", "examples"?: [...]}` where `S` is the `StructuredSchema` dict form
+"contextual"|"none", "examples"?: [...], "pruning"?: "auto"|"on"|"off"}` where `S` is the `StructuredSchema` dict form
 (`{name: {"type", "choices", ...}}`), that form wrapped as
 `{"name"?, "instructions"?, "fields": {...}, "examples"?: [...]}`, a list of `{"name", "type", ...}` objects,
 or a JSON schema (`{"type": "object", "properties": ...}`, compiled by
@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..checks import check_pruning
 from ..errors import InvalidArgumentError, SchemaError
 from ..hybrid import check_max_new_tokens
 from ..orders import check_orders
@@ -41,6 +42,7 @@ KEYS = (
     "examples",
     "max_new_tokens",
     "orders",
+    "pruning",
     "schema",
     "scoring",
     "temperature",
@@ -61,6 +63,7 @@ class DecideRequest:
         calibration: `"contextual"` or `"none"`, or None for the server's decider setting.
         max_new_tokens: The token limit of each generated field that sets none itself, or
             None for the library's default (256).
+        pruning: `"auto"`, `"on"` or `"off"` (`Decider.decide(..., pruning=)`).
     """
 
     schema: Schema
@@ -71,6 +74,7 @@ class DecideRequest:
     allow_empty: bool = False
     calibration: str | None = None
     max_new_tokens: int | None = None
+    pruning: str = "auto"
 
 
 def parse_decide(body: Any, *, max_questions: int = 64) -> DecideRequest:
@@ -152,7 +156,11 @@ def parse_decide(body: Any, *, max_questions: int = 64) -> DecideRequest:
         limit = check_max_new_tokens(body.get("max_new_tokens"))
     except InvalidArgumentError as e:
         raise ApiError(422, "invalid_request", str(e), field="max_new_tokens") from e
-    options = (t, scoring, orders, allow_empty, calibration, limit)
+    try:
+        pruning = check_pruning(body.get("pruning", "auto"), orders, scoring)
+    except InvalidArgumentError as e:
+        raise ApiError(422, "invalid_request", str(e), field="pruning") from e
+    options = (t, scoring, orders, allow_empty, calibration, limit, pruning)
     spec = body.get("schema")
     if isinstance(spec, dict) and _is_json_schema(spec):
         return DecideRequest(

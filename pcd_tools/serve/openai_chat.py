@@ -22,7 +22,7 @@ up a chat reply.
 | `max_tokens`, `max_completion_tokens` | an answer longer than this is a 400, never cut; also each generated field's token limit |
 | `stream`, `stream_options.include_usage` | server-sent events of the same answer |
 | `seed`, `top_p`, `stop`, penalties, `user`, `metadata`, `store`, ... | accepted; no effect on a scored answer |
-| `pcd` (via `extra_body`) | `{"orders"?, "scoring"?, "allow_empty"?, "calibration"?, "examples"?}` as in `/v1/decide` |
+| `pcd` (via `extra_body`) | `{"orders"?, "scoring"?, "allow_empty"?, "calibration"?, "examples"?, "pruning"?}` as in `/v1/decide` |
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..checks import check_pruning
 from ..errors import InvalidArgumentError, SchemaError
 from ..orders import check_orders
 from ..prompt import DEFAULT_INSTRUCTIONS, TextTokenizer, build_prompt, render_system
@@ -74,7 +75,7 @@ NO_EFFECT = (
     "top_p",
     "user",
 )
-PCD_KEYS = ("allow_empty", "calibration", "examples", "orders", "scoring")
+PCD_KEYS = ("allow_empty", "calibration", "examples", "orders", "pruning", "scoring")
 SCORINGS = ("full", "constrained", "pmi")
 CALIBRATIONS = ("contextual", "none")
 MAX_ORDERS = 16
@@ -106,6 +107,7 @@ class ChatRequest:
         orders: Listing orders averaged over.
         allow_empty: Decide on an empty conversation.
         calibration: `"contextual"` or `"none"`, or None for the server's setting.
+        pruning: `"auto"`, `"on"` or `"off"` (`Decider.decide(..., pruning=)`).
     """
 
     schema: Schema
@@ -121,6 +123,7 @@ class ChatRequest:
     orders: int = 1
     allow_empty: bool = False
     calibration: str | None = None
+    pruning: str = "auto"
 
     @property
     def pcd_temperature(self) -> float:
@@ -226,6 +229,7 @@ def parse_chat(body: Any, tokenizer: TextTokenizer, *, max_questions: int = 64) 
         orders=pcd["orders"],
         allow_empty=pcd["allow_empty"],
         calibration=pcd["calibration"],
+        pruning=pcd["pruning"],
     )
 
 
@@ -426,12 +430,17 @@ def _pcd_options(raw: Any) -> dict[str, Any]:
             f"pcd.calibration must be one of {list(CALIBRATIONS)}; got {calibration!r}.",
             "pcd.calibration",
         )
+    try:
+        pruning = check_pruning(raw.get("pruning", "auto"), orders, scoring)
+    except InvalidArgumentError as e:
+        raise _bad(str(e), "pcd.pruning") from e
     return {
         "orders": orders,
         "scoring": scoring,
         "allow_empty": allow_empty,
         "calibration": calibration,
         "examples": raw.get("examples"),
+        "pruning": pruning,
     }
 
 

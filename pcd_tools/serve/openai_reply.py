@@ -104,6 +104,10 @@ class Completion:
             if f.expected is not None:
                 limit = None if f.value is None else float(f.value)
                 entry["expected"] = limit if zero else round(f.expected, 6)
+            if f.certified is not None and f.probability_bounds and f.unscored_mass is not None:
+                entry["certified"] = f.certified  # a pruned field (`pruning`)
+                entry["probability_bounds"] = [round(b, 6) for b in f.probability_bounds]
+                entry["unscored_mass"] = round(f.unscored_mass, 6)
             fields[name] = entry
         probs = [e["probability"] for e in fields.values() if e["probability"] is not None]
         return {

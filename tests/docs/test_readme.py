@@ -72,7 +72,7 @@ def run_checked(src: str, ns: dict[str, Any], label: str) -> list[str]:
 
 def test_the_readme_blocks_are_all_run_here():
     assert len(_blocks(README)) == len(QUICK) + len(AGENTS) + len(SERVE) + len(SCALE)
-    assert len(QUICK) == 5 and len(AGENTS) == 5 and len(SERVE) == 2 and len(SCALE) == 1
+    assert len(QUICK) == 6 and len(AGENTS) == 5 and len(SERVE) == 2 and len(SCALE) == 1
 
 
 def test_quick_start_runs_as_written(real, monkeypatch):
@@ -127,6 +127,22 @@ def test_free_text_section_runs_as_written(real):
     assert total == pytest.approx(d.elapsed_ms, rel=0.05)
 
 
+def test_pruning_section_runs_as_written(real):
+    from pydantic import BaseModel, Field
+
+    ns: dict[str, Any] = {"__name__": "readme", "decider": real, "BaseModel": BaseModel}
+    ns["Field"] = Field
+    checked = run_checked(QUICK[4], ns, "pruning")
+    assert len(checked) == 1
+    f = ns["d"].fields["minutes"]
+    whole = real.decide(
+        ns["Meeting"], "Standup took 15 minutes today.", scoring="constrained", pruning="off"
+    )
+    lo, hi = f.probability_bounds
+    assert lo - 1e-4 <= whole.fields["minutes"].probability <= hi + 1e-4
+    assert whole.fields["minutes"].value == f.value
+
+
 def test_without_labels_section_runs_as_written(real):
     # the quick start defines Triage, decider and tickets; run it on the session's model
     ns: dict[str, Any] = {"__name__": "readme", "real": real}
@@ -134,7 +150,7 @@ def test_without_labels_section_runs_as_written(real):
     assert quick != QUICK[0]
     with contextlib.redirect_stdout(io.StringIO()):
         exec(compile(quick, "README.md (quick start)", "exec", dont_inherit=True), ns)
-    checked = run_checked(QUICK[4], ns, "without labels")
+    checked = run_checked(QUICK[5], ns, "without labels")
     assert len(checked) == 3
 
 

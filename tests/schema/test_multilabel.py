@@ -10,8 +10,9 @@ import pytest
 from pydantic import BaseModel, Field
 
 from pcd_tools.errors import InvalidFieldOptionError, TooFewChoicesError, UnsupportedFieldError
+from pcd_tools.field_scores import field_results
 from pcd_tools.prompt import questions, render_system
-from pcd_tools.result import FieldResult, choose_labels, field_results
+from pcd_tools.result import FieldResult, choose_labels
 from pcd_tools.schema import compile_schema
 
 pytestmark = pytest.mark.unit

@@ -100,3 +100,26 @@ def test_empty_systemone_state_is_422_naming_state(url, state):
     err = _error(r)
     assert err["field"] == "state"
     assert "empty or only whitespace" in err["message"]
+
+
+CODES = {"code": {"type": "enum", "choices": [f"{a}{b}x" for a in "0123456789" for b in "abcdef"]}}
+
+
+def test_pruning_is_passed_through_and_reported(url, tiny):
+    r = httpx.post(url + "/v1/decide", json={"schema": CODES, "context": TEXT, "pruning": "on"})
+    assert r.status_code == 200, r.text
+    got = r.json()["field_telemetry"]["code"]
+    want = tiny.decide(StructuredSchema(CODES), TEXT, pruning="on").fields["code"]
+    assert got["certified"] is want.certified is True
+    assert got["probability_bounds"] == pytest.approx(list(want.probability_bounds), abs=1e-5)
+    off = httpx.post(url + "/v1/decide", json={"schema": CODES, "context": TEXT, "pruning": "off"})
+    assert "certified" not in off.json()["field_telemetry"]["code"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [({"pruning": "yes"}, "accepted: 'auto'"), ({"pruning": "on", "orders": 2}, "orders=2")],
+)
+def test_bad_pruning_is_422_naming_pruning(url, extra, says):
+    err = _error(_decide(url, context=TEXT, **extra))
+    assert err["field"] == "pruning" and says in err["message"]

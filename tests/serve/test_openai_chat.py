@@ -11,7 +11,7 @@ from typing import Literal
 
 import httpx
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from pcd_tools.serve.app import create_app
 
@@ -265,6 +265,26 @@ def test_bad_requests(server):
         400,
     )
     assert "max_tokens=3" in err["message"]
+
+
+def test_pcd_pruning_through_extra_body(client, server, tiny):
+    codes = tuple(f"{a}{b}x" for a in "0123456789" for b in "abcdef")
+    coded = create_model("Coded", code=(Literal[codes], ...))  # type: ignore[call-overload]
+    r = client.chat.completions.create(
+        model="m",
+        messages=_user(),
+        response_format=_fmt(coded),
+        extra_body={"pcd": {"pruning": "on"}},
+    )
+    fields = r.choices[0].model_extra["pcd"]["fields"]
+    want = tiny.decide(coded, TEXT, pruning="on").fields["code"]
+    assert fields["code"]["certified"] is want.certified is True
+    bad = {"pcd": {"pruning": "always"}}
+    err = _err(
+        _post(server, {"model": "m", "messages": _user(), "response_format": _fmt(coded), **bad}),
+        400,
+    )
+    assert err["param"] == "pcd.pruning" and "accepted: 'auto'" in err["message"]
 
 
 def test_unsupported_keyword_is_a_422_naming_keyword_and_path(server):

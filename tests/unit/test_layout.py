@@ -29,6 +29,8 @@ LAYERS: dict[str, int] = {
     "pcd_tools.schema": 1,
     "pcd_tools.prompt": 2,
     "pcd_tools.result": 2,
+    "pcd_tools.bounds": 2,
+    "pcd_tools.field_scores": 2,
     "pcd_tools.calibration": 2,
     "pcd_tools.orders": 2,
     "pcd_tools.checks": 2,

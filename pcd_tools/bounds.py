@@ -1,0 +1,130 @@
+"""Certified answers from a partly scored field (pruned scoring, `pruning="on"`).
+
+A pruned field's trie was expanded only where an answer could still beat the best one
+found (`pcd_tools.engine.prune`). Its candidates fall in two sets:
+
+- scored: every token of the candidate was read, so its log score `z_c` is exact;
+- unscored: the candidate lies under an unexpanded prefix, whose own probability `u_g`
+  was read. The candidates under a prefix can never hold more than the prefix's own
+  probability (`sum_c p_c <= exp(u_g)`), with full-vocabulary scoring and with
+  `scoring="constrained"` alike, because both give each prefix a proper distribution over
+  its continuations.
+
+With the decision's distribution `p_c ∝ exp(a z_c + b_c)` (`a` = 1 / temperatures, `b`
+the calibration's biases over the temperature), each prefix's unscored share is bounded
+by Hölder's inequality: `sum_{c in g} exp(a z_c) <= n_g^max(0, 1 - a) exp(a u_g)` for the
+`n_g` candidates under it. That bounds the answer's probability from both sides and the
+total probability the unscored candidates can hold, and it certifies the answer: it is
+the true argmax whenever its score beats every prefix's best possible candidate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Bounded", "PartialScores", "bounded"]
+
+
+@dataclass(frozen=True)
+class PartialScores:
+    """A pruned field's candidate log scores, with what bounds the unscored ones.
+
+    Args:
+        z: (K,) candidate log scores (log-probabilities), NaN where unscored.
+        frontier_logp: (G,) log-probability of each unexpanded prefix.
+        frontier_members: Per prefix, the indices of the candidates under it; together
+            they are exactly the unscored candidates.
+    """
+
+    z: np.ndarray
+    frontier_logp: np.ndarray
+    frontier_members: tuple[np.ndarray, ...]
+
+    @classmethod
+    def whole(cls, z: np.ndarray) -> PartialScores:
+        """A pruned field whose search happened to score every candidate."""
+        return cls(np.asarray(z, dtype=np.float64), np.zeros(0), ())
+
+    @property
+    def scored(self) -> np.ndarray:
+        """Boolean mask of the scored candidates."""
+        return ~np.isnan(self.z)
+
+
+@dataclass(frozen=True)
+class Bounded:
+    """A pruned field's distribution and its guarantees.
+
+    Args:
+        probs: (K,) probabilities: each scored candidate's share of the scored mass (its
+            probability if the unscored candidates hold nothing), 0.0 for unscored ones.
+        best: Index of the answer (the most probable scored candidate; ties: the first).
+        certified: Whether the answer is provably the argmax over every candidate.
+        probability_bounds: (lower, upper) bounds of the answer's true probability.
+        unscored_mass: Upper bound of the total probability of the unscored candidates.
+    """
+
+    probs: np.ndarray
+    best: int
+    certified: bool
+    probability_bounds: tuple[float, float]
+    unscored_mass: float
+
+
+def bounded(
+    scores: PartialScores,
+    temperature: float,
+    *,
+    scale: float = 1.0,
+    bias: np.ndarray | None = None,
+) -> Bounded:
+    """The distribution `softmax((scale * z + bias) / temperature)` of a pruned field,
+    with bounds that hold whatever the unscored candidates' scores are.
+
+    Args:
+        scores: The field's partial scores.
+        temperature: The decision's temperature (> 0).
+        scale: 1 / the field's calibrated temperature.
+        bias: The field's calibrated per-candidate biases (over `scale`), or None.
+
+    Raises:
+        ValueError: if no candidate was scored (the search always scores one).
+    """
+    z = np.asarray(scores.z, dtype=np.float64)
+    seen = ~np.isnan(z)
+    if not seen.any():
+        raise ValueError("a pruned field has no scored candidate")
+    b = np.zeros_like(z) if bias is None else np.asarray(bias, dtype=np.float64) / temperature
+    a = scale / temperature
+    s = np.full_like(z, -np.inf)
+    s[seen] = a * z[seen] + b[seen]
+    log_s = _logsumexp(s[seen])
+    best = int(np.argmax(s))  # NaN-free: unscored are -inf; argmax keeps the first tie
+    probs = np.zeros_like(z)
+    probs[seen] = np.exp(s[seen] - log_s)
+    # Per prefix: the bound of its candidates' summed exp(s), and of the best single one.
+    group_sum, group_max = [], []
+    for u, members in zip(scores.frontier_logp, scores.frontier_members):
+        if not len(members):
+            continue
+        top_b = float(b[members].max())
+        group_max.append(a * float(u) + top_b)
+        group_sum.append(group_max[-1] + max(0.0, 1.0 - a) * np.log(len(members)))
+    if not group_sum:
+        return Bounded(probs, best, True, (float(probs[best]),) * 2, 0.0)
+    log_u = _logsumexp(np.array(group_sum))
+    log_all = np.logaddexp(log_s, log_u)
+    return Bounded(
+        probs=probs,
+        best=best,
+        certified=bool(s[best] > max(group_max)),
+        probability_bounds=(float(np.exp(s[best] - log_all)), float(probs[best])),
+        unscored_mass=float(min(1.0, np.exp(log_u - log_all))),
+    )
+
+
+def _logsumexp(x: np.ndarray) -> float:
+    m = float(np.max(x))
+    return m + float(np.log(np.exp(x - m).sum()))

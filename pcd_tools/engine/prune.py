@@ -1,0 +1,269 @@
+"""Certified pruned scoring: a large field's trie expanded level by level, branch and bound.
+
+Scoring every path of a 255-way trie is exact, but it reads more positions than the
+prompt has. Pruned scoring reads only what can change the answer:
+
+1. The first fields pass evaluates a pruned field's root (its stem) and the root's
+   children beside the other fields, which gives each two-token prefix's probability.
+2. Each later level is one packed pass for every pruned field and every context at once,
+   on the same KV cache. It evaluates the most probable unexpanded prefixes: a prefix
+   with few nodes below it is expanded whole, a bigger one one token deeper. When the
+   subtrees that may still win fit in one level, or hold most of what is left to read
+   (an unsure model), the level reads them all and the search ends.
+3. A prefix whose probability is not above the best complete candidate's is never
+   expanded: the candidates under it hold at most its probability, so none can win.
+4. The search stops when no prefix can win (the answer is certified), or after
+   `max_levels` levels. A context with no candidate scored whole by then follows its
+   most probable prefix down, one more level at a time, until one is: every answer is a
+   scored candidate, certified or not.
+
+What was scored, and the prefixes that bound the rest, become `PartialScores`
+(`FieldTrie.scores`); `pcd_tools.bounds` turns them into the answer, its probability
+bounds and the `certified` flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from ..prompt import Question
+from ..schema import Schema
+from .pack import Chunk, Edges, Plan, make_chunks
+from .trie import FieldTrie
+
+__all__ = [
+    "AUTO_NODES",
+    "PruneMode",
+    "Pruning",
+    "expansions",
+    "pruned_pass",
+    "search",
+]
+
+PruneMode = Literal["auto", "on", "off"]
+
+# Under `pruning="auto"` (and `scoring="constrained"`) a field is pruned when its trie has
+# more internal nodes than this: each is one position whose full-vocabulary logits the
+# exhaustive pass reads.
+AUTO_NODES = 96
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """Which questions of a request are scored by pruned search, and how.
+
+    Args:
+        select: Given a question and its trie, whether to prune it.
+        constrained: Whether the request scores with `scoring="constrained"` (the bound
+            then holds over each node's allowed tokens).
+        level_nodes: Trie nodes one level may evaluate per field, over all contexts.
+        subtree_nodes: A kept prefix with at most this many internal nodes below it
+            (itself included) is expanded whole in one level.
+        max_levels: Levels after the first pass; a field still open after them is
+            answered uncertified (after the levels that complete its best candidate).
+        finish_share: Once a candidate is scored, when the subtrees that may still win
+            hold at least this share of the nodes not yet read (or fit in one level), the
+            next level reads them all and the search ends: pruning further would save
+            less than its extra passes cost.
+    """
+
+    select: Callable[[Question, FieldTrie], bool]
+    constrained: bool = False
+    level_nodes: int = 192
+    subtree_nodes: int = 24
+    max_levels: int = 12
+    finish_share: float = 0.5
+
+
+def pruning_for(
+    schema: Schema, mode: str, *, constrained: bool = False, whole: frozenset[str] = frozenset()
+) -> Pruning | None:
+    """The pruning of a request, or None when it prunes nothing.
+
+    A question may be pruned when it asks a whole single-choice field: not a multi-label
+    label, not a `choices_by` field (its questions are per parent value), not a union's
+    discriminator (its branches compare whole distributions), and not a field in
+    `whole` (those whose calibration needs every score). Then the field's own
+    `pruning` decides when it is not `"auto"`, else the request's `mode`; `"auto"`
+    prunes a trie with more than `AUTO_NODES` internal nodes under
+    `scoring="constrained"`. Under full scoring a model leaves probability on tokens
+    outside the field at every step, so a prefix's bound is loose and the search reads
+    most of the trie in more passes (the embedded model's tariff field: 68% of its
+    nodes in 7 passes); `"on"` prunes it all the same.
+
+    Args:
+        schema: The compiled schema.
+        mode: The request's `"auto"`, `"on"` or `"off"`.
+        constrained: Whether the request scores with `scoring="constrained"`.
+        whole: Fields to score whole whatever their setting.
+    """
+    if mode == "off":
+        return None
+    kinds = {f.branch[0] for f in schema.fields if f.branch is not None}
+    can = {
+        f.name: f.pruning
+        for f in schema.fields
+        if f.kind in ("enum", "boolean")
+        and f.choices_by is None
+        and f.name not in kinds
+        and f.name not in whole
+        and f.pruning != "off"
+    }
+    if not can:
+        return None
+
+    def select(q: Question, trie: FieldTrie) -> bool:
+        own = can.get(q.field)
+        if own is None or q.label is not None or q.choices is not None:
+            return False
+        if own == "on" or mode == "on":
+            return True
+        return constrained and trie.n_nodes > AUTO_NODES
+
+    return Pruning(select, constrained=constrained)
+
+
+def expansions(trie: FieldTrie, edge_logp: np.ndarray, pruning: Pruning, quota: int) -> set[int]:
+    """The trie nodes one context needs evaluated next: the unexpanded prefixes that may
+    still hold a better answer than the best scored one, most probable first, up to
+    about `quota` nodes; empty when the answer is certified."""
+    lp = trie.edge_scores(edge_logp, constrained=pruning.constrained)
+    front = trie.frontier(lp)
+    if not len(front):
+        return set()
+    z = trie.cand_logp(lp)
+    done = z[~np.isnan(z)]
+    best = float(done.max()) if len(done) else -np.inf
+    pre = trie.prefix_logp(lp)[front]
+    open_ = pre >= best  # a prefix at exactly the best could still tie it
+    below_open = [trie.subtree_nodes[int(n)] for n in front[open_]]
+    total = sum(len(b) for b in below_open)
+    unread = trie.n_nodes - len(np.unique(trie.edge_node[~np.isnan(lp)]))
+    if quota > 1 and len(done) and (total <= quota or total >= pruning.finish_share * unread):
+        # Finishing now costs no more than the next level would, or the model is unsure
+        # and pruning cannot save much: every subtree that may still win, whole, now.
+        return {int(x) for b in below_open for x in b}
+    chosen: set[int] = set()
+    for n in front[open_][np.argsort(-pre[open_], kind="stable")]:
+        below = trie.subtree_nodes[int(n)]
+        chosen.update(int(x) for x in (below if len(below) <= pruning.subtree_nodes else [n]))
+        if len(chosen) >= quota:
+            break
+    return chosen
+
+
+def search(
+    tries: Sequence[FieldTrie],
+    pruned: Sequence[int],
+    acc: list[np.ndarray],
+    run_level: Callable[[dict[int, list[int]]], None],
+    pruning: Pruning,
+) -> int:
+    """Expands the pruned fields level by level until each context's answers are
+    certified or the levels run out; returns the levels run.
+
+    Args:
+        tries: Every question's trie.
+        pruned: The indices of the pruned ones.
+        acc: Per question, (contexts, edges) log p so far (NaN where unscored); the
+            first pass filled the pruned fields' root edges. `run_level` fills more.
+        run_level: Evaluates the given nodes of each field for every context.
+        pruning: The request's pruning.
+    """
+    levels = 0
+    finishing = False  # after max_levels: only until every context has an answer
+    while True:
+        if levels >= pruning.max_levels:
+            finishing = True
+        want: dict[int, list[int]] = {}
+        for fi in pruned:
+            rows = acc[fi].shape[0]
+            quota = max(pruning.subtree_nodes, pruning.level_nodes // max(1, rows))
+            nodes: set[int] = set()
+            for r in range(rows):
+                if finishing and _answered(tries[fi], acc[fi][r]):
+                    continue
+                nodes |= expansions(tries[fi], acc[fi][r], pruning, 1 if finishing else quota)
+            if nodes:
+                want[fi] = sorted(nodes)
+        if not want:
+            return levels
+        run_level(want)
+        levels += 1
+
+
+def _answered(trie: FieldTrie, edge_logp: np.ndarray) -> bool:
+    """Whether some candidate of the field is scored whole."""
+    return bool((~np.isnan(trie.cand_logp(edge_logp))).any())
+
+
+# Runs chunks on the engine's stream workers: their scored edges, and the passes that
+# ran one after another.
+RunChunks = Callable[[list[Chunk]], tuple[list[Edges], int]]
+
+
+def pruned_pass(
+    plan: Plan,
+    pruned: Sequence[int],
+    rows: int,
+    run_chunks: RunChunks,
+    *,
+    pack_budget: int,
+    streams: int,
+    pruning: Pruning,
+) -> tuple[list[list[np.ndarray]], int]:
+    """A fields pass with some questions pruned: the first pass scores the other
+    questions whole and the pruned ones' roots, then `search` runs the levels.
+
+    Returns:
+        Per context, per question edge log p (NaN where a pruned trie was not expanded);
+        and the passes that ran one after another.
+    """
+    tries = plan.tries
+    acc = [np.full((rows, len(t.edge_node)), np.nan) for t in tries]
+    passes = 0
+
+    def run(chunks: list[Chunk]) -> None:
+        nonlocal passes
+        outs, n = run_chunks(chunks)
+        passes += n
+        for found in outs:
+            for fi, sel, logp in found:
+                acc[fi][:, sel] = logp
+
+    key = ("pruned", tuple(pruned))
+    first = plan.variants.get(key)
+    if first is None:  # each pruned root and its children: the first tokens' prefixes
+        first = plan.variants[key] = make_chunks(
+            tries, pack_budget, streams, nodes={fi: _top(tries[fi], pruning) for fi in pruned}
+        )
+    run(first)
+    search(
+        tries,
+        pruned,
+        acc,
+        lambda want: run(
+            make_chunks(
+                tries,
+                pack_budget,
+                streams,
+                nodes={fi: want.get(fi, []) for fi in range(len(tries))},
+            )
+        ),
+        pruning,
+    )
+    whole = [fi for fi in range(len(tries)) if fi not in set(pruned)]
+    if any(np.isnan(acc[fi]).any() for fi in whole):  # pragma: no cover - a packing bug
+        raise RuntimeError("internal error: a trie edge was not evaluated")
+    return [[acc[fi][r] for fi in range(len(tries))] for r in range(rows)], passes
+
+
+def _top(trie: FieldTrie, pruning: Pruning) -> list[int]:
+    """The nodes a pruned field's first pass reads: its root, and the root's children
+    when they fit in one level."""
+    children = [n for n in range(1, trie.n_nodes) if trie.node_parent[n] == 0]
+    return [0, *children] if len(children) < pruning.level_nodes else [0]

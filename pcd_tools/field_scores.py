@@ -1,0 +1,94 @@
+"""Field results from candidate log scores: temperature, calibration, multi-label labels,
+the choices allowed after a parent, and pruned fields' bounds (`pcd_tools.bounds`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from .bounds import PartialScores, bounded
+from .prompt import Question
+from .result import FieldResult, softmax_scores
+from .schema import Schema
+
+__all__ = ["conditional_probs", "field_results"]
+
+
+def field_results(
+    schema: Schema,
+    questions: Sequence[Question],
+    log_scores: Sequence[np.ndarray],
+    temperature: float,
+    calibration: Any = None,
+) -> dict[str, FieldResult]:
+    """Each field's result from its questions' candidate log scores.
+
+    A multi-label field's labels come as separate yes/no questions; a calibration may
+    hold a temperature (and biases) per label, under `field[label]`. A pruned field's
+    scores are `PartialScores`: its unscored candidates get probability 0.0 and log score
+    -inf, and the result says whether its answer is certified, and within what bounds.
+    """
+
+    def probs(name: str, z: np.ndarray) -> np.ndarray:
+        if calibration is not None:
+            return np.asarray(calibration.probabilities(name, z, temperature))
+        return softmax_scores(z, temperature)
+
+    per_label: dict[str, list[tuple[float, float]]] = {}
+    out: dict[str, FieldResult] = {}
+    for q, z in zip(questions, log_scores):
+        spec = schema.field(q.field)
+        if isinstance(z, PartialScores):  # a pruned field (`pcd_tools.engine.prune`)
+            out[spec.name] = _pruned(spec.name, spec, z, temperature, calibration)
+            continue
+        if q.label is None and q.choices is not None:  # only some allowed after a parent
+            p_full, z_full = np.zeros(spec.cardinality), np.full(spec.cardinality, -np.inf)
+            p_full[list(q.choices)] = conditional_probs(spec.name, z, temperature, calibration)
+            z_full[list(q.choices)] = z
+            out[spec.name] = FieldResult.from_probs(spec, p_full, z_full)
+            continue
+        if q.label is None:
+            out[spec.name] = FieldResult.from_probs(spec, probs(spec.name, z), z)
+            continue
+        p = probs(f"{spec.name}[{spec.choices[q.label].label}]", z)
+        per_label.setdefault(spec.name, []).append((float(p[0]), float(z[0] - z[1])))
+    for name, items in per_label.items():
+        spec = schema.field(name)
+        res = FieldResult.from_labels(spec, np.array([p for p, _ in items]), [d for _, d in items])
+        out[name] = res
+    return {f.name: out[f.name] for f in schema.fields if f.name in out}
+
+
+def conditional_probs(
+    name: str, log_scores: np.ndarray, temperature: float, calibration: Any = None
+) -> np.ndarray:
+    """A field's distribution over some of its choices (those allowed after a parent's
+    answer): the field's calibrated temperature applies, its per-choice biases do not."""
+    t = calibration.temperature(name) if calibration is not None else 1.0
+    return softmax_scores(np.asarray(log_scores, dtype=np.float64) / t, temperature)
+
+
+def _pruned(
+    name: str, spec: Any, scores: PartialScores, temperature: float, calibration: Any
+) -> FieldResult:
+    """A pruned field's result: the best scored candidate and its guarantees."""
+    scale, bias = 1.0, None
+    if calibration is not None:
+        scale = 1.0 / calibration.temperature(name)
+        b = calibration.biases.get(name)
+        if b is not None:
+            # the checks of `Calibration.probabilities` (bias count) apply here too
+            calibration.probabilities(name, np.zeros(len(scores.z)), temperature)
+            bias = np.asarray(b, dtype=np.float64)
+    got = bounded(scores, temperature, scale=scale, bias=bias)
+    z = np.where(np.isnan(scores.z), -np.inf, scores.z)
+    res = FieldResult.from_probs(spec, got.probs, z, best=got.best)
+    return replace(
+        res,
+        certified=got.certified,
+        unscored_mass=got.unscored_mass,
+        probability_bounds=got.probability_bounds,
+    )

@@ -1,0 +1,177 @@
+"""Certified pruned scoring through the engine and the decider (tiny model).
+
+The pruned search reads the same logits as the exhaustive pass, in other packed passes:
+every edge it scores equals the exhaustive one, a certified answer is the exhaustive
+argmax, and the exhaustive answer's probability lies within `probability_bounds`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, Field, create_model
+
+from pcd_tools import FieldDefinition, StructuredSchema
+from pcd_tools.engine.prune import AUTO_NODES, pruning_for
+from pcd_tools.errors import InvalidArgumentError, InvalidFieldOptionError
+from pcd_tools.schema import compile_schema
+from tests.conftest import tiny_decider
+
+pytestmark = pytest.mark.engine
+
+CODES = tuple(f"{a}{b}{c}" for a in "0123456789" for b in "abcdef" for c in "xyz")[:150]
+CONTEXTS = ["some text here", "other text", "a third one, longer than the others"]
+
+
+class Coded(BaseModel):
+    code: Literal[CODES] = Field(description="the code")  # type: ignore[valid-type]
+    flag: bool = Field(description="a flag")
+
+
+_DECIDER = None
+
+
+def decider():
+    global _DECIDER
+    if _DECIDER is None:
+        _DECIDER = tiny_decider(seed=3, cpu_kernels=False)
+    return _DECIDER
+
+
+def check_against_whole(schema, contexts, **kw):
+    """Pruned decisions against exhaustive ones: returns the pruned decisions."""
+    whole = decider().decide_many(schema, contexts, pruning="off", **kw)
+    pruned = decider().decide_many(schema, contexts, pruning="on", **kw)
+    for w, p in zip(whole, pruned):
+        for name, fp in p.fields.items():
+            fw = w.fields[name]
+            assert fw.certified is None
+            assert fp.certified is not None, name
+            lo, hi = fp.probability_bounds
+            assert lo - 1e-4 <= fw.probability <= hi + 1e-4, (name, lo, fw.probability, hi)
+            assert lo <= fp.probability <= hi + 1e-12
+            assert 0.0 <= fp.unscored_mass <= 1.0
+            if fp.certified:
+                assert fp.label == fw.label, name
+            # every scored candidate's log score is the exhaustive one
+            zp, zw = np.array(fp.log_scores), np.array(fw.log_scores)
+            seen = np.isfinite(zp)
+            np.testing.assert_allclose(zp[seen], zw[seen], rtol=1e-5, atol=1e-4)
+            assert (np.array(list(fp.distribution.values()))[~seen] == 0.0).all()
+    return pruned
+
+
+@pytest.mark.parametrize("scoring", ["full", "constrained"])
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
+def test_pruned_answers_match_the_exhaustive_pass(scoring, temperature):
+    pruned = check_against_whole(Coded, CONTEXTS, scoring=scoring, temperature=temperature)
+    assert all(d.fields["code"].certified for d in pruned)
+
+
+def test_the_edges_the_search_scores_equal_the_exhaustive_ones():
+    engine = decider().engine
+    schema = compile_schema(Coded)
+    whole = engine.score(schema, CONTEXTS)
+    pruned = engine.score(schema, CONTEXTS, pruning=pruning_for(schema, "on"))
+    assert pruned.sequential_forward_passes > whole.sequential_forward_passes
+    for r in range(len(CONTEXTS)):
+        for a, b in zip(whole.edge_logp[r], pruned.edge_logp[r]):
+            seen = ~np.isnan(b)
+            assert seen.any()
+            np.testing.assert_allclose(b[seen], a[seen], atol=1e-4)
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    codes=st.lists(
+        st.text(alphabet="abcxyz019", min_size=1, max_size=4), min_size=2, max_size=40, unique=True
+    ),
+    context=st.sampled_from(CONTEXTS),
+    scoring=st.sampled_from(["full", "constrained"]),
+)
+def test_random_tries_on_the_tiny_model(codes, context, scoring):
+    model = create_model(
+        "Random",
+        code=(Literal[tuple(codes)], Field(description="pick one")),  # type: ignore[call-overload]
+    )
+    check_against_whole(model, [context], scoring=scoring)
+
+
+def test_auto_prunes_only_large_tries_under_constrained_scoring():
+    schema = compile_schema(Coded)
+    plan = decider().engine.plan(schema)
+    auto = pruning_for(schema, "auto", constrained=True)
+    assert auto is not None
+    picked = [auto.select(q, t) for q, t in zip(plan.questions, plan.tries)]
+    assert [t.n_nodes > AUTO_NODES for t in plan.tries] == picked == [True, False]
+    d = decider().decide(Coded, CONTEXTS[0], scoring="constrained")
+    assert d.fields["code"].certified is not None and d.fields["flag"].certified is None
+    assert d.certified is d.fields["code"].certified
+    # full scoring: "auto" scores whole, "on" prunes
+    full = pruning_for(schema, "auto")
+    assert full is not None and not any(
+        full.select(q, t) for q, t in zip(plan.questions, plan.tries)
+    )
+    d = decider().decide(Coded, CONTEXTS[0])
+    assert d.certified is None and d.fields["code"].certified is None
+    assert pruning_for(schema, "off") is None
+
+
+def test_a_field_can_turn_pruning_on_or_off():
+    class Own(BaseModel):
+        code: Literal[CODES] = Field(description="c", json_schema_extra={"pruning": "off"})  # type: ignore[valid-type]
+        flag: bool = Field(description="f", json_schema_extra={"pruning": "on"})
+
+    auto = decider().decide(Own, CONTEXTS[0])
+    assert auto.fields["code"].certified is None and auto.fields["flag"].certified is not None
+    on = decider().decide(Own, CONTEXTS[0], pruning="on")
+    assert on.fields["code"].certified is None  # the field's own "off" wins
+    off = decider().decide(Own, CONTEXTS[0], pruning="off")
+    assert off.fields["flag"].certified is None  # the request's "off" turns everything off
+    telemetry = auto.to_response()["field_telemetry"]
+    assert set(telemetry["flag"]) >= {"certified", "unscored_mass", "probability_bounds"}
+    assert "certified" not in telemetry["code"]
+
+
+def test_the_dict_form_takes_pruning():
+    schema = StructuredSchema(
+        [FieldDefinition("code", "enum", "the code", choices=list(CODES[:10]), pruning="on")]
+    )
+    assert compile_schema(schema).fields[0].pruning == "on"
+    d = decider().decide(schema, CONTEXTS[0])
+    assert d.fields["code"].certified is not None
+
+
+def test_bad_pruning_options_raise_clear_errors():
+    with pytest.raises(InvalidArgumentError, match="pruning='maybe'; accepted: 'auto'"):
+        decider().decide(Coded, "x", pruning="maybe")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="orders=2"):
+        decider().decide(Coded, "x", pruning="on", orders=2)
+    with pytest.raises(InvalidArgumentError, match="scoring='pmi'"):
+        decider().decide(Coded, "x", pruning="on", scoring="pmi")
+    with pytest.raises(InvalidArgumentError, match="calibration='contextual'"):
+        decider().decide(Coded, "x", pruning="on", calibration="contextual")
+    with pytest.raises(InvalidArgumentError, match="mode='batched'"):
+        decider().decide(Coded, "x", pruning="on", mode="batched")
+    # "auto" with the same options scores whole, without an error
+    d = decider().decide(Coded, "x", orders=2)
+    assert d.fields["code"].certified is None
+    with pytest.raises(InvalidFieldOptionError, match="pruning='sometimes'"):
+        compile_schema(
+            create_model("Bad", x=(bool, Field(json_schema_extra={"pruning": "sometimes"})))  # type: ignore[call-overload]
+        )
+    with pytest.raises(InvalidFieldOptionError, match="not a single choice"):
+        compile_schema(
+            create_model(
+                "BadMulti",
+                x=(set[Literal["a", "b"]], Field(json_schema_extra={"pruning": "on"})),  # type: ignore[call-overload]
+            )
+        )
