@@ -19,7 +19,7 @@ from pcd_tools import FieldDefinition, StructuredSchema
 from pcd_tools.engine.prune import AUTO_NODES, pruning_for
 from pcd_tools.errors import InvalidArgumentError, InvalidFieldOptionError
 from pcd_tools.schema import compile_schema
-from tests.conftest import tiny_decider
+from tests.engine.test_properties import decider  # the tiny model, numpy kernels off
 
 pytestmark = pytest.mark.engine
 
@@ -30,16 +30,6 @@ CONTEXTS = ["some text here", "other text", "a third one, longer than the others
 class Coded(BaseModel):
     code: Literal[CODES] = Field(description="the code")  # type: ignore[valid-type]
     flag: bool = Field(description="a flag")
-
-
-_DECIDER = None
-
-
-def decider():
-    global _DECIDER
-    if _DECIDER is None:
-        _DECIDER = tiny_decider(seed=3, cpu_kernels=False)
-    return _DECIDER
 
 
 def check_against_whole(schema, contexts, **kw):
