@@ -268,6 +268,8 @@ class MicroBatcher:
         extra: dict[str, Any] = {} if job.calibration is None else {"calibration": job.calibration}
         if job.max_new_tokens is not None:
             extra["max_new_tokens"] = job.max_new_tokens
+        if job.pruning != "auto":
+            extra["pruning"] = job.pruning
         return self.worker_decider.decide_many(
             job.schema,
             contexts,
@@ -276,7 +278,6 @@ class MicroBatcher:
             orders=job.orders,
             allow_empty=job.allow_empty,
             batch_size=len(contexts),
-            pruning=job.pruning,
             **extra,
         )
 
