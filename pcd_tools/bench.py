@@ -57,14 +57,14 @@ def _stats(xs: list[float]) -> tuple[float, float, float]:
     return statistics.median(xs), min(xs), max(xs)
 
 
-def _cold_decide(decider: Any, schema: Any, context: str) -> Any:
+def _cold_decide(decider: Any, schema: Any, context: str, scoring: str = "full") -> Any:
     """A request whose schema prefix is not cached (its token plan is, as in production)."""
     from .schema import compile_schema
 
     compiled = compile_schema(schema)
     decider.engine.clear_cache()
     decider.engine.plan(compiled)
-    return decider.decide(compiled, context)
+    return decider.decide(compiled, context, scoring=scoring)
 
 
 def measure(
@@ -76,6 +76,7 @@ def measure(
     methods: tuple[str, ...] = METHODS,
     throughput: int = 0,
     advance: Any = None,
+    scoring: str = "full",
 ) -> dict[str, Any]:
     """Times one scenario; returns the scenario's JSON object (medians in ms).
 
@@ -89,6 +90,7 @@ def measure(
         throughput: If > 0, also time `decide_many` over this many contexts against as many
             sequential `decide` calls.
         advance: Called with a short label after each step (progress display).
+        scoring: PCD's scoring (the baselines generate as they always do).
     """
     from .engine.baseline import bare_prefill_ms, constrained_json, greedy_json
     from .schema import compile_schema
@@ -109,10 +111,12 @@ def measure(
     for r in range(warmup + runs):
         timed = r >= warmup
         if "pcd" in methods:
-            d = _cold_decide(decider, compiled, ctx)
-            w = decider.decide(compiled, ctx)
+            d = _cold_decide(decider, compiled, ctx, scoring)
+            w = decider.decide(compiled, ctx, scoring=scoring)
             whole = (
-                decider.decide(compiled, ctx, pruning="off") if w.certified is not None else None
+                decider.decide(compiled, ctx, scoring=scoring, pruning="off")
+                if w.certified is not None
+                else None
             )
             b = bare_prefill_ms(decider, compiled, ctx)
             if timed:
@@ -163,6 +167,7 @@ def measure(
         "model": decider.model_id,
         "device": decider.device,
         "reference": dict(scenario.reference),
+        "scoring": scoring,
     }
     if "pcd" in methods:
         out["pcd_ms"], out["pcd_ms_min"], out["pcd_ms_max"] = _stats(rec["pcd"])
@@ -242,6 +247,8 @@ class BenchPlan:
         rss_methods: Methods whose peak RSS is measured in a fresh process.
         scenarios_dir: Where the scenarios came from (the RSS probes read them again).
         model: The model source the RSS probes load.
+        scoring: PCD's scoring, `"full"` or `"constrained"` (`pruning="auto"` prunes large
+            fields under constrained scoring).
     """
 
     scenarios: tuple[Any, ...]
@@ -253,6 +260,7 @@ class BenchPlan:
     rss_methods: tuple[str, ...] = METHODS
     scenarios_dir: str | None = None
     model: str | None = None
+    scoring: str = "full"
 
     def throughput_for(self, scenario: Any) -> int:
         """Contexts of the throughput run for `scenario` (only triage has one)."""
@@ -277,6 +285,7 @@ def plan_bench(
     throughput: int = 32,
     rss: bool = True,
     model: str | None = None,
+    scoring: str = "full",
 ) -> BenchPlan:
     """Checks the options and loads the chosen scenarios (nothing is timed yet).
 
@@ -290,10 +299,15 @@ def plan_bench(
         throughput: Contexts for triage's `decide_many` run (0 skips).
         rss: Measure each method's peak RSS in a fresh process.
         model: The model source the RSS probes load.
+        scoring: PCD's scoring, `"full"` or `"constrained"`.
 
     Raises:
-        InvalidArgumentError: on a bad count, method or scenario.
+        InvalidArgumentError: on a bad count, method, scenario or scoring.
     """
+    if scoring not in ("full", "constrained"):
+        raise InvalidArgumentError(
+            f"unknown --scoring {scoring!r}; accepted: 'full', 'constrained'."
+        )
     if runs < 1 or warmup < 0:
         raise InvalidArgumentError(
             f"--runs must be >= 1 and --warmup >= 0; got {runs} and {warmup}."
@@ -325,6 +339,7 @@ def plan_bench(
         rss_methods=tuple(m for m in METHODS if m in chosen_methods) if rss else (),
         scenarios_dir=scenarios_dir,
         model=model,
+        scoring=scoring,
     )
 
 
@@ -352,6 +367,7 @@ def bench_scenario(
         methods=plan.methods,
         throughput=plan.throughput_for(scenario),
         advance=step,
+        scoring=plan.scoring,
     )
     for m in plan.rss_methods:
         rss = peak_rss(m, scenario.name, plan.scenarios_dir, plan.model)

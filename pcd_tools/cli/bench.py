@@ -48,6 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-rss", action="store_true", help="skip the per-method peak-RSS subprocesses"
     )
     parser.add_argument("--scenarios-dir", default=None, help="path of benchmarks/scenarios")
+    parser.add_argument(
+        "--scoring",
+        choices=["full", "constrained"],
+        default="full",
+        help="PCD's scoring (default full); under constrained, large fields are pruned "
+        "(pruning='auto') and timed against the exhaustive pass too",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             throughput=args.throughput,
             rss=not args.no_rss,
             model=args.model,
+            scoring=args.scoring,
         )
     except InvalidArgumentError as e:  # every plan error is about an option
         raise UsageError(str(e)) from e

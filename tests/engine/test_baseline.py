@@ -168,6 +168,48 @@ def test_bench_runs_on_a_tiny_model(monkeypatch, capsys):
     assert row["constrained_schema_match"] is True
     assert "greedy_ms" not in row
     assert bench.load_scenarios()["tariff"].schema is not None
+    # fraud's fields are small: nothing pruned, so nothing uncertified
+    assert row["scoring"] == "full" and row["certified"] is True
+    assert "warm_exhaustive_ms" not in row
+
+
+CODED = """
+from types import SimpleNamespace
+from typing import Literal
+from pydantic import BaseModel, Field
+
+CODES = tuple(f"{a}{b}{c}" for a in "0123456789" for b in "abcdef" for c in "xyz")[:150]
+
+
+class Coded(BaseModel):
+    code: Literal[CODES] = Field(description="the code")
+
+
+SCENARIOS = {
+    "coded": SimpleNamespace(
+        name="coded", title="coded", schema=Coded, context="some text", contexts=(),
+        reference={},
+    )
+}
+"""
+
+
+def test_bench_times_a_pruned_field_against_the_exhaustive_pass(monkeypatch, capsys, tmp_path):
+    from pcd_tools import cli
+    from pcd_tools.decider import Decider
+
+    (tmp_path / "coded").mkdir()
+    (tmp_path / "coded" / "__init__.py").write_text(CODED)
+    monkeypatch.setattr(Decider, "load", classmethod(lambda cls, *a, **k: tiny_decider(0)))
+    argv = ["bench", "--scenario", "coded", "--runs", "1", "--warmup", "0", "--no-rss"]
+    argv += ["--scenarios-dir", str(tmp_path / "coded")]
+    assert cli.main([*argv, "--methods", "pcd", "--scoring", "constrained", "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["scoring"] == "constrained"
+    assert row["warm_exhaustive_ms"] > 0 and row["pruned_vs_exhaustive"] > 0
+    assert isinstance(row["certified"], bool) and isinstance(row["pruned_agrees"], bool)
+    if row["certified"]:
+        assert row["pruned_agrees"]
 
 
 def test_bench_scenarios_errors(tmp_path):
