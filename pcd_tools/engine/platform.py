@@ -26,6 +26,7 @@ from typing import Any
 
 from pcd_tools.errors import BlasSetupError, NativeBuildError
 
+from . import openblas_core
 from .native import cache_dir, compile_c, load_cpu_kernels
 
 __all__ = [
@@ -122,6 +123,18 @@ def _sgemm_owner() -> str | None:
     return "<unknown>"
 
 
+def _unique(paths: list[str]) -> list[str]:
+    """`paths` without the ones that resolve to a library already listed (symlinks)."""
+    seen: set[str] = set()
+    out = []
+    for p in paths:
+        real = os.path.realpath(p)
+        if real not in seen:
+            seen.add(real)
+            out.append(p)
+    return out
+
+
 def _candidates() -> list[tuple[str, str]]:
     """List (name, path) of BLAS libraries to try, in order of preference."""
     arch = sysconfig.get_config_var("MULTIARCH") or f"{platform.machine()}-linux-gnu"
@@ -133,7 +146,7 @@ def _candidates() -> list[tuple[str, str]]:
         "/usr/lib64/libopenblas.so.0",
         "/usr/lib64/libopenblaso.so.0",
     ]
-    found = [("openblas (system)", p) for p in system if os.path.exists(p)]
+    found = [("openblas (system)", p) for p in _unique(system) if os.path.exists(p)]
     if not found and (lib := ctypes.util.find_library("openblas")):
         found.append(("openblas (system)", lib))
     prefixes = dict.fromkeys([sys.prefix, site.USER_BASE or sys.prefix])
@@ -176,14 +189,19 @@ def sgemm_address() -> int | None:
     return ctypes.cast(fn, ctypes.c_void_p).value
 
 
-def _bind(path: str) -> tuple[str, Any, bool]:
+def _bind(path: str, check: bool = False) -> tuple[str, Any, bool]:
     """Bind `path` globally (through the shim if its symbols are prefixed).
+
+    Args:
+        path: The library.
+        check: Refuse an OpenBLAS whose kernels are too old for this CPU.
 
     Returns:
         A note, the thread-setting function or None, and whether the shim was used.
 
     Raises:
         BlasSetupError: The library cannot be loaded or has no usable GEMM.
+        WeakKernelsError: `check` is set and the library's kernels are too old for this CPU.
     """
     local = os.RTLD_NOW | os.RTLD_LOCAL  # inspect first; promote to global only if usable
     # OpenBLAS reads this when it loads. By default an idle BLAS thread spins for 2^28
@@ -201,19 +219,21 @@ def _bind(path: str) -> tuple[str, Any, bool]:
     except OSError as exc:
         raise BlasSetupError(f"cannot load {path}: {exc}") from exc
     if hasattr(lib, "cblas_sgemm"):
+        kernels = openblas_core.kernels_note(lib, path, check)
         ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
         for fn in ("openblas_set_num_threads", "MKL_Set_Num_Threads"):
             if hasattr(lib, fn):
-                return f"bound {path}", getattr(lib, fn), False
-        return f"bound {path}", None, False
+                return f"bound {path}{kernels}", getattr(lib, fn), False
+        return f"bound {path}{kernels}", None, False
     if not hasattr(lib, "scipy_cblas_sgemm"):
         raise BlasSetupError(f"{path} exports neither cblas_sgemm nor scipy_cblas_sgemm")
+    kernels = openblas_core.kernels_note(lib, path, check)
     shim_path, note = _build_shim()
     shim = ctypes.CDLL(str(shim_path), mode=local)
     if not shim.pcd_blas_bind(os.fsencode(path), b"scipy_"):
         raise BlasSetupError(f"the shim found no scipy_cblas_*gemm in {path}")
     ctypes.CDLL(str(shim_path), mode=os.RTLD_NOW | os.RTLD_GLOBAL)
-    return f"bound {path} via {note}", shim.pcd_blas_set_num_threads, True
+    return f"bound {path}{kernels} via {note}", shim.pcd_blas_set_num_threads, True
 
 
 def _unbound(name: str, note: str, path: str | None = None) -> BlasInfo:
@@ -245,10 +265,22 @@ def _resolve() -> BlasInfo:
             raise BlasSetupError(msg + f"scipy_cblas_sgemm; {exc}") from exc
         return BlasInfo("PCD_BLAS (shim)" if shim else "PCD_BLAS", env, False, None, True, note)
     failures = []
+    weak: list[tuple[str, str]] = []  # usable, but with kernels too old for this CPU
     for name, path in _candidates():
         try:
-            note, _set_threads, _ = _bind(path)
+            note, _set_threads, _ = _bind(path, check=True)
+        except openblas_core.WeakKernelsError as exc:
+            failures.append(f"passed over {name}: {exc}")
+            weak.append((name, path))
+            continue
         except BlasSetupError as exc:
+            failures.append(f"{name}: {exc}")
+            continue
+        return BlasInfo(name, path, False, None, True, "; ".join([*failures, note]))
+    for name, path in weak:  # still far better than the reference BLAS
+        try:
+            note, _set_threads, _ = _bind(path)
+        except BlasSetupError as exc:  # pragma: no cover - it loaded a moment ago
             failures.append(f"{name}: {exc}")
             continue
         return BlasInfo(name, path, False, None, True, "; ".join([*failures, note]))
@@ -259,7 +291,9 @@ def setup_blas() -> BlasInfo:
     """Bind the fastest BLAS found into MLX. Idempotent; must run before mlx is imported.
 
     Linux order: `PCD_BLAS` (a path, or `reference` to disable), system OpenBLAS, pip
-    `mkl`, pip `cmeel-openblas`, pip `scipy-openblas32` through a compiled C shim. A
+    `mkl`, pip `cmeel-openblas`, pip `scipy-openblas32` through a compiled C shim. An
+    OpenBLAS whose kernels are too old for this CPU (`openblas_core`: an old library that
+    does not know the CPU) is passed over, and bound only if nothing else binds. A
     library already global (LD_PRELOAD) is kept; on macOS MLX uses Accelerate.
 
     Returns:

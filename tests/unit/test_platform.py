@@ -178,6 +178,39 @@ def test_bad_pcd_blas_path_raises(shared_cache: Path, tmp_path: Path) -> None:
     assert "missing.so" in out["error"]
 
 
+PASS_OVER = """
+    import json
+    from pcd_tools.engine import openblas_core, platform as p
+    real = p._candidates()
+    assert real, "no BLAS candidates here"
+    name, path = real[-1]
+    # the same library offered twice; its first offer is judged too old for this CPU
+    p._candidates = lambda: [("old openblas", path), (name, path)]
+    calls = []
+    def weak(core, isa):
+        calls.append(core)
+        return ALWAYS or len(calls) == 1
+    openblas_core.weak_core = weak
+    info = p.setup_blas()
+    print(json.dumps({"name": info.name, "note": info.note, "bound": info.bound_before_import,
+                      "calls": calls}))
+"""
+
+
+@linux_only
+@pytest.mark.parametrize("always", [False, True])
+def test_an_openblas_too_old_for_the_cpu_is_passed_over(shared_cache: Path, always: bool) -> None:
+    out = run_py(PASS_OVER.replace("ALWAYS", str(always)), shared_cache)
+    if not out["calls"]:
+        pytest.skip("the last candidate is not an OpenBLAS (no core to judge)")
+    assert out["bound"] is True
+    assert "passed over old openblas" in out["note"] and "kernels" in out["note"]
+    if always:  # every candidate too old: the first still beats the reference BLAS
+        assert out["name"] == "old openblas", out
+    else:
+        assert out["name"] != "old openblas", out
+
+
 @linux_only
 def test_shim_is_compiled_once_then_reused(tmp_path: Path) -> None:
     import importlib.util
