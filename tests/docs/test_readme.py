@@ -50,6 +50,24 @@ SERVE = _blocks(_section("<!-- serve:start -->", "<!-- serve:end -->"))
 SCALE = _blocks(_section("<!-- scale:start -->", "<!-- scale:end -->"))
 
 
+_NUMBER = re.compile(r"-?\d+\.(\d+)(?:e[-+]?\d+)?")
+
+
+def same_output(got: str, expected: str) -> bool:
+    """`got` prints what the README shows: the same text, and the same decimal numbers
+    to the float32 noise of the machine's BLAS kernels (SkylakeX, Haswell and others sum
+    in different orders): within one unit of the last digit shown, and within 1e-5."""
+    if _NUMBER.sub("#", got) != _NUMBER.sub("#", expected):
+        return False
+    for g, e in zip(_NUMBER.finditer(got), _NUMBER.finditer(expected)):
+        if len(g.group(1)) != len(e.group(1)):  # printed to another precision
+            return False
+        unit = 10.0 ** -len(e.group(1))
+        if abs(float(g.group(0)) - float(e.group(0))) > max(1e-5, 1.01 * unit):
+            return False
+    return True
+
+
 def run_checked(src: str, ns: dict[str, Any], label: str) -> list[str]:
     """Runs `src` statement by statement in `ns`; checks every `# ->` output."""
     lines = src.splitlines()
@@ -65,9 +83,26 @@ def run_checked(src: str, ns: dict[str, Any], label: str) -> list[str]:
             exec(code, ns)
         if expected:
             got = [ln.rstrip() for ln in out.getvalue().splitlines()]
-            assert got == expected, f"{label}, line {node.lineno}: printed {got}"
+            assert len(got) == len(expected) and all(
+                same_output(g, e) for g, e in zip(got, expected)
+            ), f"{label}, line {node.lineno}: printed {got}, README shows {expected}"
             checked.extend(expected)
     return checked
+
+
+def test_printed_numbers_match_to_float_noise_and_nothing_more():
+    shown = "{'billing': 0.595776, 'engineering': 0.126916, 'sales': 0.277308}"
+    assert same_output("{'billing': 0.595773, 'engineering': 0.126918, 'sales': 0.277309}", shown)
+    assert not same_output(
+        "{'billing': 0.595676, 'engineering': 0.126916, 'sales': 0.277308}", shown
+    )
+    assert not same_output("{'billing': 0.5958, 'engineering': 0.126916, 'sales': 0.277308}", shown)
+    assert not same_output(
+        "{'billing': 0.595776, 'engineering': 0.126916, 'support': 0.277308}", shown
+    )
+    assert same_output("P2_NORMAL 0.82", "P2_NORMAL 0.81")  # a rounding flip at 2 digits
+    assert not same_output("P2_NORMAL 0.83", "P2_NORMAL 0.81")
+    assert not same_output("P1_HIGH 0.81", "P2_NORMAL 0.81")
 
 
 def test_the_readme_blocks_are_all_run_here():
