@@ -184,6 +184,8 @@ def measure(
         out["warm_vs_cold"] = out["warm_pcd_ms"] / out["pcd_ms"]
         out["pcd_answer"] = rec["answer"][-1]
         out["certified"] = all(rec["certified"])
+        if "warm_whole" not in rec:  # one fields pass, no pruned levels
+            out.update(_pass_rates(decider, compiled, out))
         if "warm_whole" in rec:  # pruned fields: the same decision scored whole
             out["warm_exhaustive_ms"] = statistics.median(rec["warm_whole"])
             out["pruned_vs_exhaustive"] = out["warm_pcd_ms"] / out["warm_exhaustive_ms"]
@@ -206,6 +208,34 @@ def measure(
     if throughput > 0 and "pcd" in methods:
         out.update(_throughput(decider, compiled, scenario, throughput, step))
     return out
+
+
+def _pass_rates(decider: Any, compiled: Any, out: dict[str, Any]) -> dict[str, Any]:
+    """The cold request's two phases as rates: GFLOP and GFLOP/s of the prefill and of
+    the fields pass (`engine.flops`), and the fields pass's rate over the prefill's.
+
+    Only for packed fields passes without waves on a model whose arithmetic is known;
+    otherwise empty. The caller leaves out pruned requests (several levels).
+    """
+    from .engine.flops import arithmetic
+    from .waves import has_waves
+
+    engine = decider.engine
+    ar = arithmetic(engine.passes.model)
+    if ar is None or engine.default_mode != "packed" or has_waves(compiled):
+        return {}
+    plan = engine.plan(compiled)
+    prompt = int(out["prompt_tokens"])
+    prefill = ar.prefill(prompt)
+    fields = ar.packed(plan.chunks, prompt)
+    keys = {
+        "prefill_gflop": prefill / 1e9,
+        "fields_gflop": fields / 1e9,
+        "prefill_gflops_per_s": prefill / 1e6 / out["prefill_ms"],
+        "fields_gflops_per_s": fields / 1e6 / out["suffix_eval_ms"],
+    }
+    keys["fields_vs_prefill_rate"] = keys["fields_gflops_per_s"] / keys["prefill_gflops_per_s"]
+    return keys
 
 
 def _throughput(decider: Any, compiled: Any, scenario: Any, n: int, step: Any) -> dict[str, Any]:

@@ -171,6 +171,21 @@ def test_bench_runs_on_a_tiny_model(monkeypatch, capsys):
     # fraud's fields are small: nothing pruned, so nothing uncertified
     assert row["scoring"] == "full" and row["certified"] is True
     assert "warm_exhaustive_ms" not in row
+    # the cold request's phases as rates (engine.flops)
+    from pcd_tools.engine.flops import arithmetic
+
+    d = tiny_decider(0)
+    ar = arithmetic(d.engine.passes.model)
+    plan = d.engine.plan(compile_schema(bench.load_scenarios()["fraud"].schema))
+    prompt = row["prompt_tokens"]
+    assert row["prefill_gflop"] == pytest.approx(ar.prefill(prompt) / 1e9)
+    assert row["fields_gflop"] == pytest.approx(ar.packed(plan.chunks, prompt) / 1e9)
+    assert row["fields_gflops_per_s"] == pytest.approx(
+        row["fields_gflop"] * 1e3 / row["suffix_eval_ms"]
+    )
+    assert row["fields_vs_prefill_rate"] == pytest.approx(
+        row["fields_gflops_per_s"] / row["prefill_gflops_per_s"]
+    )
 
 
 CODED = """
@@ -210,6 +225,7 @@ def test_bench_times_a_pruned_field_against_the_exhaustive_pass(monkeypatch, cap
     assert isinstance(row["certified"], bool) and isinstance(row["pruned_agrees"], bool)
     if row["certified"]:
         assert row["pruned_agrees"]
+    assert "fields_gflops_per_s" not in row  # several pruned levels: no single-pass rate
 
 
 def test_bench_scenarios_errors(tmp_path):
