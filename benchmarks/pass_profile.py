@@ -140,19 +140,22 @@ class _Instrumented:
             setattr(owner, name, value)
 
 
-def _part_flops(ar_model: Any, tokens: int, pairs: float) -> dict[str, float]:
+def _part_flops(model: Any, tokens: int, pairs: float) -> dict[str, float]:
     """FLOPs per part, summed over layers, for `tokens` queries and `pairs` query-key
-    pairs per layer."""
+    pairs per layer (`engine.flops`' arithmetic, split by part)."""
+    from pcd_tools.engine.flops import arithmetic, linear_flops
+
+    ar = arithmetic(model)
+    assert ar is not None  # checked by the caller
     out: dict[str, float] = defaultdict(float)
-    for layer in ar_model.model.layers:
+    for layer in model.model.layers:
         for owner, names in (
             (layer.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj")),
             (layer.mlp, ("gate_proj", "up_proj", "down_proj")),
         ):
             for n in names:
-                w = getattr(owner, n).weight
-                out[n] += 2.0 * tokens * w.shape[0] * w.shape[1]
-        out["attention"] += 4.0 * layer.self_attn.q_proj.weight.shape[0] * pairs
+                out[n] += tokens * linear_flops(getattr(owner, n))
+    out["attention"] = ar.attention_per_pair * pairs
     return out
 
 

@@ -186,7 +186,7 @@ def measure(
         out["certified"] = all(rec["certified"])
         if "warm_whole" not in rec:  # one fields pass, no pruned levels
             out.update(_pass_rates(decider, compiled, out))
-        if "warm_whole" in rec:  # pruned fields: the same decision scored whole
+        else:  # pruned fields: the same decision scored whole
             out["warm_exhaustive_ms"] = statistics.median(rec["warm_whole"])
             out["pruned_vs_exhaustive"] = out["warm_pcd_ms"] / out["warm_exhaustive_ms"]
             out["pruned_agrees"] = all(rec["whole_agrees"])

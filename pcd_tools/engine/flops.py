@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Arithmetic", "arithmetic"]
+__all__ = ["Arithmetic", "arithmetic", "linear_flops"]
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,9 @@ def _dims(module: Any) -> tuple[int, int] | None:
     return None
 
 
-def _linear_flops(module: Any) -> float:
-    """2 x inputs x outputs for a linear map; 0 for anything else (norms, embeddings)."""
+def linear_flops(module: Any) -> float:
+    """FLOPs per token of one module: 2 x inputs x outputs for a linear map, plain or
+    quantized; 0 for anything else (norms, embeddings)."""
     if "Linear" not in type(module).__name__:
         return 0.0
     dims = _dims(module)
@@ -109,7 +110,7 @@ def arithmetic(model: Any) -> Arithmetic | None:
         if q_dims is None:
             return None
         attention += 4.0 * q_dims[1]
-        linear += sum(_linear_flops(m) for _, m in layer.named_modules())
+        linear += sum(linear_flops(m) for _, m in layer.named_modules())
     head = getattr(model, "lm_head", None)
     dims = _dims(head) if head is not None else _dims(getattr(inner, "embed_tokens", None))
     if dims is None:

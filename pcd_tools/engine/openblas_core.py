@@ -29,6 +29,7 @@ __all__ = [
     "core_level",
     "cpu_isa",
     "describe",
+    "isa_of",
     "kernels_note",
     "weak_core",
 ]
@@ -66,21 +67,9 @@ _CORE_LEVELS = {
 }
 
 
-@lru_cache(maxsize=1)
-def cpu_isa(cpuinfo: str | None = None) -> int | None:
-    """The widest vector unit this x86-64 CPU has: 3 (AVX-512), 2 (AVX2 and FMA), 1
-    (AVX) or 0; None off x86-64 Linux or when `/proc/cpuinfo` cannot be read.
-
-    Args:
-        cpuinfo: The text of `/proc/cpuinfo` (tests); read from the system when None.
-    """
-    if cpuinfo is None:
-        if platform.machine().lower() not in ("x86_64", "amd64"):
-            return None
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return None
+def isa_of(cpuinfo: str) -> int | None:
+    """The widest vector unit named in a `/proc/cpuinfo` text: 3 (AVX-512), 2 (AVX2 and
+    FMA), 1 (AVX) or 0; None when it lists no flags."""
     flags: set[str] = set()
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):
@@ -93,6 +82,18 @@ def cpu_isa(cpuinfo: str | None = None) -> int | None:
     if "avx2" in flags and "fma" in flags:
         return 2
     return 1 if "avx" in flags else 0
+
+
+@lru_cache(maxsize=1)
+def cpu_isa() -> int | None:
+    """This CPU's level, as `isa_of`; None off x86-64 Linux or when `/proc/cpuinfo`
+    cannot be read."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    try:
+        return isa_of(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return None
 
 
 def core_level(core: str) -> int | None:
@@ -157,7 +158,8 @@ def kernels_note(lib: Any, path: str, check: bool) -> str:
     if check and weak_core(core, isa):
         raise WeakKernelsError(
             f"{path}: {version} does not know this {ISA_NAMES[isa or 0]} CPU and runs its "
-            f"{core} kernels, several times slower than this CPU allows; set OPENBLAS_CORETYPE to force its "
-            "kernels, or install a newer OpenBLAS (pip install scipy-openblas32)"
+            f"{core} kernels, several times slower than this CPU allows; set "
+            "OPENBLAS_CORETYPE to force its kernels, or install a newer OpenBLAS (pip install "
+            "scipy-openblas32)"
         )
     return f" ({version}, {core} kernels)"

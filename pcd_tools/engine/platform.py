@@ -266,24 +266,20 @@ def _resolve() -> BlasInfo:
         return BlasInfo("PCD_BLAS (shim)" if shim else "PCD_BLAS", env, False, None, True, note)
     failures = []
     weak: list[tuple[str, str]] = []  # usable, but with kernels too old for this CPU
-    for name, path in _candidates():
-        try:
-            note, _set_threads, _ = _bind(path, check=True)
-        except openblas_core.WeakKernelsError as exc:
-            failures.append(f"passed over {name}: {exc}")
-            weak.append((name, path))
-            continue
-        except BlasSetupError as exc:
-            failures.append(f"{name}: {exc}")
-            continue
-        return BlasInfo(name, path, False, None, True, "; ".join([*failures, note]))
-    for name, path in weak:  # still far better than the reference BLAS
-        try:
-            note, _set_threads, _ = _bind(path)
-        except BlasSetupError as exc:  # pragma: no cover - it loaded a moment ago
-            failures.append(f"{name}: {exc}")
-            continue
-        return BlasInfo(name, path, False, None, True, "; ".join([*failures, note]))
+    # Every candidate checked, then (filled by the first round) the weak ones unchecked:
+    # still far better than the reference BLAS.
+    for check, candidates in ((True, _candidates()), (False, weak)):
+        for name, path in candidates:
+            try:
+                note, _set_threads, _ = _bind(path, check=check)
+            except openblas_core.WeakKernelsError as exc:
+                failures.append(f"passed over {name}: {exc}")
+                weak.append((name, path))
+                continue
+            except BlasSetupError as exc:
+                failures.append(f"{name}: {exc}")
+                continue
+            return BlasInfo(name, path, False, None, True, "; ".join([*failures, note]))
     return _unbound("reference", "; ".join(failures or ["no OpenBLAS/MKL found"]) + ". " + _FIX)
 
 

@@ -23,11 +23,11 @@ CPUINFO = "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: {}\n\nprocessor
     ],
 )
 def test_the_cpu_level_comes_from_its_flags(flags, level):
-    assert oc.cpu_isa(CPUINFO.format(flags)) == level
+    assert oc.isa_of(CPUINFO.format(flags)) == level
 
 
 def test_a_cpuinfo_without_flags_is_unknown():
-    assert oc.cpu_isa("processor\t: 0\nmodel name\t: some ARM core\n") is None
+    assert oc.isa_of("processor\t: 0\nmodel name\t: some ARM core\n") is None
 
 
 @pytest.mark.parametrize(
