@@ -5,12 +5,19 @@ should take at most 2x its quiet time. The rounds alternate a quiet phase and a 
 phase (the hogs started, then killed), so both see the same background; the ratio is
 each round's busy median over the same round's quiet median.
 
-A hog is a separate Python process spinning on arithmetic (`--hog spin`), or running
-float32 matmuls through numpy's own BLAS (`--hog blas`), the kind of neighbour a model
-server meets.
+A hog is a separate Python process spinning on arithmetic (`--hog spin`), running
+float32 matmuls through numpy's own BLAS on one thread (`--hog blas`), or a PCD batch
+job (`--hog pcd`: `decide_many` over 8 copies of the scenario, in a loop, with PCD's
+defaults), or a second PCD server (`--hog pcd-requests`: one warm request after
+another), the kinds of neighbour a model server meets.
+
+Each phase alternates requests with threads fitted to the machine (the default,
+`Engine.fit_threads`) and with a fixed count (`PCD_ADAPTIVE_THREADS=0`: every usable
+CPU), so both see the same neighbours.
 
 Usage:
     python benchmarks/contention.py --scenario triage --rounds 3 --hogs 2
+    python benchmarks/contention.py --hog pcd --hogs 1 --json contention_pcd.json
     python benchmarks/contention.py --threads 1 --json contention.json
 """
 
@@ -33,15 +40,48 @@ HOGS = {
         "a = np.random.rand(512, 512).astype(np.float32)\n"
         "while True:\n    a = (a @ a) / 512.0\n"
     ),
+    "pcd": (
+        "import sys\n"
+        "from pcd_tools import Decider\n"
+        "from pcd_tools.bench import load_scenarios\n"
+        "from pcd_tools.schema import compile_schema\n"
+        "sc = load_scenarios(sys.argv[1])[sys.argv[2]]\n"
+        "d = Decider.load()\n"
+        "s = compile_schema(sc.schema)\n"
+        "d.decide(s, sc.context)\n"
+        "print('ready', flush=True)\n"
+        "while True:\n    d.decide_many(s, [sc.context] * 8)\n"
+    ),
 }
+# A second model server: one warm request after another, as this process makes them.
+HOGS["pcd-requests"] = HOGS["pcd"].replace(
+    "d.decide_many(s, [sc.context] * 8)", "d.decide(s, sc.context)"
+)
+MODES = ("fitted", "fixed")  # PCD_ADAPTIVE_THREADS unset / "0"
 
 
-def _start_hogs(n: int, kind: str) -> list[subprocess.Popen[bytes]]:
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+def _start_hogs(n: int, kind: str, scenario: str) -> list[subprocess.Popen[bytes]]:
+    if kind.startswith("pcd"):  # PCD's own defaults: every usable CPU, fitted per request
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PCD_")}
+        argv = [str(Path(__file__).parent / "scenarios"), scenario]
+    else:
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+        argv = []
     procs = [
-        subprocess.Popen([sys.executable, "-c", HOGS[kind]], env=env, stdout=subprocess.DEVNULL)
+        subprocess.Popen(
+            [sys.executable, "-W", "ignore", "-c", HOGS[kind], *argv],
+            env=env,
+            stdout=subprocess.PIPE if kind.startswith("pcd") else subprocess.DEVNULL,
+        )
         for _ in range(n)
     ]
+    for p in procs:  # a PCD hog says when its model is loaded
+        if (
+            kind.startswith("pcd")
+            and p.stdout is not None
+            and p.stdout.readline().strip() != b"ready"
+        ):
+            raise RuntimeError("a pcd hog did not start")
     time.sleep(1.0)  # let them reach full speed
     return procs
 
@@ -81,27 +121,44 @@ def main() -> None:
     decider.decide(schema, sc.context)  # the schema prefix cached: every request is warm
     budget = cpu_budget()
 
-    def phase() -> list[float]:
-        return [decider.decide(schema, sc.context).elapsed_ms for _ in range(args.requests)]
+    def request(mode: str) -> float:
+        if mode == "fixed":
+            os.environ["PCD_ADAPTIVE_THREADS"] = "0"
+        else:
+            os.environ.pop("PCD_ADAPTIVE_THREADS", None)
+        try:
+            return decider.decide(schema, sc.context).elapsed_ms
+        finally:
+            os.environ.pop("PCD_ADAPTIVE_THREADS", None)
 
-    quiet: list[float] = []
-    busy: list[float] = []
-    ratios: list[float] = []
+    def phase() -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {m: [] for m in MODES}
+        for i in range(args.requests):
+            for m in MODES if i % 2 == 0 else MODES[::-1]:
+                out[m].append(request(m))
+        return out
+
+    quiet: dict[str, list[float]] = {m: [] for m in MODES}
+    busy: dict[str, list[float]] = {m: [] for m in MODES}
+    ratios: dict[str, list[float]] = {m: [] for m in MODES}
+    fewer = decider.engine.stats["fewer_threads"]
     for r in range(args.rounds):
         q = phase()
-        hogs = _start_hogs(args.hogs, args.hog)
+        hogs = _start_hogs(args.hogs, args.hog, args.scenario)
         try:
             b = phase()
         finally:
             _stop(hogs)
-        quiet += q
-        busy += b
-        ratios.append(statistics.median(b) / statistics.median(q))
-        print(
-            f"round {r + 1}: quiet {statistics.median(q):.0f} ms, busy {statistics.median(b):.0f} ms, "
-            f"{ratios[-1]:.2f}x",
-            flush=True,
-        )
+        line = []
+        for m in MODES:
+            quiet[m] += q[m]
+            busy[m] += b[m]
+            ratios[m].append(statistics.median(b[m]) / statistics.median(q[m]))
+            line.append(
+                f"{m}: quiet {statistics.median(q[m]):.0f} ms, busy "
+                f"{statistics.median(b[m]):.0f} ms, {ratios[m][-1]:.2f}x"
+            )
+        print(f"round {r + 1}: " + "; ".join(line), flush=True)
     result: dict[str, Any] = {
         "scenario": args.scenario,
         "hogs": args.hogs,
@@ -109,17 +166,24 @@ def main() -> None:
         "cpus": budget.cpus,
         "cpu_source": budget.source,
         "threads_env": args.threads or None,
-        "quiet_ms": _stats(quiet),
-        "busy_ms": _stats(busy),
-        "busy_vs_quiet": _stats(ratios),
+        "fitted_requests_on_fewer_threads": decider.engine.stats["fewer_threads"] - fewer,
     }
-    st = result["busy_vs_quiet"]
+    for m in MODES:  # the fitted keys keep the names of the figure before threads were fitted
+        pre = "" if m == "fitted" else "fixed_"
+        result[f"{pre}quiet_ms"] = _stats(quiet[m])
+        result[f"{pre}busy_ms"] = _stats(busy[m])
+        result[f"{pre}busy_vs_quiet"] = _stats(ratios[m])
     print(
-        f"\n{args.scenario} warm, {args.hogs} {args.hog} hog(s), {budget.cpus} CPUs "
-        f"({budget.source}): quiet {result['quiet_ms']['median']:.0f} ms, busy "
-        f"{result['busy_ms']['median']:.0f} ms; busy / quiet {st['median']:.2f}x "
-        f"({st['min']:.2f}-{st['max']:.2f}) over {args.rounds} rounds"
+        f"\n{args.scenario} warm, {args.hogs} {args.hog} hog(s), {budget.cpus} CPUs ({budget.source}):"
     )
+    for m in MODES:
+        pre = "" if m == "fitted" else "fixed_"
+        st = result[f"{pre}busy_vs_quiet"]
+        print(
+            f"  threads {m:6}: quiet {result[pre + 'quiet_ms']['median']:.0f} ms, busy "
+            f"{result[pre + 'busy_ms']['median']:.0f} ms; busy / quiet {st['median']:.2f}x "
+            f"({st['min']:.2f}-{st['max']:.2f}) over {args.rounds} rounds"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import pytest
+
+# Threads per request stay fixed in the suite: counts such as `sequential_forward_passes`
+# must not depend on what else the machine runs. tests/engine/test_cpus.py turns the
+# adaptation on where it tests it.
+os.environ.setdefault("PCD_ADAPTIVE_THREADS", "0")
 
 # Bind the fast BLAS before any test module imports mlx (binding after the import is a no-op).
 from pcd_tools.engine.platform import setup_blas

@@ -192,7 +192,7 @@ def greedy_json(
     ctx = decider.engine.encode_ids(context)
     tok = decider.loaded.tokenizer
     eos = _eos_ids(decider)
-    with decider.engine.lock, decider.engine.kernels():
+    with decider.engine.lock, decider.engine.request():
         t0 = time.perf_counter()
         cache, start, passes = _prompt_cache(decider, plan.head_ids, prompt_cache)
         prompt = plan.head_ids + ctx + plan.tail_ids
@@ -275,7 +275,7 @@ def constrained_json(
     ctx = decider.engine.encode_ids(context)
     tok = decider.loaded.tokenizer
     index = guide.index
-    with decider.engine.lock, decider.engine.kernels():
+    with decider.engine.lock, decider.engine.request():
         t0 = time.perf_counter()
         cache, start, passes = _prompt_cache(decider, plan.head_ids, prompt_cache)
         prompt = plan.head_ids + ctx + plan.tail_ids
@@ -335,7 +335,7 @@ def bare_prefill_ms(decider: Decider, schema: Any, context: str) -> float:
     compiled = compile_schema(schema)
     plan = decider.engine.plan(compiled)
     prompt = plan.head_ids + decider.engine.encode_ids(context) + plan.tail_ids
-    with decider.engine.lock, decider.engine.kernels():
+    with decider.engine.lock, decider.engine.request():
         t0 = time.perf_counter()
         cache = make_prompt_cache(decider.loaded.model)
         logits = _last_logits(decider.loaded.model, prompt, cache)

@@ -13,8 +13,8 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -23,16 +23,16 @@ from ..errors import ContextTooLongError, InvalidArgumentError
 from ..prompt import Question
 from ..schema import Schema
 from . import cpu_kernels as _kernels
-from .cpus import usable_cpus
+from .cpus import request_threads, usable_cpus
 from .fast_decode import check_decode, decoder_for
 from .pack import Plan, build_plan, plan_key, question_plan
-from .passes import PACKABLE, LayerKV, Passes, packed_result
+from .passes import PACKABLE, LayerKV, Passes, ScoredBatch, packed_result
 from .platform import import_mlx, set_blas_threads
 from .prefix_cache import PrefixCache
 from .prune import Pruning, pruned_pass
 from .trie import FieldTrie
 from .wave_pass import run_waves
-from .workers import ALL_THREADS, row_groups, run_on_workers
+from .workers import ALL_THREADS, ThreadFit, row_groups, run_on_workers
 
 if TYPE_CHECKING:
     import mlx.nn as nn
@@ -46,32 +46,6 @@ PassMode = Literal["packed", "batched", "sequential"]
 # ([] when it is done): how dependent fields ask for later waves on the same KV cache.
 FollowUp = Callable[[list[tuple[Question, FieldTrie, np.ndarray]]], list[Question]]
 _PLANS_KEPT = 64
-
-
-@dataclass
-class ScoredBatch:
-    """Raw scores for a batch of contexts.
-
-    Args:
-        edge_logp: Per context, per field: full-vocabulary log p of every trie edge.
-        prompt_tokens: Per context, prompt length in tokens.
-        prefill_ms: Wall time of the prefill(s).
-        suffix_eval_ms: Wall time of the fields pass.
-        sequential_forward_passes: Model calls that ran one after another.
-        prefix_cache_hit: Whether the schema part came from the cache.
-        questions: Per context, the question each `edge_logp` entry answers; empty when
-            every context ran only the plan's own pass (`Plan.questions`).
-        tries: Per context, the trie of each entry, alongside `questions`.
-    """
-
-    edge_logp: list[list[np.ndarray]]
-    prompt_tokens: list[int]
-    prefill_ms: float
-    suffix_eval_ms: float
-    sequential_forward_passes: int
-    prefix_cache_hit: bool
-    questions: list[list[Question]] = field(default_factory=list)
-    tries: list[list[FieldTrie]] = field(default_factory=list)
 
 
 class Engine:
@@ -140,7 +114,12 @@ class Engine:
         self.n_streams = max(1, streams) if device == "cpu" else 1
         self._local = threading.local()
         self.default_mode: PassMode = "packed" if self.packable else "batched"
-        self.stats = {"prefix_hits": 0, "prefix_misses": 0}
+        self.stats = {"prefix_hits": 0, "prefix_misses": 0, "fewer_threads": 0}
+        # This request's threads and streams (`fit_threads`): fewer while other
+        # processes hold CPUs.
+        self.threads = ALL_THREADS
+        self.streams_now = self.n_streams
+        self._fit = ThreadFit(ALL_THREADS, lambda cpus: request_threads(cpus))
         if cpu_kernels is None:
             cpu_kernels = device == "cpu" and os.environ.get("PCD_CPU_KERNELS", "1") != "0"
         self.cpu_kernels = bool(cpu_kernels) and device == "cpu" and _kernels.install(model)
@@ -152,7 +131,38 @@ class Engine:
 
     def kernels(self) -> Any:
         """Context manager: this engine's kernel choice for model calls on this thread."""
-        return _kernels.active(self.cpu_kernels, threads=ALL_THREADS)
+        return _kernels.active(self.cpu_kernels, threads=self.threads)
+
+    def fit_threads(self) -> int:
+        """Sizes BLAS threads and CPU streams for the request about to run (call it under
+        `lock`): all usable CPUs on a quiet machine; beside busy neighbours, all or the
+        CPUs they leave, whichever ran faster lately (`workers.ThreadFit`; `PCD_THREADS`
+        fixes the count). Counts the requests that ran on fewer in
+        `stats["fewer_threads"]`. Returns the thread count.
+        """
+        if self.device != "cpu":
+            return self.threads
+        n = self._fit.pick()
+        self.threads, self.streams_now = n, min(self.n_streams, n)
+        if n < ALL_THREADS:
+            self.stats["fewer_threads"] += 1
+        set_blas_threads(n)
+        return n
+
+    def _record_fit(self, plan: Plan, rows: list[list[int]], hit: bool, seconds: float) -> None:
+        """Tells `ThreadFit` how fast this request ran: seconds over the tokens it put
+        through the model (the rows, the schema part on a miss, every row's fields pass)."""
+        pack = sum(len(c.tokens) for c in plan.chunks)
+        tokens = sum(len(r) + pack for r in rows) + (0 if hit else len(plan.head_ids))
+        self._fit.record(self.threads, seconds, tokens)
+
+    @contextmanager
+    def request(self) -> Iterator[None]:
+        """Context manager for a request's model calls on this thread (hold `lock`):
+        `fit_threads`, then `kernels`."""
+        self.fit_threads()
+        with self.kernels():
+            yield
 
     @property
     def stream(self) -> Any:
@@ -169,11 +179,15 @@ class Engine:
     def _parallel(self, jobs: list[Callable[[], Any]]) -> list[Any]:
         """Runs jobs at once, each on a stream worker thread with its own CPU stream (MLX
         evaluation and numpy release the GIL). A single job runs on this thread."""
-        if len(jobs) == 1:
+        if len(jobs) == 1 or self.streams_now == 1:  # one stream: the jobs in turn
             with mx.stream(self.stream), self.kernels():
-                return [jobs[0]()]
+                return [job() for job in jobs]
         return run_on_workers(
-            jobs, self.n_streams, kernels=self.cpu_kernels, blas_threads=self.stream_blas_threads
+            jobs,
+            self.n_streams,
+            kernels=self.cpu_kernels,
+            blas_threads=self.stream_blas_threads,
+            after=self.threads,
         )
 
     # --- plans and the prefix cache -------------------------------------------------------
@@ -307,7 +321,7 @@ class Engine:
         self.stats["prefix_hits" if hit else "prefix_misses"] += 1
         rows = [c + plan.tail_ids for c in ctx_ids]
         valid = [len(head) + len(r) for r in rows]
-        set_blas_threads(ALL_THREADS)
+        self.fit_threads()
         if prefix is None and len(rows) == 1:
             kv = self._parallel([lambda: self.passes.prefill([head + rows[0]], None)])[0]
             passes += 1
@@ -329,7 +343,7 @@ class Engine:
                     rows,
                     sum(len(c.tokens) for c in plan.chunks),
                     batch_tokens=self.batch_tokens,
-                    n_streams=self.n_streams,
+                    n_streams=self.streams_now,
                 )
                 if mode == "packed"
                 else [list(range(len(rows)))]
@@ -352,6 +366,7 @@ class Engine:
                 plan, kvs[0], valid, lengths, mode, follow_up, edge, asked, tries, pruning
             )
         t2 = time.perf_counter()
+        self._record_fit(plan, rows, hit, t2 - t0)
         return ScoredBatch(
             edge_logp=edge,
             prompt_tokens=lengths,
@@ -384,7 +399,7 @@ class Engine:
         if mode == "packed":
             # One row group: its chunks are spread over the stream workers.
             def run(chunks: list[Any]) -> tuple[list[Any], int]:
-                n_jobs = min(self.n_streams, len(chunks))
+                n_jobs = min(self.streams_now, len(chunks))
                 jobs = [chunks[j::n_jobs] for j in range(n_jobs)]
                 done = self._parallel(
                     [
@@ -396,7 +411,7 @@ class Engine:
 
             pruned = self._pruned(plan, mode, pruning)
             if pruned and pruning is not None:
-                streams = self.n_streams if self.device == "cpu" else 1
+                streams = self.streams_now if self.device == "cpu" else 1
                 return pruned_pass(
                     plan,
                     pruned,
@@ -468,6 +483,7 @@ class Engine:
             for r, f in zip(g, fields):
                 edge[r] = f
         t2 = time.perf_counter()
+        self._record_fit(plan, rows, hit, t2 - t0)
         # prefill and fields passes overlap: split the wall time by compute time
         share = pre_s / all_s if all_s > 0 else 0.5
         return ScoredBatch(
@@ -476,6 +492,6 @@ class Engine:
             prefill_ms=(t1 - t0) * 1e3 + (t2 - t1) * 1e3 * share,
             suffix_eval_ms=(t2 - t1) * 1e3 * (1 - share),
             sequential_forward_passes=passes
-            + math.ceil(len(groups) / self.n_streams) * (1 + len(plan.chunks)),
+            + math.ceil(len(groups) / self.streams_now) * (1 + len(plan.chunks)),
             prefix_cache_hit=hit,
         )

@@ -48,9 +48,8 @@ from .fast_decode import decoder_for
 from .generate import DEFAULT_MAX_NEW_TOKENS, GeneratedValue, decode_rows, field_guide, write
 from .pack import Plan
 from .passes import LayerKV
-from .platform import import_mlx, set_blas_threads
+from .platform import import_mlx
 from .trie import FieldTrie
-from .workers import ALL_THREADS
 
 if TYPE_CHECKING:
     from .engine import Engine, PassMode
@@ -117,7 +116,7 @@ def prefill_rows(
     engine.stats["prefix_hits" if hit else "prefix_misses"] += 1
     rows = [c + plan.tail_ids for c in ctx_ids]
     valid = [len(head) + len(r) for r in rows]
-    set_blas_threads(ALL_THREADS)
+    engine.fit_threads()
     if prefix is None and len(rows) == 1:
         kv = engine._parallel([lambda: engine.passes.prefill([head + rows[0]], None)])[0]
         if use_cache:

@@ -15,10 +15,12 @@ that accepts one position per token by moving the token axis into the batch axis
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..prompt import Question
 from .pack import Chunk, Edges, Plan
 from .platform import import_mlx
 from .trie import FieldTrie
@@ -26,7 +28,7 @@ from .trie import FieldTrie
 mx = import_mlx()
 import mlx.nn as nn  # noqa: E402
 
-__all__ = ["PACKABLE", "PassCache", "Passes", "PerTokenRoPE"]
+__all__ = ["PACKABLE", "PassCache", "Passes", "PerTokenRoPE", "ScoredBatch"]
 
 # Architectures whose attention reads positions only through `rope(x, offset=cache.offset)`
 # and keys through `cache.update_and_fetch`: the packed layout is verified for these.
@@ -34,6 +36,32 @@ PACKABLE = {"llama", "qwen2", "qwen3", "mistral", "smollm3"}
 
 # Per layer, (keys, values) of a pass, (B, kv_heads, tokens, head_dim).
 LayerKV = list[tuple[Any, Any]]
+
+
+@dataclass
+class ScoredBatch:
+    """Raw scores for a batch of contexts.
+
+    Args:
+        edge_logp: Per context, per field: full-vocabulary log p of every trie edge.
+        prompt_tokens: Per context, prompt length in tokens.
+        prefill_ms: Wall time of the prefill(s).
+        suffix_eval_ms: Wall time of the fields pass.
+        sequential_forward_passes: Model calls that ran one after another.
+        prefix_cache_hit: Whether the schema part came from the cache.
+        questions: Per context, the question each `edge_logp` entry answers; empty when
+            every context ran only the plan's own pass (`Plan.questions`).
+        tries: Per context, the trie of each entry, alongside `questions`.
+    """
+
+    edge_logp: list[list[np.ndarray]]
+    prompt_tokens: list[int]
+    prefill_ms: float
+    suffix_eval_ms: float
+    sequential_forward_passes: int
+    prefix_cache_hit: bool
+    questions: list[list[Question]] = field(default_factory=list)
+    tries: list[list[FieldTrie]] = field(default_factory=list)
 
 
 class PassCache:

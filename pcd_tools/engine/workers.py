@@ -9,21 +9,69 @@ take half the work, with the BLAS at one thread, cut a packed pass nearly in hal
 from __future__ import annotations
 
 import queue
+import statistics
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 from . import cpu_kernels
-from .cpus import usable_cpus
+from .cpus import request_threads, usable_cpus
 from .platform import import_mlx, set_blas_threads
 
 mx = import_mlx()
 
-__all__ = ["ALL_THREADS", "row_groups", "run_on_workers"]
+__all__ = ["ALL_THREADS", "ThreadFit", "row_groups", "run_on_workers"]
 
 # The CPUs this process may use (affinity mask, cgroup quota, PCD_THREADS), not the host's.
 ALL_THREADS = usable_cpus()
+
+
+class ThreadFit:
+    """Threads for each request: every usable CPU on a quiet machine; beside busy
+    neighbours, whichever of two counts has run fastest lately.
+
+    The two counts are every usable CPU and the CPUs the neighbours leave
+    (`cpus.request_threads`). Which is faster depends on the neighbour: beside a PCD
+    batch job on 2 CPUs, a warm request took 7.3 s on 2 threads and 1.4 s on 1 (its
+    threads and ours wait for each other at every BLAS call); beside two spinning
+    processes, 2 threads beat 1 (6.2 s against 8.0 s). So each count is tried twice when
+    neighbours appear, the faster by median seconds per token of the last 5 busy
+    requests is used, and the other is tried again every 16th busy request.
+    `PCD_THREADS` or `PCD_ADAPTIVE_THREADS=0` fixes the count at `cpus`.
+
+    Args:
+        cpus: The usable CPUs.
+        suggest: Returns the CPUs the neighbours leave (`cpus.request_threads`).
+    """
+
+    def __init__(self, cpus: int, suggest: Callable[[int], int] = request_threads):
+        self.cpus, self.suggest = cpus, suggest
+        self.calls = 0
+        self.rates: dict[int, list[float]] = {}
+        self.busy = False
+
+    def pick(self) -> int:
+        """The thread count for the request about to run."""
+        fewer = self.suggest(self.cpus) if self.cpus > 1 else self.cpus
+        self.busy = fewer < self.cpus
+        if not self.busy:
+            return self.cpus
+        self.calls += 1
+        counts = (fewer, self.cpus)
+        for t in counts:
+            if len(self.rates.get(t, ())) < 2:
+                return t
+        if self.calls % 16 == 0:
+            return counts[(self.calls // 16) % 2]
+        return min(counts, key=lambda t: statistics.median(self.rates[t]))
+
+    def record(self, threads: int, seconds: float, tokens: int) -> None:
+        """A request's wall time over the tokens it ran; kept only beside neighbours."""
+        if self.busy and tokens > 0:
+            recent = self.rates.setdefault(threads, [])
+            recent.append(seconds / tokens)
+            del recent[:-5]
 
 
 class _StreamWorkers:
@@ -78,7 +126,12 @@ def _workers(n: int) -> _StreamWorkers:
 
 
 def run_on_workers(
-    jobs: list[Callable[[], Any]], n_workers: int, *, kernels: bool, blas_threads: int
+    jobs: list[Callable[[], Any]],
+    n_workers: int,
+    *,
+    kernels: bool,
+    blas_threads: int,
+    after: int = ALL_THREADS,
 ) -> list[Any]:
     """Runs `jobs` at once on the shared pool of `n_workers` stream workers.
 
@@ -86,7 +139,8 @@ def run_on_workers(
         jobs: Callables without arguments.
         n_workers: Size of the pool (at most this many jobs run at once).
         kernels: Whether the jobs' model calls go through the CPU kernels.
-        blas_threads: BLAS threads while the jobs run; all cores again afterwards.
+        blas_threads: BLAS threads while the jobs run.
+        after: BLAS threads afterwards (the request's count; all usable CPUs by default).
 
     Returns:
         The jobs' results, in order. A job's exception is raised here.
@@ -102,7 +156,7 @@ def run_on_workers(
         futures = [pool.submit(run, job) for job in jobs]
         return [f.result() for f in futures]
     finally:
-        set_blas_threads(ALL_THREADS)
+        set_blas_threads(after)
 
 
 def row_groups(

@@ -1,12 +1,18 @@
 """CPU sizing: the affinity mask, the cgroup quota (v2 and v1, from fake cgroup trees),
-PCD_THREADS; and the slow-BLAS warning worded for what was found (busy machine, bound
-but slow, or no fast BLAS)."""
+PCD_THREADS; threads per request from the runnable neighbours; and the slow-BLAS warning
+worded for what was found (busy machine, bound but slow, or no fast BLAS)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pcd_tools.engine.cpus import busy, cgroup_quota, cpu_budget
+from pcd_tools.engine.cpus import (
+    busy,
+    cgroup_quota,
+    cpu_budget,
+    request_threads,
+    runnable_others,
+)
 from pcd_tools.engine.platform import BlasInfo, slow_blas_message
 from pcd_tools.errors import InvalidArgumentError
 
@@ -100,3 +106,50 @@ def test_slow_blas_message_without_a_fast_blas_says_how_to_install_one(monkeypat
     monkeypatch.setenv("PCD_THREADS", "2")
     msg = slow_blas_message(_info(False), load=6.3)
     assert "10-50x slower" in msg and "pip install scipy-openblas32" in msg
+
+
+def _loadavg(*running):
+    texts = iter(f"0.50 0.40 0.30 {n}/345 6789" for n in running)
+    return lambda: next(texts)
+
+
+def test_runnable_others_is_the_least_of_the_reads_less_the_reader():
+    assert runnable_others(3, 0.0, _loadavg(4, 2, 3)) == 1  # a passing task is not counted
+    assert runnable_others(3, 0.0, _loadavg(1, 1, 1)) == 0  # only the reader
+    assert runnable_others(1, 0.0, _loadavg(5)) == 4
+
+
+@pytest.mark.parametrize("text", ["", "garbage", "0.5 0.4 0.3", "0.5 0.4 0.3 x/10 1"])
+def test_runnable_others_without_a_readable_count_is_zero(text):
+    assert runnable_others(3, 0.0, lambda: text) == 0
+    assert runnable_others(2, 0.0, lambda: None) == 0
+
+
+@pytest.fixture
+def adaptive(monkeypatch):
+    monkeypatch.delenv("PCD_THREADS", raising=False)
+    monkeypatch.setenv("PCD_ADAPTIVE_THREADS", "1")
+
+
+@pytest.mark.parametrize(
+    ("cpus", "others", "host", "want"),
+    [
+        (2, 0, 2, 2),  # quiet: every CPU
+        (2, 1, 2, 1),  # one neighbour on two CPUs
+        (2, 3, 2, 1),  # never below one
+        (16, 2, 16, 14),
+        (2, 40, 64, 1),  # a 2-CPU container on a busy 64-CPU host: 40 * 2/64 = 1.25 of ours
+        (2, 10, 64, 2),  # 10 * 2/64 = 0.31 of ours: rounds to none
+        (1, 5, 1, 1),
+    ],
+)
+def test_request_threads_leaves_the_cpus_that_neighbours_hold(adaptive, cpus, others, host, want):
+    assert request_threads(cpus, others, host) == want
+
+
+def test_request_threads_is_fixed_by_pcd_threads_or_by_turning_it_off(adaptive, monkeypatch):
+    assert request_threads(2, 5, 2, env="2") == 2  # the user chose
+    monkeypatch.setenv("PCD_ADAPTIVE_THREADS", "0")
+    assert request_threads(2, 5, 2, env=None) == 2
+    with pytest.raises(InvalidArgumentError, match="PCD_THREADS"):
+        request_threads(2, 5, 2, env="-1")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -59,3 +60,89 @@ def test_decide_many_matches_decide_with_many_row_groups(tiny):
         for name in want.fields:
             a, b = got.fields[name].distribution, want.fields[name].distribution
             assert max(abs(a[c] - b[c]) for c in a) < 1e-4
+
+
+def test_a_request_beside_busy_neighbours_runs_on_fewer_threads_with_the_same_answer(
+    tiny, monkeypatch
+):
+    import pcd_tools.engine.engine as engine_mod
+
+    schema = {
+        "team": {"type": "enum", "choices": ["billing", "bill_disputes", "tech", "sales"]},
+        "urgent": {"type": "boolean"},
+    }
+    contexts = [("refund please " * (1 + i % 5)) + str(i) for i in range(6)]
+    engine = tiny.engine
+    monkeypatch.setattr(engine, "n_streams", 2)
+    monkeypatch.setattr(engine_mod, "ALL_THREADS", 2)
+    quiet = tiny.decide_many(schema, contexts)
+    assert engine.threads == 2 and engine.streams_now == 2
+
+    blas: list[int] = []
+    monkeypatch.setattr(engine_mod, "request_threads", lambda cpus: cpus - 1)
+    monkeypatch.setattr(engine_mod, "set_blas_threads", blas.append)
+    workers = set()
+    real_run = engine_mod.run_on_workers
+    monkeypatch.setattr(
+        engine_mod, "run_on_workers", lambda *a, **k: workers.add(1) or real_run(*a, **k)
+    )
+    before = engine.stats["fewer_threads"]
+    busy = tiny.decide_many(schema, contexts)
+    assert blas and set(blas) == {1}  # the BLAS ran on one thread
+    assert not workers  # and every job on the calling thread: one stream
+    assert engine.threads == 1 and engine.streams_now == 1
+    assert engine.stats["fewer_threads"] > before
+    for a, b in zip(quiet, busy):
+        for name in a.fields:
+            for label, p in a.fields[name].distribution.items():
+                assert abs(p - b.fields[name].distribution[label]) < 1e-5
+    monkeypatch.undo()
+    engine.fit_threads()  # the shared decider back on every thread
+
+
+def test_a_spinning_neighbour_is_seen_as_runnable():
+    import subprocess
+    import sys
+
+    from pcd_tools.engine.cpus import runnable_others
+
+    if not os.path.exists("/proc/loadavg"):
+        pytest.skip("needs Linux's /proc/loadavg")
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        assert runnable_others() >= 1
+    finally:
+        hog.kill()
+        hog.wait()
+
+
+def test_thread_fit_uses_every_cpu_when_quiet_and_the_faster_count_beside_neighbours():
+    from pcd_tools.engine.workers import ThreadFit
+
+    busy = [False]
+    fit = ThreadFit(2, lambda cpus: 1 if busy[0] else cpus)
+    assert [fit.pick() for _ in range(3)] == [2, 2, 2]
+    fit.record(2, 1.0, 100)  # quiet requests teach it nothing
+    assert fit.rates == {}
+
+    busy[0] = True
+    speed = {1: 0.01, 2: 0.05}  # seconds per token: one thread is faster here
+    tried = []
+    for _ in range(40):
+        t = fit.pick()
+        tried.append(t)
+        fit.record(t, speed[t] * 100, 100)
+    assert tried[:4] == [1, 1, 2, 2]  # each count twice first
+    later = tried[4:]
+    assert later.count(1) > later.count(2) >= 1  # the faster one, the other now and then
+
+    speed = {1: 0.09, 2: 0.02}  # the neighbour changed: two threads are faster now
+    for _ in range(48):
+        t = fit.pick()
+        fit.record(t, speed[t] * 100, 100)
+    assert [fit.pick() for _ in range(5)].count(2) >= 4
+
+    busy[0] = False
+    assert fit.pick() == 2
+    assert ThreadFit(1, lambda cpus: 1).pick() == 1
