@@ -24,8 +24,8 @@ threads of other processes runnable right now (`runnable_others()`, the kernel's
 of runnable tasks in `/proc/loadavg`, least of a few reads, scaled to this process's
 share of the host's CPUs). A pass is a few hundred BLAS calls, and each waits at its end
 for every thread it used; with more runnable threads than CPUs, each wait lasts until
-the scheduler gets round to the descheduled one. On 2 CPUs beside a batch job, a warm
-request took 7.3 s on 2 threads and 1.4 s on 1 (0.94 s alone).
+the scheduler gets round to the descheduled one (`workers.ThreadFit` measures which
+count is faster).
 """
 
 from __future__ import annotations

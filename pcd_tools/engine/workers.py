@@ -32,10 +32,11 @@ class ThreadFit:
     neighbours, whichever of two counts has run fastest lately.
 
     The two counts are every usable CPU and the CPUs the neighbours leave
-    (`cpus.request_threads`). Which is faster depends on the neighbour: beside a PCD
-    batch job on 2 CPUs, a warm request took 7.3 s on 2 threads and 1.4 s on 1 (its
-    threads and ours wait for each other at every BLAS call); beside two spinning
-    processes, 2 threads beat 1 (6.2 s against 8.0 s). So each count is tried twice when
+    (`cpus.request_threads`). Which is faster depends on the neighbour and the request:
+    beside a second PCD server on 2 CPUs, fraud's small warm request took 2.7 s on 2
+    threads and 1.3 s fitted (its threads and ours wait for each other at the end of
+    every BLAS call); beside two spinning processes, triage's 2 threads beat 1 (6.2 s
+    against 8.0 s). So each count is tried twice when
     neighbours appear, the faster by median seconds per token of the last 5 busy
     requests is used, and the other is tried again every 16th busy request.
     `PCD_THREADS` or `PCD_ADAPTIVE_THREADS=0` fixes the count at `cpus`.
