@@ -9,7 +9,6 @@ take half the work, with the BLAS at one thread, cut a packed pass nearly in hal
 from __future__ import annotations
 
 import queue
-import statistics
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -17,6 +16,7 @@ from typing import Any
 
 from . import cpu_kernels
 from .cpus import request_threads, usable_cpus
+from .decode_parts import _ThreadTuner
 from .platform import import_mlx, set_blas_threads
 
 mx = import_mlx()
@@ -36,9 +36,10 @@ class ThreadFit:
     beside a second PCD server on 2 CPUs, fraud's small warm request took 2.7 s on 2
     threads and 1.3 s fitted (its threads and ours wait for each other at the end of
     every BLAS call); beside two spinning processes, triage's 2 threads beat 1 (6.2 s
-    against 8.0 s). So each count is tried twice when
-    neighbours appear, the faster by median seconds per token of the last 5 busy
-    requests is used, and the other is tried again every 16th busy request.
+    against 8.0 s). So each count is tried twice when neighbours appear, the faster by
+    median seconds per token of the last 5 busy requests is used, and the other is tried
+    again every 16th busy request: the native decode's `_ThreadTuner`, over these two
+    counts.
     `PCD_THREADS` or `PCD_ADAPTIVE_THREADS=0` fixes the count at `cpus`.
 
     Args:
@@ -48,8 +49,7 @@ class ThreadFit:
 
     def __init__(self, cpus: int, suggest: Callable[[int], int] = request_threads):
         self.cpus, self.suggest = cpus, suggest
-        self.calls = 0
-        self.rates: dict[int, list[float]] = {}
+        self.tuner = _ThreadTuner(cpus, fixed=False)
         self.busy = False
 
     def pick(self) -> int:
@@ -58,21 +58,12 @@ class ThreadFit:
         self.busy = fewer < self.cpus
         if not self.busy:
             return self.cpus
-        self.calls += 1
-        counts = (fewer, self.cpus)
-        for t in counts:
-            if len(self.rates.get(t, ())) < 2:
-                return t
-        if self.calls % 16 == 0:
-            return counts[(self.calls // 16) % 2]
-        return min(counts, key=lambda t: statistics.median(self.rates[t]))
+        return self.tuner.pick(1, (fewer, self.cpus))
 
     def record(self, threads: int, seconds: float, tokens: int) -> None:
         """A request's wall time over the tokens it ran; kept only beside neighbours."""
         if self.busy and tokens > 0:
-            recent = self.rates.setdefault(threads, [])
-            recent.append(seconds / tokens)
-            del recent[:-5]
+            self.tuner.record(1, threads, seconds / tokens)
 
 
 class _StreamWorkers:

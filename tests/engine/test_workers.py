@@ -124,7 +124,7 @@ def test_thread_fit_uses_every_cpu_when_quiet_and_the_faster_count_beside_neighb
     fit = ThreadFit(2, lambda cpus: 1 if busy[0] else cpus)
     assert [fit.pick() for _ in range(3)] == [2, 2, 2]
     fit.record(2, 1.0, 100)  # quiet requests teach it nothing
-    assert fit.rates == {}
+    assert fit.tuner.times == {}
 
     busy[0] = True
     speed = {1: 0.01, 2: 0.05}  # seconds per token: one thread is faster here
