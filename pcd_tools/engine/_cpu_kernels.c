@@ -1,4 +1,4 @@
-/* Exact float32 attention and SwiGLU for the CPU engine.
+/* Exact float32 attention, SwiGLU and RoPE for the CPU engine.
  *
  * Attention runs one block of query rows at a time. For each (batch row, head, block)
  * the kernel computes the block's scores
@@ -404,4 +404,66 @@ int pcd_attention_simd_width(void) {
 float pcd_softmax_row(int path, float *row, const float *madd, int n, int width) {
     softmax_row_t f = pick_softmax_row(path);
     return f ? f(row, madd, n, width) : -1.0f;
+}
+
+/* Rotary position embedding, the same float32 arithmetic as MLX's `fast.rope` on the CPU:
+ * out = x1 * cos - x2 * sin, x1 * sin + x2 * cos for each pair (x1, x2) of the first
+ * `dims` features (the two halves, or neighbours when `traditional`), the rest copied.
+ * The cos / sin tables are computed by the caller, (rows, dims / 2) floats, where a
+ * (batch, token) pair reads row `batch * tab_sb + token`. No fused multiply-adds, so
+ * that each product is rounded as MLX rounds it. x is (b, h, l, d) with the given
+ * (batch, head, row) strides in floats and contiguous features; out is contiguous. */
+typedef struct {
+    const float *x, *cs, *sn;
+    float *out;
+    int64_t x_sb, x_sh, x_sr, tab_sb;
+    int b, h, l, d, dims, traditional;
+} rope_job_t;
+
+#if defined(__clang__)
+#define NO_CONTRACT
+#elif defined(__GNUC__)
+#define NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#else
+#define NO_CONTRACT
+#endif
+
+NO_CONTRACT static void rope_task(void *ctx, int t, void *scratch) {
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+    (void)scratch;
+    rope_job_t *jb = (rope_job_t *)ctx;
+    int bi = t / jb->h, hi = t % jb->h, half = jb->dims / 2;
+    for (int r = 0; r < jb->l; r++) {
+        const float *x = jb->x + bi * jb->x_sb + hi * jb->x_sh + r * jb->x_sr;
+        float *o = jb->out + (((int64_t)bi * jb->h + hi) * jb->l + r) * jb->d;
+        const float *c = jb->cs + (bi * jb->tab_sb + r) * half;
+        const float *s = jb->sn + (bi * jb->tab_sb + r) * half;
+        if (jb->traditional) {
+            for (int i = 0; i < half; i++) {
+                float x1 = x[2 * i], x2 = x[2 * i + 1];
+                float a = x1 * c[i], b2 = x2 * s[i], e = x1 * s[i], f = x2 * c[i];
+                o[2 * i] = a - b2;
+                o[2 * i + 1] = e + f;
+            }
+        } else {
+            for (int i = 0; i < half; i++) {
+                float x1 = x[i], x2 = x[half + i];
+                float a = x1 * c[i], b2 = x2 * s[i], e = x1 * s[i], f = x2 * c[i];
+                o[i] = a - b2;
+                o[half + i] = e + f;
+            }
+        }
+        for (int i = jb->dims; i < jb->d; i++) o[i] = x[i];
+    }
+}
+
+int pcd_rope(const float *x, float *out, const float *cs, const float *sn, const int64_t *strides,
+             int64_t tab_sb, int b, int h, int l, int d, int dims, int traditional, int threads) {
+    if (dims < 2 || dims % 2 || dims > d || b < 0 || h < 0 || l < 0) return 1;
+    rope_job_t jb = {x, cs, sn, out, strides[0], strides[1], strides[2], tab_sb,
+                     b, h, l, d, dims, traditional};
+    int ntasks = b * h;
+    return ntasks ? run_parallel(rope_task, &jb, ntasks, 0, threads) : 0;
 }

@@ -1,4 +1,4 @@
-"""Exact attention and SwiGLU for MLX's CPU backend, without MLX's scalar exponentials.
+"""Exact attention, SwiGLU and RoPE for MLX's CPU backend, without MLX's scalar math.
 
 On x86 Linux, MLX's CPU backend evaluates `exp` and `sigmoid` one element at a time:
 about 85 M elements/s here, against about 2 G/s for numpy's SIMD `exp` and 4 G/s for
@@ -16,6 +16,11 @@ about 1e-6):
 - numpy: the matmuls in MLX, the softmax in numpy on the evaluated scores (21 ms).
 
 SwiGLU (`silu(gate) * x`) runs in the same library in one SIMD sweep, else in numpy.
+
+RoPE (`rope`, called by `passes.PerTokenRoPE`) rotates with one cos / sin table per
+pass, computed by MLX's own ops exactly as its CPU rope computes them, and the same
+rounded float32 products: bit-identical to MLX, about 4x faster (0.17 against 0.76 ms
+for a 578-token prefill's queries). Native only; MLX's rope runs otherwise.
 
 They are used only where they win and only when asked for: the dispatchers installed in
 an mlx-lm model module call the original function unless the current thread is inside
@@ -39,12 +44,14 @@ from .platform import cpu_kernels_library, import_mlx, set_blas_threads
 
 mx = import_mlx()
 
-__all__ = ["active", "install", "native_attention", "sdpa", "swiglu"]
+__all__ = ["active", "install", "native_attention", "rope", "sdpa", "swiglu"]
 
 # Work (score elements, gate elements) below which the original MLX op is faster than a
 # round trip through numpy: one sync costs about 0.1 ms, MLX's exp about 12 ns/element.
 MIN_SCORES = 32768
 MIN_GATE = 32768
+# Elements of a RoPE input below which MLX's own rope is used (one sync costs ~0.1 ms).
+MIN_ROPE = 16384
 _NEG = np.float32(np.finfo(np.float32).min)
 # Query rows per block of the native kernel: 128 x 1,552 scores (776 KB) stay in L2.
 BLOCK_ROWS = 128
@@ -257,6 +264,95 @@ def sdpa(
     denom = a5.sum(axis=-1, keepdims=True).reshape(b, kh, g * lq, 1)
     out = (scores @ values) / mx.array(denom)
     return out.reshape(b, h, lq, d)
+
+
+def _rope_table(inner: Any, offset: Any, b: int, lq: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(cos, sin, batch stride in rows) of a pass's positions, computed by MLX's own ops
+    as MLX's CPU `fast.rope` computes them (float32 positions times float32 inverse
+    frequencies), so the rotation matches it. Shared by every layer of the pass."""
+    cache = getattr(_state, "ropes", None)
+    if cache is None:
+        cache = _state.ropes = OrderedDict()
+    per_token = isinstance(offset, mx.array) and offset.size > 1
+    key = (id(offset) if per_token else int(offset), b, lq, inner.dims, inner.base, inner.scale)
+    hit = cache.get(key)
+    if hit is not None and (not per_token or hit[0] is offset):
+        cache.move_to_end(key)
+        return hit[1]
+    half = inner.dims // 2
+    if per_token:
+        off = offset.astype(mx.float32)
+        off = off.reshape(-1, 1) if off.ndim == 1 else off  # (B,) or (B, L)
+        pos = (mx.arange(lq if off.shape[-1] == 1 else 1, dtype=mx.float32) + off) * inner.scale
+        pos = mx.broadcast_to(pos, (pos.shape[0], lq))
+    else:
+        pos = (mx.arange(lq, dtype=mx.float32) + int(offset)) * inner.scale
+        pos = pos[None]
+    inv = mx.exp(
+        mx.arange(0, -half, -1, dtype=mx.float32)
+        * mx.array(np.log(float(inner.base)) / half, dtype=mx.float32)
+    )
+    theta = pos[..., None] * inv
+    cs, sn = mx.cos(theta), mx.sin(theta)
+    mx.eval(cs, sn)
+    out = (
+        np.ascontiguousarray(np.asarray(cs)),
+        np.ascontiguousarray(np.asarray(sn)),
+        lq if pos.shape[0] > 1 else 0,
+    )
+    cache[key] = (offset, out)
+    while len(cache) > 4:
+        cache.popitem(last=False)
+    return out
+
+
+def rope(inner: Any, x: Any, offset: Any) -> Any | None:
+    """`inner(x, offset=offset)` for an `nn.RoPE` through the native kernel, or None when
+    this call is left to MLX (not active, not float32, too small, another RoPE kind, or
+    no native library).
+
+    MLX's CPU rope spends about 2 ms a layer on a 578-token prefill's queries (scalar
+    sines and cosines per element); the kernel rotates with a table per pass, the same
+    float32 products, in a tenth of that. `offset` may be an int, (B,) or (B, L)
+    positions (`passes.PerTokenRoPE`).
+    """
+    import mlx.nn as nn
+
+    lib = _native or None
+    if (
+        lib is None
+        or not _on()
+        or type(inner) is not nn.RoPE
+        or x.ndim != 4
+        or x.dtype != mx.float32
+        or x.size < MIN_ROPE
+    ):
+        return None
+    b, h, lq, d = x.shape
+    cs, sn, tab_sb = _rope_table(inner, offset, b, lq)
+    mx.eval(x)
+    xn = np.asarray(x)
+    st = _strides(xn)
+    if st is None:
+        return None
+    out = np.empty((b, h, lq, d), dtype=np.float32)
+    threads = getattr(_state, "threads", 1)
+    rc = lib.pcd_rope(
+        xn.ctypes.data,
+        out.ctypes.data,
+        cs.ctypes.data,
+        sn.ctypes.data,
+        (ctypes.c_int64 * 3)(*st),
+        tab_sb,
+        b,
+        h,
+        lq,
+        d,
+        int(inner.dims),
+        int(bool(inner.traditional)),
+        threads,
+    )
+    return mx.array(out) if rc == 0 else None
 
 
 def swiglu(gate: Any, x: Any) -> Any:

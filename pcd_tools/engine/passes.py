@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..prompt import Question
+from . import cpu_kernels
 from .pack import Chunk, Edges, Plan
 from .platform import import_mlx
 from .trie import FieldTrie
@@ -106,6 +107,9 @@ class PerTokenRoPE(nn.Module):
         self.inner = inner
 
     def __call__(self, x: Any, offset: Any = 0) -> Any:
+        native = cpu_kernels.rope(self.inner, x, offset)
+        if native is not None:
+            return native
         if isinstance(offset, mx.array) and offset.ndim == 2:
             b, h, n, d = x.shape
             y = x.transpose(0, 2, 1, 3).reshape(b * n, h, 1, d)

@@ -358,3 +358,67 @@ def test_openblas_idle_threads_are_told_to_sleep_unless_the_user_chose():
     env["OPENBLAS_THREAD_TIMEOUT"] = "12"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.split()[0] == "12"
+
+
+@pytest.mark.parametrize("traditional", [False, True])
+@pytest.mark.parametrize(
+    "b,h,lq,offset",
+    [(1, 9, 578, 0), (1, 3, 130, 5100), (2, 9, 85, 7000), (3, 2, 48, 123)],
+)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_native_rope_is_bit_identical_to_mlx(lib, traditional, b, h, lq, offset, threads):
+    """The kernel reproduces MLX's own float32 rotation exactly: the same table, the same
+    rounded products (no fused multiply-adds), from a strided (transposed) view."""
+    import mlx.nn as nn
+
+    r = nn.RoPE(64, traditional=traditional, base=100000.0)
+    rng = np.random.default_rng(lq)
+    x = mx.array(rng.standard_normal((b, lq, h, 64)).astype(np.float32)).transpose(0, 2, 1, 3)
+    with K.active(True, threads):
+        got = K.rope(r, x, offset)
+    assert got is not None
+    assert got.shape == x.shape
+    assert np.array_equal(np.asarray(got), np.asarray(r(x, offset=offset)))
+
+
+@pytest.mark.parametrize("traditional", [False, True])
+def test_native_rope_per_token_and_per_row_positions(lib, traditional):
+    """Per-token (B, L) positions through `PerTokenRoPE` and per-row (B,) offsets."""
+    import mlx.nn as nn
+
+    from pcd_tools.engine.passes import PerTokenRoPE
+
+    r = nn.RoPE(64, traditional=traditional, base=10000.0)
+    wrapped = PerTokenRoPE(r)
+    rng = np.random.default_rng(1)
+    x = mx.array(rng.standard_normal((2, 85, 9, 64)).astype(np.float32)).transpose(0, 2, 1, 3)
+    pos = mx.array(rng.integers(0, 8000, size=(2, 85)).astype(np.int32))
+    want = np.asarray(wrapped(x, offset=pos))
+    with K.active(True, 2):
+        assert K.rope(r, x, pos) is not None
+        got = np.asarray(wrapped(x, offset=pos))
+        rows = mx.array(np.array([3, 4000], dtype=np.int32))
+        assert np.array_equal(np.asarray(K.rope(r, x, rows)), np.asarray(r(x, offset=rows)))
+    assert np.array_equal(got, want)
+    # Distinct positions do rotate differently (the table is not shared by mistake).
+    other = mx.array(np.asarray(pos) + 1)
+    with K.active(True, 2):
+        assert not np.array_equal(np.asarray(wrapped(x, offset=other)), got)
+
+
+def test_native_rope_leaves_other_calls_to_mlx(lib):
+    """Inactive, small, non-float32 or a RoPE of another kind: None (MLX's own rope runs)."""
+    import mlx.nn as nn
+
+    r = nn.RoPE(64, base=10000.0)
+    x = mx.zeros((1, 9, 200, 64))
+    assert K.rope(r, x, 0) is None  # not active
+    with K.active(True):
+        assert K.rope(r, mx.zeros((1, 9, 4, 64)), 0) is None  # small: a decode step
+        assert K.rope(r, x.astype(mx.float16), 0) is None
+
+        class Scaled(nn.RoPE):  # e.g. Llama-3's or YaRN's: their own frequencies
+            pass
+
+        assert K.rope(Scaled(64), x, 0) is None
+        assert K.rope(r, x, 0) is not None
