@@ -65,14 +65,18 @@ def test_pruned_answers_match_the_exhaustive_pass(scoring, temperature):
 def test_the_edges_the_search_scores_equal_the_exhaustive_ones():
     engine = decider().engine
     schema = compile_schema(Coded)
+    engine.score(schema, CONTEXTS)  # both below find the schema part cached
     whole = engine.score(schema, CONTEXTS)
     pruned = engine.score(schema, CONTEXTS, pruning=pruning_for(schema, "on"))
+    assert whole.prefix_cache_hit and pruned.prefix_cache_hit
+    # the search's levels are passes of their own (this unsure model reads every edge)
     assert pruned.sequential_forward_passes > whole.sequential_forward_passes
     for r in range(len(CONTEXTS)):
         for a, b in zip(whole.edge_logp[r], pruned.edge_logp[r]):
             seen = ~np.isnan(b)
             assert seen.any()
-            np.testing.assert_allclose(b[seen], a[seen], atol=1e-4)
+            # float32 passes of other shapes: the same logits to about 1e-4 (1e-5 relative)
+            np.testing.assert_allclose(b[seen], a[seen], rtol=1e-5, atol=1e-4)
 
 
 @settings(
