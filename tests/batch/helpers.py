@@ -59,8 +59,13 @@ def read(path: Path) -> list[dict[str, Any]]:
     return pacsv.read_csv(path).to_pylist()
 
 
-def assert_matches(rows: list[dict[str, Any]], decisions: list[Any], tol: float = 1e-5) -> None:
-    """Each output row holds its decision: value for value, probability to `tol`."""
+def assert_matches(rows: list[dict[str, Any]], decisions: list[Any], tol: float = 1e-4) -> None:
+    """Each output row holds its decision: value for value, probability to `tol`.
+
+    The job's batches and the reference's have other shapes, so their float32 passes
+    round differently: on the tiny model (log scores near -110) the probabilities
+    differed by up to 1.6e-5 on an AVX-512 machine. 1e-4 is the parity the project holds.
+    """
     assert len(rows) == len(decisions)
     for row, d in zip(rows, decisions):
         assert row["error"] is None

@@ -145,7 +145,7 @@ def test_the_file_job_on_ray_writes_what_the_local_job_writes(
         assert x["error"] == y["error"]
         for name in decision_column_names(Ticket)[:-1]:
             if isinstance(x[name], float):
-                assert x[name] == pytest.approx(y[name], abs=1e-5)
+                assert x[name] == pytest.approx(y[name], abs=1e-4)  # float32, other batches
             else:
                 assert x[name] == y[name]
 

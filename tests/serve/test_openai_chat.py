@@ -68,7 +68,8 @@ def _same_as_library(pcd: dict, decision) -> None:
         assert got["value"] == f.label
         for label, p in f.distribution.items():
             key = label if isinstance(label, str) else json.dumps(label)
-            assert got["distribution"][key] == pytest.approx(p, abs=1e-6)
+            # separate passes (float32) and the wire's 6 decimals: to the project's 1e-4
+            assert got["distribution"][key] == pytest.approx(p, abs=1e-4)
 
 
 def test_json_schema_answer_equals_the_library(client, tiny):
