@@ -409,14 +409,15 @@ float pcd_softmax_row(int path, float *row, const float *madd, int n, int width)
 /* Rotary position embedding, the same float32 arithmetic as MLX's `fast.rope` on the CPU:
  * out = x1 * cos - x2 * sin, x1 * sin + x2 * cos for each pair (x1, x2) of the first
  * `dims` features (the two halves, or neighbours when `traditional`), the rest copied.
- * The cos / sin tables are computed by the caller, (rows, dims / 2) floats, where a
- * (batch, token) pair reads row `batch * tab_sb + token`. No fused multiply-adds, so
- * that each product is rounded as MLX rounds it. x is (b, h, l, d) with the given
- * (batch, head, row) strides in floats and contiguous features; out is contiguous. */
+ * The cos / sin tables are the caller's, (positions, dims / 2) floats; token r of batch
+ * row bi is at position pos[bi * l + r]. No fused multiply-adds, so that each product is
+ * rounded as MLX rounds it. x is (b, h, l, d) with the given (batch, head, row) strides
+ * in floats and contiguous features; out is contiguous. */
 typedef struct {
     const float *x, *cs, *sn;
+    const int32_t *pos;
     float *out;
-    int64_t x_sb, x_sh, x_sr, tab_sb;
+    int64_t x_sb, x_sh, x_sr;
     int b, h, l, d, dims, traditional;
 } rope_job_t;
 
@@ -438,8 +439,8 @@ NO_CONTRACT static void rope_task(void *ctx, int t, void *scratch) {
     for (int r = 0; r < jb->l; r++) {
         const float *x = jb->x + bi * jb->x_sb + hi * jb->x_sh + r * jb->x_sr;
         float *o = jb->out + (((int64_t)bi * jb->h + hi) * jb->l + r) * jb->d;
-        const float *c = jb->cs + (bi * jb->tab_sb + r) * half;
-        const float *s = jb->sn + (bi * jb->tab_sb + r) * half;
+        int64_t p = jb->pos[(int64_t)bi * jb->l + r];
+        const float *c = jb->cs + p * half, *s = jb->sn + p * half;
         if (jb->traditional) {
             for (int i = 0; i < half; i++) {
                 float x1 = x[2 * i], x2 = x[2 * i + 1];
@@ -459,10 +460,11 @@ NO_CONTRACT static void rope_task(void *ctx, int t, void *scratch) {
     }
 }
 
-int pcd_rope(const float *x, float *out, const float *cs, const float *sn, const int64_t *strides,
-             int64_t tab_sb, int b, int h, int l, int d, int dims, int traditional, int threads) {
+int pcd_rope(const float *x, float *out, const float *cs, const float *sn, const int32_t *pos,
+             const int64_t *strides, int b, int h, int l, int d, int dims, int traditional,
+             int threads) {
     if (dims < 2 || dims % 2 || dims > d || b < 0 || h < 0 || l < 0) return 1;
-    rope_job_t jb = {x, cs, sn, out, strides[0], strides[1], strides[2], tab_sb,
+    rope_job_t jb = {x, cs, sn, pos, out, strides[0], strides[1], strides[2],
                      b, h, l, d, dims, traditional};
     int ntasks = b * h;
     return ntasks ? run_parallel(rope_task, &jb, ntasks, 0, threads) : 0;

@@ -134,7 +134,7 @@ def load_cpu_kernels(gemm: int | None) -> tuple[Any, str]:
     lib.pcd_swiglu.restype = i32
     lib.pcd_softmax_row.argtypes = [i32, p, p, i32, i32]
     lib.pcd_softmax_row.restype = ctypes.c_float
-    lib.pcd_rope.argtypes = [p, p, p, p, p, i64, *[i32] * 7]
+    lib.pcd_rope.argtypes = [p, p, p, p, p, p, *[i32] * 7]
     lib.pcd_rope.restype = i32
     lib.gemm = gemm  # type: ignore[attr-defined]
     return lib, f"on ({lib.pcd_attention_simd_width()}-bit softmax): {note}"
