@@ -40,7 +40,7 @@ def _med(xs: list[float]) -> dict[str, float]:
 def measure(decider: Any, name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Blocks of warm requests per method on the scenario's main context."""
     from benchmarks.scenarios import SCENARIOS
-    from pcd_tools.engine.baseline import constrained_json
+    from pcd_tools.baselines.generation import constrained_json
     from pcd_tools.schema import compile_schema
 
     sc = SCENARIOS[name]

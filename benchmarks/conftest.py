@@ -21,7 +21,7 @@ SCENARIO_DIR = Path(__file__).parent / "scenarios"
 
 @pytest.fixture(scope="session")
 def scenarios():
-    from pcd_tools.bench import load_scenarios
+    from pcd_tools.bench.run import load_scenarios
 
     return load_scenarios(SCENARIO_DIR)
 

@@ -43,7 +43,7 @@ HOGS = {
     "pcd": (
         "import sys\n"
         "from pcd_tools import Decider\n"
-        "from pcd_tools.bench import load_scenarios\n"
+        "from pcd_tools.bench.run import load_scenarios\n"
         "from pcd_tools.schema import compile_schema\n"
         "sc = load_scenarios(sys.argv[1])[sys.argv[2]]\n"
         "d = Decider.load()\n"
@@ -111,7 +111,7 @@ def main() -> None:
         os.environ["PCD_THREADS"] = str(args.threads)
 
     from pcd_tools import Decider
-    from pcd_tools.bench import load_scenarios
+    from pcd_tools.bench.run import load_scenarios
     from pcd_tools.engine.cpus import cpu_budget
     from pcd_tools.schema import compile_schema
 

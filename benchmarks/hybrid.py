@@ -78,7 +78,7 @@ def main() -> None:
     args = p.parse_args()
 
     from pcd_tools import Decider
-    from pcd_tools.engine.baseline import constrained_json
+    from pcd_tools.baselines.generation import constrained_json
 
     decider = Decider.load(args.model)
     tickets = TICKETS[: args.tickets]

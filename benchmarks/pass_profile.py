@@ -311,7 +311,7 @@ def main() -> None:
     args = p.parse_args()
 
     from pcd_tools import Decider
-    from pcd_tools.bench import load_scenarios
+    from pcd_tools.bench.run import load_scenarios
     from pcd_tools.engine.platform import blas_status
 
     scenarios = load_scenarios(Path(__file__).parent / "scenarios")

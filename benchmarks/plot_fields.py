@@ -25,7 +25,7 @@ SIZES = (1, 2, 4, 8, 16, 28, 64)
 def triage_fields(n: int) -> Any:
     """A `StructuredSchema` with the first `n` triage fields (copies beyond 28)."""
     from pcd_tools import StructuredSchema
-    from pcd_tools.bench import load_scenarios
+    from pcd_tools.bench.run import load_scenarios
     from pcd_tools.schema import compile_schema
 
     base = compile_schema(load_scenarios(HERE / "scenarios")["triage"].schema)
@@ -45,8 +45,8 @@ def triage_fields(n: int) -> Any:
 def measure(
     decider: Any, sizes: tuple[int, ...], runs: int, constrained: bool
 ) -> list[dict[str, Any]]:
-    from pcd_tools.bench import load_scenarios
-    from pcd_tools.engine.baseline import constrained_json, greedy_json
+    from pcd_tools.baselines.generation import constrained_json, greedy_json
+    from pcd_tools.bench.run import load_scenarios
 
     ctx = load_scenarios(HERE / "scenarios")["triage"].context
     rows = []

@@ -55,7 +55,7 @@ def run(decider: Any, name: str, args: argparse.Namespace) -> dict[str, Any]:
     schema, texts, gold = items_of(name, args.n, args.seed, field)
     compiled = compile_schema(schema)
     decider.decide_many(compiled, texts[:2], pruning="off", scoring=args.scoring)  # warm
-    from pcd_tools.engine.baseline import constrained_json
+    from pcd_tools.baselines.generation import constrained_json
 
     times: dict[str, list[float]] = {"on": [], "off": [], "generation": []}
     if args.baseline:

@@ -41,7 +41,7 @@ from typing import Any
 
 def fraud_rows(n: int) -> tuple[Any, list[str]]:
     """The fraud scenario's schema and `n` distinct contexts (its narratives, numbered)."""
-    from pcd_tools.bench import load_scenarios
+    from pcd_tools.bench.run import load_scenarios
 
     sc = load_scenarios(Path(__file__).parent / "scenarios")["fraud"]
     base = list(sc.contexts)

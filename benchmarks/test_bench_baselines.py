@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from conftest import run_pedantic
 
-from pcd_tools.engine.baseline import constrained_json, greedy_json
+from pcd_tools.baselines.generation import constrained_json, greedy_json
 from pcd_tools.schema import compile_schema
 
 NAMES = ["fraud", "security_audit", "tariff", "triage"]

@@ -39,7 +39,7 @@ def test_pcd_cold(benchmark, decider, scenarios, name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_bare_prefill(benchmark, decider, scenarios, name):
-    from pcd_tools.engine.baseline import bare_prefill_ms
+    from pcd_tools.baselines.generation import bare_prefill_ms
 
     sc = scenarios[name]
     schema = compile_schema(sc.schema)

@@ -7,18 +7,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .decide.decorator import decision
 from .errors import (
     ContextTooLongError,
     ModelLoadError,
     PcdToolsError,
     SchemaError,
 )
-from .schema import FieldDefinition, StructuredSchema, decision
+from .schema import FieldDefinition, StructuredSchema
 
 if TYPE_CHECKING:
-    from .decider import Decider
-    from .result import Decision, FieldResult
-    from .seed import run_parallel_generation
+    from .answers.result import Decision, FieldResult
+    from .decide.decider import Decider
+    from .decide.seed import run_parallel_generation
 
 __version__ = "0.1.0"
 
@@ -37,10 +38,10 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Decider": "decider",
-    "run_parallel_generation": "seed",
-    "Decision": "result",
-    "FieldResult": "result",
+    "Decider": "decide.decider",
+    "run_parallel_generation": "decide.seed",
+    "Decision": "answers.result",
+    "FieldResult": "answers.result",
 }
 
 

@@ -70,7 +70,7 @@ def make_tiny_model(seed: int = 0, vocab: int = 259, bias: dict[int, float] | No
 
 
 def tiny_decider(seed: int = 0, **engine):
-    from pcd_tools.decider import Decider
+    from pcd_tools.decide.decider import Decider
     from pcd_tools.engine.models import LoadedModel
 
     loaded = LoadedModel(

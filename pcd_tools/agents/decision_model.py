@@ -43,10 +43,10 @@ from langchain_core.decisions import (
 )
 from pydantic import ConfigDict, Field, model_validator
 
+from ..decide.orders import check_orders
+from ..decide.worker import call_model, run_on_worker
 from ..errors import InvalidArgumentError, UnsupportedFieldError
-from ..orders import check_orders
 from ..schema import Schema, StructuredSchema
-from ..worker import call_model, run_on_worker
 from .structured import to_context
 
 __all__ = ["PCDDecisionModel"]
@@ -155,7 +155,7 @@ class PCDDecisionModel(BaseDecisionModel):
             return data
         data = dict(data)
         if data.get("decider") is None:
-            from ..decider import Decider, default_decider
+            from ..decide.decider import Decider, default_decider
 
             data["decider"] = (
                 Decider.load(data["model"]) if data.get("model") else default_decider()

@@ -23,10 +23,10 @@ from typing import Any, Literal
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import patch_config
 
+from ..decide.orders import check_orders
+from ..decide.worker import call_model, run_on_worker
 from ..errors import InvalidArgumentError
-from ..orders import check_orders
 from ..schema import Schema, compile_schema
-from ..worker import call_model, run_on_worker
 from .structured import to_context
 
 __all__ = ["DECISION_EVENT", "PCDRouter", "route_on"]

@@ -20,12 +20,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, create_model
 from pydantic import Field as PydField
 
+from ..decide.orders import check_orders
+from ..decide.worker import call_model
 from ..errors import InvalidArgumentError
-from ..orders import check_orders
 from ..prompt import render_system
 from ..schema import Schema, compile_schema
 from ..schema.spec import python_type
-from ..worker import call_model
 
 __all__ = [
     "ChatModelStage",

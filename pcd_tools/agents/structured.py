@@ -23,11 +23,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..decide.generated import check_max_new_tokens
+from ..decide.orders import check_orders
+from ..decide.worker import call_model, run_on_worker
 from ..errors import InvalidArgumentError
-from ..hybrid import check_max_new_tokens
-from ..orders import check_orders
 from ..schema import Schema, compile_schema
-from ..worker import call_model, run_on_worker
 
 __all__ = ["decision_message", "structured_runnable", "to_context"]
 

@@ -20,11 +20,11 @@ from typing import Any
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..decide.generated import check_hybrid_options, check_max_new_tokens
+from ..decide.orders import check_orders
+from ..decide.worker import call_model, run_on_worker
 from ..errors import InvalidArgumentError, PcdToolsError, SchemaError
-from ..hybrid import check_hybrid_options, check_max_new_tokens
-from ..orders import check_orders
 from ..schema import Schema, compile_schema
-from ..worker import call_model, run_on_worker
 
 __all__ = ["DecisionTool", "TextInput"]
 

@@ -30,8 +30,8 @@ from ..schema import FieldSpec, Schema, compile_schema
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from ..decider import Decider
-    from ..result import Decision
+    from ..answers.result import Decision
+    from ..decide.decider import Decider
 
 __all__ = [
     "CONFIDENCE",

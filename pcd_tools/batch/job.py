@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checks import SCORINGS
+from ..decide.checks import SCORINGS
 from ..errors import BatchError, InvalidArgumentError
 from ..schema import Schema, compile_schema
 from .checkpoint import Checkpoint
@@ -26,7 +26,7 @@ from .io import Chunk, InputFile, output_format
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from ..decider import Decider
+    from ..decide.decider import Decider
 
 __all__ = [
     "BatchProgress",
@@ -288,7 +288,7 @@ def run_batch(
     compiled = compile_schema(schema)
     output_format(output)
     source = InputFile(input, text_column, id_column)
-    from ..decider import Decider
+    from ..decide.decider import Decider
 
     loaded = decider if isinstance(decider, Decider) else decider()
     if loaded.calibration is not None:

@@ -96,7 +96,7 @@ def check_calibration(args: argparse.Namespace) -> None:
     if not path:
         return
     check_file(path, "--calibration")
-    from ..calibration import Calibration, CalibrationError
+    from ..answers.calibration import Calibration, CalibrationError
 
     try:
         Calibration.load(path)
@@ -148,7 +148,7 @@ def load_decider(args: argparse.Namespace) -> Any:
     Returns:
         The loaded `Decider`.
     """
-    from ..decider import Decider
+    from ..decide.decider import Decider
 
     kw: dict[str, Any] = {}
     if getattr(args, "calibration", None):

@@ -1,6 +1,6 @@
 """`pcd bench`: PCD against autoregressive baselines on the reference scenarios.
 
-The timing lives in `pcd_tools.bench`; this module parses the options, shows progress
+The timing lives in `pcd_tools.bench.run`; this module parses the options, shows progress
 and prints the seed's format and a summary table, or JSON with `--json`.
 """
 
@@ -10,8 +10,8 @@ import argparse
 import json
 from typing import Any
 
-from .. import bench
-from ..bench import ALL_METHODS
+from ..bench import bench
+from ..bench.run import ALL_METHODS
 from ..errors import InvalidArgumentError
 from ._common import UsageError, check_at_least
 
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     if plan.skipped:
         err.print(plan.skipped, highlight=False)
 
-    from ..decider import Decider
+    from ..decide.decider import Decider
 
     with err.status("loading model"):
         decider = Decider.load(args.model)
@@ -128,7 +128,7 @@ def print_scenario(console: Any, r: dict[str, Any]) -> None:
 
     Args:
         console: A rich Console.
-        r: One result of `pcd_tools.bench.bench_scenario`.
+        r: One result of `pcd_tools.bench.run.bench_scenario`.
     """
     console.print(f"\n[bold]{r['title']}[/bold] ({r['scenario']}, {r['fields']} fields)")
     if "greedy_ms" in r:

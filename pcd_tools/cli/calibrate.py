@@ -102,7 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _read_scores(path: str) -> dict[str, Any]:
     """A `--scores` file of an earlier `pcd calibrate` run."""
-    from ..calibration import CalibrationError, read_json
+    from ..answers.calibration import CalibrationError, read_json
 
     raw = read_json(path, "scores file")
     need = ("model_id", "schema_fingerprint", "fields")
@@ -116,7 +116,7 @@ def _read_scores(path: str) -> dict[str, Any]:
 
 def _saved_scores(args: argparse.Namespace, ds: Any, fingerprint: str) -> tuple[Any, ...]:
     """`(arrays, model_id, scoring, fitted_on, offsets)` from the `--from-scores` file."""
-    from ..calibration import CalibrationMismatchError
+    from ..answers.calibration import CalibrationMismatchError
 
     saved = _read_scores(args.from_scores)
     if saved["schema_fingerprint"] != fingerprint:
@@ -156,7 +156,7 @@ def _calibration_split(args: argparse.Namespace, ds: Any) -> tuple[Any, Any]:
 
 def _new_scores(args: argparse.Namespace, ds: Any, compiled: Any, console: Any) -> tuple[Any, ...]:
     """`(arrays, model_id, scoring, fitted_on, offsets)` from running the model."""
-    from ..calibration import CalibrationError
+    from ..answers.calibration import CalibrationError
     from ..eval.calibration import content_free_offsets, field_arrays
     from ..eval.runner import run_pcd
 

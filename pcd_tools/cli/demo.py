@@ -93,7 +93,7 @@ def demo_schema() -> Any:
 
     from pydantic import BaseModel, Field
 
-    from ..schema import decision
+    from ..decide.decorator import decision
 
     @decision
     class SupportTicket(BaseModel):

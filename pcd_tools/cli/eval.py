@@ -167,7 +167,7 @@ def check_args(args: argparse.Namespace) -> None:
     Raises:
         UsageError: naming the first bad option (`pcd` exits 2).
     """
-    from ..calibration import Calibration, CalibrationError
+    from ..answers.calibration import Calibration, CalibrationError
 
     check_temperature(args.temperature)
     check_at_least(args, 1, "n", "batch_size", "order_bias_n", "cal_n", "latency_n")
@@ -219,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from rich.console import Console
 
-    from ..calibration import Calibration, read_json
+    from ..answers.calibration import Calibration, read_json
     from ..eval.evaluate import EvalError, evaluate, rescore
     from ..eval.order_bias import order_bias
 

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..answers.waves import WaveAnswers
 from ..errors import ContextTooLongError, GenerationLimitError
 from ..prompt import (
     Question,
@@ -43,7 +44,6 @@ from ..prompt import (
 )
 from ..schema import Schema
 from ..schema.generated import segments
-from ..waves import WaveAnswers
 from .fast_decode import decoder_for
 from .generate import DEFAULT_MAX_NEW_TOKENS, GeneratedValue, decode_rows, field_guide, write
 from .pack import Plan

@@ -18,7 +18,7 @@ prompt has. Pruned scoring reads only what can change the answer:
    scored candidate, certified or not.
 
 What was scored, and the prefixes that bound the rest, become `PartialScores`
-(`FieldTrie.scores`); `pcd_tools.bounds` turns them into the answer, its probability
+(`FieldTrie.scores`); `pcd_tools.answers.bounds` turns them into the answer, its probability
 bounds and the `certified` flag.
 """
 

@@ -8,7 +8,7 @@ One idea per module:
 - `scoring`: each method's metrics from its answers (`MethodReport`);
 - `evaluate`: PCD against grammar-constrained generation (`evaluate`, `rescore`,
   `EvalReport`);
-- `calibration`: fitting a `pcd_tools.calibration.Calibration` on labelled data, with
+- `calibration`: fitting a `pcd_tools.answers.calibration.Calibration` on labelled data, with
   the fits in `fitting`, the arrays in `fit_data` and the default `auto` choice in `auto`;
 - `shots`: few-shot examples drawn from the calibration split (`pcd eval --shots K`);
 - `label_free`: the grid of shot counts × raw, contextual, PMI and fitted;

@@ -7,7 +7,7 @@
 - `temperature_bias`: `softmax(z / T + b)`, one bias per allowed value (`fitting.fit_biased`);
 - when the content-free scores of the same prompt are given (`offsets`): `contextual`
   and `pmi`, the label-free corrections `softmax(z - o)` with `o` the content-free
-  offset (`pcd_tools.contextual`), and `contextual_temperature` / `pmi_temperature`,
+  offset (`pcd_tools.decide.contextual`), and `contextual_temperature` / `pmi_temperature`,
   `softmax((z - o) / T)`.
 
 A label-free correction is a fixed per-value offset, so a chosen one is stored as the
@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from ..calibration import _softmax
+from ..answers.calibration import _softmax
 from .fitting import CV_FOLDS, fit_biased, fit_temperature, folds
 from .metrics import ECE_BINS, _null_eces, ece, nll
 

@@ -2,7 +2,7 @@
 
 - `calibrate(schema, examples)` runs the model on labelled examples and fits each field
   on the candidates' raw log scores `z` (`FieldResult.log_scores`). It returns a
-  `Calibration` (core: `pcd_tools.calibration`), which `Decider.with_calibration`
+  `Calibration` (core: `pcd_tools.answers.calibration`), which `Decider.with_calibration`
   applies and `.save` writes as JSON (schema fingerprint, model id, temperatures, biases
   and the data it was fitted on).
 - The default `method="auto"` chooses per field (per label of a multi-label field), by
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..calibration import METHODS, Calibration, CalibrationError, _softmax
+from ..answers.calibration import METHODS, Calibration, CalibrationError, _softmax
 from ..schema import compile_schema
 from .auto import choose
 from .fit_data import content_free_offsets, field_arrays, fitted_field
@@ -47,8 +47,8 @@ from .metrics import ece, nll
 from .runner import run_pcd
 
 if TYPE_CHECKING:
-    from ..decider import Decider
-    from ..result import Decision
+    from ..answers.result import Decision
+    from ..decide.decider import Decider
 
 __all__ = [
     "BIAS_PRIOR_SDS",
@@ -153,7 +153,7 @@ def calibration_from_decisions(
             (`content_free_offsets`); used only when the decisions had no label-free
             correction themselves.
     """
-    from ..contextual import label_free
+    from ..decide.contextual import label_free
 
     compiled = compile_schema(schema)
     if not decisions:
@@ -328,7 +328,7 @@ def calibrate(
         and for `auto` each field's choice, the candidates' cross-validated figures and
         the reason (`metrics[field]`).
     """
-    from ..decider import default_decider
+    from ..decide.decider import default_decider
 
     compiled = compile_schema(schema)
     d = decider or default_decider()

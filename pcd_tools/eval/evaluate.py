@@ -2,7 +2,7 @@
 
 `evaluate(schema, examples)` scores every example with PCD and, on the same model and the
 same items, with the grammar-constrained autoregressive baseline
-(`pcd_tools.engine.baseline.constrained_json`), and reports per field and per method:
+(`pcd_tools.baselines.generation.constrained_json`), and reports per field and per method:
 accuracy, macro-F1, ECE (15 bins) with its noise floor (`metrics.ece_floor`: the ECE a
 perfectly calibrated predictor with the same confidences would show on as many items),
 Brier, NLL, the risk-coverage curve and its AURC, plus latency (median and p95 per item).
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..calibration import Calibration
+from ..answers.calibration import Calibration
 from ..errors import PcdToolsError
 from ..schema import Schema, compile_schema, with_examples
 from .datasets import Split, label_index
@@ -39,8 +39,8 @@ from .scoring import MethodReport, baseline_method, pcd_methods
 from .shots import Shots
 
 if TYPE_CHECKING:
-    from ..checks import LabelFree, Scoring
-    from ..decider import Decider
+    from ..decide.checks import LabelFree, Scoring
+    from ..decide.decider import Decider
 
 __all__ = ["EvalError", "EvalReport", "MethodReport", "evaluate", "rescore"]
 
@@ -64,7 +64,7 @@ def _finite(x: Any) -> Any:
 
 def _default_baseline() -> Baseline:
     try:
-        from ..engine.baseline import constrained_json
+        from ..baselines.generation import constrained_json
     except ImportError as e:  # pragma: no cover - the module ships with the package
         raise EvalError(
             f"the constrained-generation baseline is unavailable ({e}); pass baseline=False "
@@ -199,8 +199,8 @@ def evaluate(
         DatasetError: if a label is not one of its field's choices.
         EvalError: if a few-shot example is an item of the evaluated sample.
     """
-    from ..contextual import label_free
-    from ..decider import default_decider
+    from ..decide.contextual import label_free
+    from ..decide.decider import default_decider
 
     t_start = time.perf_counter()
     compiled = compile_schema(schema)

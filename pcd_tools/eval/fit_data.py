@@ -14,8 +14,8 @@ from ..schema import Schema
 from .datasets import DatasetError, label_index
 
 if TYPE_CHECKING:
-    from ..decider import Decider
-    from ..result import Decision
+    from ..answers.result import Decision
+    from ..decide.decider import Decider
 
 __all__ = ["content_free_offsets", "field_arrays", "fitted_field", "label_free_scores"]
 
@@ -97,7 +97,7 @@ def content_free_offsets(
     """What each label-free correction subtracts from each field's raw log scores.
 
     From the decider's content-free scores of the schema's prompt (declared listing
-    order; run once and cached on the decider, `pcd_tools.contextual`): `"contextual"`
+    order; run once and cached on the decider, `pcd_tools.decide.contextual`): `"contextual"`
     (the decider's content-free inputs, on `scoring`'s side) and, for `scoring="full"`,
     `"pmi"` (the empty context). A field's corrected scores are `z - offset`, exactly as
     `decide(..., calibration="contextual")` or `scoring="pmi"` compute them, for every
@@ -114,7 +114,7 @@ def content_free_offsets(
     Returns:
         Method -> field key -> offset.
     """
-    from ..contextual import Correction
+    from ..decide.contextual import Correction
 
     questions = decider.engine.plan(schema, None).questions
     per_field: dict[str, int] = {}

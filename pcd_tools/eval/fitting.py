@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..calibration import CalibrationError, _softmax
+from ..answers.calibration import CalibrationError, _softmax
 
 __all__ = [
     "BIAS_PRIOR_SDS",

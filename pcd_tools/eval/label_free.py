@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..calibration import Calibration, _softmax
+from ..answers.calibration import Calibration, _softmax
 from ..errors import InvalidArgumentError
 from ..schema import Schema, compile_schema, with_examples
 from .calibration import calibration_from_scores, content_free_offsets, field_arrays
@@ -60,7 +60,7 @@ from .scoring import baseline_method
 from .shots import Shots, draw_shots
 
 if TYPE_CHECKING:
-    from ..decider import Decider
+    from ..decide.decider import Decider
 
 __all__ = ["GRID_METHODS", "label_free_grid"]
 
@@ -175,7 +175,7 @@ def _baseline(
     progress: bool,
     label: str,
 ) -> tuple[dict[str, Any], list[float]]:
-    from ..engine.baseline import constrained_json
+    from ..baselines.generation import constrained_json
 
     results, ms = [], []
     with progress_bar(len(sub), label, progress) as advance:

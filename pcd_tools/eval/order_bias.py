@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..calibration import CalibrationError
-from ..orders import DESIGNS, average, orderings
-from ..result import Decision
+from ..answers.calibration import CalibrationError
+from ..answers.result import Decision
+from ..decide.orders import DESIGNS, average, orderings
 from ..schema import Schema, compile_schema
 
 if TYPE_CHECKING:
-    from ..decider import Decider
+    from ..decide.decider import Decider
 
 __all__ = ["DESIGNS", "OrderBiasReport", "decide_orderings", "order_bias"]
 
@@ -29,7 +29,7 @@ __all__ = ["DESIGNS", "OrderBiasReport", "decide_orderings", "order_bias"]
 def _orderings(
     schema: Schema, k: int, seed: int, first: str, design: str = "rotations"
 ) -> list[dict[str, list[int]]]:
-    """k listing orders per field, starting from `first` (see `pcd_tools.orders.orderings`)."""
+    """k listing orders per field, starting from `first` (see `pcd_tools.decide.orders.orderings`)."""
     if design not in DESIGNS:
         raise CalibrationError(f"unknown order design {design!r}; accepted: {list(DESIGNS)}.")
     return orderings(schema, k, seed=seed, first=first, design=design)
@@ -174,7 +174,7 @@ def order_bias(
         batch_size: Contexts per pass.
         design: `"rotations"` or `"random"`.
     """
-    from ..decider import default_decider
+    from ..decide.decider import default_decider
 
     d = decider or default_decider()
     compiled = compile_schema(schema)

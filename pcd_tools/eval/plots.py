@@ -20,7 +20,7 @@ import numpy as np
 from .metrics import ece, reliability_bins
 
 if TYPE_CHECKING:
-    from ..calibration import Calibration
+    from ..answers.calibration import Calibration
     from .evaluate import EvalReport
 
 __all__ = ["calibration_diagrams", "eval_diagrams", "reliability_diagram"]
@@ -140,7 +140,7 @@ def calibration_diagrams(
     Returns:
         The PNGs written.
     """
-    from ..result import softmax_scores
+    from ..answers.result import softmax_scores
 
     out = []
     for field, (zz, gg) in arrays.items():

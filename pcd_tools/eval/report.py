@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..calibration import Calibration
+    from ..answers.calibration import Calibration
     from .evaluate import EvalReport
 
 __all__ = [

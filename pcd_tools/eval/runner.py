@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..checks import LabelFree, Scoring
-    from ..decider import Decider
-    from ..result import Decision
+    from ..answers.result import Decision
+    from ..decide.checks import LabelFree, Scoring
+    from ..decide.decider import Decider
 
 __all__ = ["progress_bar", "run_pcd"]
 

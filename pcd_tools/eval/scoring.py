@@ -131,7 +131,7 @@ def pcd_methods(
         batch_size: PCD batch size (it names the latency kind).
         passes: Mean sequential forward passes per call.
     """
-    from ..result import softmax_scores
+    from ..answers.result import softmax_scores
 
     def raw(_: str, z: np.ndarray) -> np.ndarray:
         return np.stack([softmax_scores(row, temperature) for row in z])

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..calibration import CalibrationError
+from ..answers.calibration import CalibrationError
 from .metrics import risk_coverage
 
 __all__ = ["ThresholdChoice", "choose_threshold"]

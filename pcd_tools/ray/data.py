@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import ray.data
 
-    from pcd_tools.decider import Decider
+    from pcd_tools.decide.decider import Decider
 
 __all__ = [
     "DecideBatch",
@@ -102,7 +102,7 @@ def load_calibration(calibration: Any) -> Any:
     """A `Calibration` from a path (read here, so that workers need not see the file)."""
     if calibration is None or not isinstance(calibration, (str, os.PathLike)):
         return calibration
-    from pcd_tools.calibration import Calibration
+    from pcd_tools.answers.calibration import Calibration
 
     return Calibration.load(calibration)
 
@@ -115,7 +115,7 @@ def load_decider(model: ModelSource, calibration: Any = None, threads: int = 2) 
         calibration: A `Calibration`, its path, or None.
         threads: The process's threads; the engine gets `min(2, threads)` CPU streams.
     """
-    from pcd_tools.decider import Decider
+    from pcd_tools.decide.decider import Decider
 
     cal = load_calibration(calibration)
     if callable(model) and not isinstance(model, (str, os.PathLike)):

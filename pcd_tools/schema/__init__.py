@@ -27,25 +27,19 @@ The package holds one idea per module:
   `parameters`) -> `Schema`, via a Pydantic model it builds (`compile_json_schema`);
   `json_schema_values` holds its leaves, errors and model building;
 - `compile`: `compile_schema`, the one entry point for every accepted form;
-- `decorator`: the `@decision` class decorator;
 - `examples`: few-shot examples, checked against the compiled schema;
 - `generated`: generated fields, and the segments a schema with them is answered in.
 
-The errors live in `pcd_tools.errors`.
+The errors live in `pcd_tools.errors`; the `@decision` decorator, which reaches the
+decider, lives in `pcd_tools.decide.decorator`.
 """
 
 from __future__ import annotations
 
 from .compile import compile_schema
-from .decorator import decision
 from .dict_form import FieldDefinition, StructuredSchema
 from .examples import with_examples
 from .spec import MAX_CHOICES, Choice, Example, FieldSpec, Generation, Schema
-
-# Also importable from here, as before the split (not in `__all__`).
-from .spec import MIN_CHOICES as MIN_CHOICES
-from .spec import NOT_STATED as NOT_STATED
-from .spec import iter_labels as iter_labels
 
 __all__ = [
     "MAX_CHOICES",
@@ -57,6 +51,5 @@ __all__ = [
     "Schema",
     "StructuredSchema",
     "compile_schema",
-    "decision",
     "with_examples",
 ]

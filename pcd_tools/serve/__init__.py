@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from ..decider import Decider
+    from ..decide.decider import Decider
 
 __all__ = ["API_KEY_ENV", "api_key_from_env", "create_app", "is_loopback", "serve"]
 
@@ -109,7 +109,7 @@ def serve(
             raise InvalidArgumentError(f"{name} must be >= {lowest}; got {v}.")
     import uvicorn
 
-    from ..decider import Decider
+    from ..decide.decider import Decider
     from .app import create_app
 
     if not isinstance(decider, Decider):

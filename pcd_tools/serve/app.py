@@ -32,7 +32,7 @@ from .server import ClientGone, _Server
 from .systemone import build_response, parse_request
 
 if TYPE_CHECKING:
-    from ..decider import Decider
+    from ..decide.decider import Decider
 
 __all__ = ["create_app"]
 

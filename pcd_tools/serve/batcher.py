@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from .errors import ApiError, QueueFullError
 
 if TYPE_CHECKING:
-    from ..decider import Decider
-    from ..result import Decision
+    from ..answers.result import Decision
+    from ..decide.decider import Decider
     from ..schema import Schema
     from .metrics import Metrics
 

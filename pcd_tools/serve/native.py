@@ -22,10 +22,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..checks import check_pruning
+from ..decide.checks import check_pruning
+from ..decide.generated import check_max_new_tokens
+from ..decide.orders import check_orders
 from ..errors import InvalidArgumentError, SchemaError
-from ..hybrid import check_max_new_tokens
-from ..orders import check_orders
 from ..schema import Schema, StructuredSchema
 from .errors import ApiError
 from .systemone import _json_type, _temperature

@@ -32,9 +32,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..checks import check_pruning
+from ..decide.checks import check_pruning
+from ..decide.orders import check_orders
 from ..errors import InvalidArgumentError, SchemaError
-from ..orders import check_orders
 from ..prompt import DEFAULT_INSTRUCTIONS, TextTokenizer, build_prompt, render_system
 from ..schema import Schema
 from .errors import ApiError

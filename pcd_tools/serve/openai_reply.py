@@ -28,8 +28,8 @@ from .errors import ApiError
 from .openai_chat import ChatRequest
 
 if TYPE_CHECKING:
+    from ..answers.result import Decision, FieldResult
     from ..prompt import TextTokenizer
-    from ..result import Decision, FieldResult
 
 __all__ = ["Completion", "build_completion", "sse_chunks"]
 

@@ -29,7 +29,7 @@ from .errors import ApiError
 from .metrics import Metrics
 
 if TYPE_CHECKING:
-    from ..decider import Decider
+    from ..decide.decider import Decider
     from ..schema import Schema
 
 __all__ = ["ClientGone"]

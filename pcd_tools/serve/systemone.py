@@ -34,7 +34,7 @@ from ..schema.spec import MIN_CHOICES
 from .errors import ApiError
 
 if TYPE_CHECKING:
-    from ..result import Decision
+    from ..answers.result import Decision
 
 __all__ = [
     "QUESTION_TYPES",

@@ -21,8 +21,8 @@ from pcd_tools.agents import (
 )
 from pcd_tools.agents.cascade import narrowed_model
 from pcd_tools.agents.stages import StageAnswer
+from pcd_tools.answers.result import FieldResult
 from pcd_tools.errors import InvalidArgumentError
-from pcd_tools.result import FieldResult
 from pcd_tools.schema import compile_schema
 from tests.agents.helpers import StructuredFakeChatModel, _allowed
 from tests.conftest import tiny_decider

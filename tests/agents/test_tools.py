@@ -14,7 +14,7 @@ from langchain_tests.unit_tests import ToolsUnitTests
 from pydantic import BaseModel, Field
 
 from pcd_tools.agents import DecisionTool
-from pcd_tools.result import Decision
+from pcd_tools.answers.result import Decision
 from tests.agents.helpers import biased_decider
 from tests.conftest import tiny_decider
 from tests.schemas import Ticket

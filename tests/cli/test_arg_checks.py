@@ -11,7 +11,7 @@ from pcd_tools.cli import main
 pytestmark = pytest.mark.unit
 
 MODEL_LOADERS = (
-    "pcd_tools.decider.Decider.load",
+    "pcd_tools.decide.decider.Decider.load",
     "pcd_tools.serve.serve",
 )
 

@@ -39,7 +39,7 @@ def test_a_calibration_fitted_without_the_examples_turns_them_off():
 
 @pytest.mark.engine
 def test_demo_prints_the_label_free_line_and_json_says_it_too(monkeypatch, capsys):
-    from pcd_tools.decider import Decider
+    from pcd_tools.decide.decider import Decider
     from tests.conftest import tiny_decider
 
     monkeypatch.setattr(Decider, "load", _fake_load(tiny_decider(0)))  # its own prefix cache

@@ -13,7 +13,7 @@ from tests.eval.helpers import fake_load as _fake_load
 @pytest.mark.engine
 def test_cli_calibrate_then_eval(tiny, tmp_path, monkeypatch, capsys):
     from pcd_tools.cli import main
-    from pcd_tools.decider import Decider
+    from pcd_tools.decide.decider import Decider
 
     monkeypatch.setattr(Decider, "load", _fake_load(tiny))
     data = tmp_path / "d.jsonl"

@@ -32,7 +32,7 @@ def data(tmp_path):
 def test_eval_shots_come_from_outside_the_sample_and_are_listed(
     tiny, data, tmp_path, monkeypatch, capsys
 ):
-    from pcd_tools.decider import Decider
+    from pcd_tools.decide.decider import Decider
 
     monkeypatch.setattr(Decider, "load", _fake_load(tiny))
     out = tmp_path / "r.json"
@@ -98,7 +98,7 @@ def test_eval_shots_come_from_outside_the_sample_and_are_listed(
     [(["--calibration", "contextual"], "contextual"), (["--scoring", "pmi"], "pmi")],
 )
 def test_eval_runs_the_label_free_methods(tiny, data, monkeypatch, capsys, flags, label_free):
-    from pcd_tools.decider import Decider
+    from pcd_tools.decide.decider import Decider
 
     monkeypatch.setattr(Decider, "load", _fake_load(tiny))
     assert main(["eval", *data, "--n", "6", "--no-baseline", *flags, "--json"]) == 0
@@ -108,7 +108,7 @@ def test_eval_runs_the_label_free_methods(tiny, data, monkeypatch, capsys, flags
 
 @pytest.mark.engine
 def test_label_free_grid_from_the_cli(tiny, data, tmp_path, monkeypatch, capsys):
-    from pcd_tools.decider import Decider
+    from pcd_tools.decide.decider import Decider
     from pcd_tools.eval.report import label_free_markdown
 
     monkeypatch.setattr(Decider, "load", _fake_load(tiny))
@@ -117,7 +117,7 @@ def test_label_free_grid_from_the_cli(tiny, data, tmp_path, monkeypatch, capsys)
         "eval", *data, "--label-free-grid", "--grid-shots", "0,3", "--n", "9", "--cal-n", "12",
         "--latency-n", "2", "--baseline-n", "3", "--out", str(out),
     ]  # fmt: skip
-    monkeypatch.setattr("pcd_tools.engine.baseline.constrained_json", stub_baseline)
+    monkeypatch.setattr("pcd_tools.baselines.generation.constrained_json", stub_baseline)
     assert main(argv) == 0
     printed = capsys.readouterr().out
     grid = json.loads(out.read_text())
@@ -159,7 +159,7 @@ def test_bad_label_free_arguments_exit_2(flags, fragments, tmp_path, monkeypatch
     def forbidden(*args, **kwargs):
         pytest.fail("a model was loaded before the arguments were checked")
 
-    monkeypatch.setattr("pcd_tools.decider.Decider.load", forbidden)
+    monkeypatch.setattr("pcd_tools.decide.decider.Decider.load", forbidden)
     report = tmp_path / "r.json"
     report.write_text("{}")
     flags = [f.format(report=report) for f in flags]

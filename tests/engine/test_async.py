@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from pcd_tools.aio import queue_for
+from pcd_tools.decide.aio import queue_for
 from pcd_tools.errors import ContextTooLongError, InvalidArgumentError, InvalidContextError
 from pcd_tools.schema import compile_schema
 from tests.conftest import tiny_decider
@@ -43,7 +43,7 @@ def test_concurrent_awaiters_are_micro_batched(fresh):
     q = queue_for(fresh)
     # Hold the engine worker busy so that every awaiter is queued before the first batch.
     release = threading.Event()
-    from pcd_tools.worker import submit_to_worker
+    from pcd_tools.decide.worker import submit_to_worker
 
     blocker = submit_to_worker(fresh, release.wait)
 
@@ -102,7 +102,7 @@ def test_one_failing_request_does_not_fail_its_batch_mates():
         small.prompt(Ticket, "short").token_count + plan.extra_tokens + 100
     )
     release = threading.Event()
-    from pcd_tools.worker import submit_to_worker
+    from pcd_tools.decide.worker import submit_to_worker
 
     submit_to_worker(small, release.wait)
 

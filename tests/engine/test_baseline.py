@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pcd_tools.engine.baseline import (
+from pcd_tools.baselines.generation import (
     GenerationResult,
     bare_prefill_ms,
     constrained_json,
@@ -25,7 +25,7 @@ CONTEXT = "Our billing page charges customers twice since this morning. Please f
 
 def _biased_decider(token: int):
     """A tiny decider whose model always prefers `token` by a wide margin."""
-    from pcd_tools.decider import Decider
+    from pcd_tools.decide.decider import Decider
     from pcd_tools.engine.models import LoadedModel
 
     loaded = LoadedModel(
@@ -102,9 +102,9 @@ def test_greedy_stops_at_eos_and_tracks_strings():
     decider = _biased_decider(257)
     r = greedy_json(decider, Ticket, CONTEXT)
     assert r.tokens == 0 and r.text == "" and not r.is_valid_json
-    from pcd_tools.engine.baseline import _Scanner
+    from pcd_tools.baselines.json_answer import ObjectScanner
 
-    s = _Scanner()
+    s = ObjectScanner()
     assert s.feed('\n  "a": "x}\\"}"') is None
     assert s.feed(',\n  "b": {}\n}  trailing') == len(',\n  "b": {}\n}')
 
@@ -146,8 +146,9 @@ def test_real_model_baselines(real):
 
 
 def test_bench_runs_on_a_tiny_model(monkeypatch, capsys):
-    from pcd_tools import bench, cli
-    from pcd_tools.decider import Decider
+    from pcd_tools import cli
+    from pcd_tools.bench import run as bench
+    from pcd_tools.decide.decider import Decider
 
     monkeypatch.setattr(Decider, "load", classmethod(lambda cls, *a, **k: tiny_decider(0)))
     argv = ["bench", "--scenario", "fraud", "--runs", "2", "--warmup", "0", "--no-rss"]
@@ -211,7 +212,7 @@ SCENARIOS = {
 
 def test_bench_times_a_pruned_field_against_the_exhaustive_pass(monkeypatch, capsys, tmp_path):
     from pcd_tools import cli
-    from pcd_tools.decider import Decider
+    from pcd_tools.decide.decider import Decider
 
     (tmp_path / "coded").mkdir()
     (tmp_path / "coded" / "__init__.py").write_text(CODED)
@@ -229,7 +230,8 @@ def test_bench_times_a_pruned_field_against_the_exhaustive_pass(monkeypatch, cap
 
 
 def test_bench_scenarios_errors(tmp_path):
-    from pcd_tools import bench, cli
+    from pcd_tools import cli
+    from pcd_tools.bench import run as bench
 
     with pytest.raises(InvalidArgumentError, match="--scenarios-dir"):
         bench.load_scenarios(tmp_path)
@@ -239,7 +241,7 @@ def test_bench_scenarios_errors(tmp_path):
 
 
 def test_scenarios_are_what_the_issue_promises():
-    from pcd_tools.bench import load_scenarios
+    from pcd_tools.bench.run import load_scenarios
 
     sc = load_scenarios()
     assert sorted(sc) == ["fraud", "intake", "security_audit", "tariff", "triage"]

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from pcd_tools import StructuredSchema
-from pcd_tools.calibration import Calibration, CalibrationError, CalibrationMismatchError
-from pcd_tools.contextual import CONTENT_FREE
-from pcd_tools.decider import Decider
+from pcd_tools.answers.calibration import Calibration, CalibrationError, CalibrationMismatchError
+from pcd_tools.decide.contextual import CONTENT_FREE
+from pcd_tools.decide.decider import Decider
+from pcd_tools.decide.orders import orderings
 from pcd_tools.engine.models import LoadedModel
 from pcd_tools.errors import InvalidArgumentError
-from pcd_tools.orders import orderings
 from pcd_tools.schema import compile_schema, with_examples
 from tests.conftest import ByteTokenizer, make_tiny_model, tiny_decider
 from tests.engine.test_exactness import CONTEXT

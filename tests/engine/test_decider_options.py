@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pcd_tools.decide.orders import orderings
 from pcd_tools.errors import InvalidArgumentError, InvalidContextError
-from pcd_tools.orders import orderings
 from pcd_tools.schema import compile_schema
 from tests.schemas import Ticket
 

@@ -266,7 +266,7 @@ def test_the_decode_option_and_its_errors(monkeypatch):
 def test_int8_where_it_cannot_run_raises_and_auto_falls_back(monkeypatch, tmp_path):
     from mlx_lm.models import gpt2
 
-    from pcd_tools.decider import Decider
+    from pcd_tools.decide.decider import Decider
     from pcd_tools.engine.models import LoadedModel
     from tests.conftest import ByteTokenizer
 

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from pcd_tools.calibration import Calibration
+from pcd_tools.answers.calibration import Calibration
 from pcd_tools.schema import compile_schema
 from tests.engine.test_exactness import CONTEXT
 from tests.engine.test_exactness_kinds import Rated, Request, Routed, Tagged, Triage

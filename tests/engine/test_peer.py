@@ -25,9 +25,9 @@ TEXT = "I was charged twice for my subscription this month. Please refund me."
 
 @pytest.mark.unit
 def test_a_missing_peer_is_skipped_with_a_message(monkeypatch):
-    from pcd_tools import bench
+    from pcd_tools.bench import run as bench
 
-    monkeypatch.setattr("pcd_tools.peer.peer_available", lambda: "not installed; pip install x")
+    monkeypatch.setattr("pcd_tools.baselines.llama_cpp.peer_available", lambda: "not installed; pip install x")
     plan = bench.plan_bench(scenarios=["fraud"], rss=False)
     assert plan.methods == bench.METHODS
     assert plan.skipped == "llama.cpp peer skipped: not installed; pip install x"
@@ -38,9 +38,9 @@ def test_a_missing_peer_is_skipped_with_a_message(monkeypatch):
 @pytest.mark.engine
 def test_bench_without_the_peer_still_runs_and_says_why(monkeypatch, capsys):
     from pcd_tools import cli
-    from pcd_tools.decider import Decider
+    from pcd_tools.decide.decider import Decider
 
-    monkeypatch.setattr("pcd_tools.peer.peer_available", lambda: "not installed")
+    monkeypatch.setattr("pcd_tools.baselines.llama_cpp.peer_available", lambda: "not installed")
     monkeypatch.setattr(Decider, "load", classmethod(lambda cls, *a, **k: tiny_decider(0)))
     argv = ["bench", "--scenario", "fraud", "--runs", "1", "--warmup", "0", "--no-rss"]
     assert cli.main([*argv, "--methods", "pcd,llamacpp", "--json"]) == 0
@@ -53,7 +53,7 @@ def test_bench_without_the_peer_still_runs_and_says_why(monkeypatch, capsys):
 @pytest.mark.unit
 def test_the_peer_needs_a_gguf_model():
     pytest.importorskip("llama_cpp")
-    from pcd_tools.peer import LlamaCppPeer, PeerUnavailableError
+    from pcd_tools.baselines.llama_cpp import LlamaCppPeer, PeerUnavailableError
 
     with pytest.raises(PeerUnavailableError, match="needs a GGUF model file"):
         LlamaCppPeer(tiny_decider(0))
@@ -62,8 +62,8 @@ def test_the_peer_needs_a_gguf_model():
 @pytest.mark.unit
 def test_the_grammar_continues_after_the_prompts_brace():
     pytest.importorskip("llama_cpp")
-    from pcd_tools.engine.baseline import json_schema_of
-    from pcd_tools.peer import after_brace
+    from pcd_tools.baselines.generation import json_schema_of
+    from pcd_tools.baselines.llama_cpp import after_brace
     from pcd_tools.schema import compile_schema
 
     gbnf = after_brace(json.dumps(json_schema_of(compile_schema(Ticket))))
@@ -75,7 +75,7 @@ def test_the_grammar_continues_after_the_prompts_brace():
 @pytest.mark.engine
 def test_the_peer_answers_validly_warm_and_cold_on_the_embedded_model(real):
     pytest.importorskip("llama_cpp")
-    from pcd_tools.peer import LlamaCppPeer, probe_model
+    from pcd_tools.baselines.llama_cpp import LlamaCppPeer, probe_model
 
     broken = probe_model(real.loaded.path)
     if broken is not None:
@@ -97,9 +97,9 @@ def test_the_peer_answers_validly_warm_and_cold_on_the_embedded_model(real):
 @pytest.mark.engine
 def test_a_llama_cpp_build_that_dies_is_reported_not_fatal(monkeypatch, real, capsys):
     pytest.importorskip("llama_cpp")
-    from pcd_tools import peer as peer_mod
+    from pcd_tools.baselines import llama_cpp as peer_mod
 
-    monkeypatch.setattr("pcd_tools.peer.probe_model", lambda path: "died of SIGILL; rebuild")
+    monkeypatch.setattr("pcd_tools.baselines.llama_cpp.probe_model", lambda path: "died of SIGILL; rebuild")
     peer_mod._PEERS.clear()
     assert peer_mod.bench_peer(real) is None
     assert "llama.cpp peer skipped: died of SIGILL; rebuild" in capsys.readouterr().err

@@ -136,7 +136,7 @@ def test_result_does_not_depend_on_pass_arrangement(schema, context, seed):
 
 
 def test_ties_go_to_the_first_declared_candidate():
-    from pcd_tools.decider import Decider
+    from pcd_tools.decide.decider import Decider
     from pcd_tools.engine.models import LoadedModel
     from pcd_tools.engine.platform import import_mlx
     from tests.conftest import ByteTokenizer, make_tiny_model

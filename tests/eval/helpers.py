@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from pcd_tools.calibration import Calibration
+from pcd_tools.answers.calibration import Calibration
 from pcd_tools.schema import compile_schema
 
 SCHEMA = {

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from pcd_tools.calibration import Calibration, CalibrationError
+from pcd_tools.answers.calibration import Calibration, CalibrationError
 from pcd_tools.eval.auto import CANDIDATES, NULL_QUANTILE, choose
 from pcd_tools.eval.calibration import (
     calibrate,

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from pcd_tools.calibration import Calibration, CalibrationError, CalibrationMismatchError
+from pcd_tools.answers.calibration import Calibration, CalibrationError, CalibrationMismatchError
 from pcd_tools.eval.calibration import (
     BIAS_PRIOR_SDS,
     calibrate,

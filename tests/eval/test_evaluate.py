@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pcd_tools.calibration import Calibration
+from pcd_tools.answers.calibration import Calibration
 from pcd_tools.eval.calibration import calibrate
 from pcd_tools.schema import compile_schema
 from tests.eval.helpers import LABELS, SCHEMA, TEXTS

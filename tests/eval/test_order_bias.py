@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pcd_tools.calibration import CalibrationError
+from pcd_tools.answers.calibration import CalibrationError
 from pcd_tools.eval.order_bias import decide_orderings, order_bias
 from pcd_tools.schema import compile_schema
 from tests.eval.helpers import SCHEMA, TEXTS

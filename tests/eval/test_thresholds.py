@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pcd_tools.calibration import CalibrationError
+from pcd_tools.answers.calibration import CalibrationError
 from pcd_tools.eval.thresholds import choose_threshold
 
 CONF = [0.9, 0.8, 0.7, 0.6]

@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from pcd_tools import decision
-from pcd_tools.contextual import CONTENT_FREE
+from pcd_tools.decide.contextual import CONTENT_FREE
 from tests.oracle import oracle_log_scores, softmax
 
 pytestmark = pytest.mark.integration
@@ -41,7 +41,7 @@ TEXT = "Hi, the invoice PDF has a typo in my company name. No rush."
 
 
 def test_examples_and_contextual_calibration_end_to_end(real, monkeypatch):
-    monkeypatch.setattr("pcd_tools.decider._DEFAULT", real)  # `Support.decide` runs on it
+    monkeypatch.setattr("pcd_tools.decide.decider._DEFAULT", real)  # `Support.decide` runs on it
     d = real.with_calibration("contextual")
     shown = d.prompt(Support, TEXT)
     assert shown.examples == 2

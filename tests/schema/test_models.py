@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pcd_tools import SchemaError
 from pcd_tools.errors import InvalidChoiceError, TooFewChoicesError, UnsupportedFieldError
-from pcd_tools.schema import NOT_STATED, compile_schema
+from pcd_tools.schema import compile_schema
+from pcd_tools.schema.spec import NOT_STATED
 
 pytestmark = pytest.mark.unit
 

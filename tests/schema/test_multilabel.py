@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from pydantic import BaseModel, Field
 
+from pcd_tools.answers.field_scores import field_results
+from pcd_tools.answers.result import FieldResult, choose_labels
 from pcd_tools.errors import InvalidFieldOptionError, TooFewChoicesError, UnsupportedFieldError
-from pcd_tools.field_scores import field_results
 from pcd_tools.prompt import questions, render_system
-from pcd_tools.result import FieldResult, choose_labels
 from pcd_tools.schema import compile_schema
 
 pytestmark = pytest.mark.unit

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from pydantic import BaseModel, Field, conint
 
+from pcd_tools.answers.result import FieldResult
 from pcd_tools.errors import TooFewChoicesError
-from pcd_tools.result import FieldResult
 from pcd_tools.schema import compile_schema
 
 pytestmark = pytest.mark.unit

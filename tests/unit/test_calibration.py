@@ -1,6 +1,6 @@
 """The `Calibration` a decider applies: its JSON file, its checks, and applying it.
 
-Also: `pcd_tools.calibration` is core. It imports without a warning and without
+Also: `pcd_tools.answers.calibration` is core. It imports without a warning and without
 `pcd_tools.eval`, where fitting lives.
 """
 
@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from pcd_tools.calibration import Calibration, CalibrationError, CalibrationMismatchError
+from pcd_tools.answers.calibration import Calibration, CalibrationError, CalibrationMismatchError
 from pcd_tools.errors import PcdToolsError
 from pcd_tools.schema import compile_schema
 from tests.eval.helpers import SCHEMA, TEXTS
@@ -96,8 +96,8 @@ def test_the_core_module_imports_without_a_warning_and_without_eval():
     code = (
         "import sys, warnings\n"
         "warnings.simplefilter('error')\n"
-        "import pcd_tools.calibration\n"
-        "from pcd_tools.calibration import FORMAT, Calibration, CalibrationError, read_json\n"
+        "import pcd_tools.answers.calibration\n"
+        "from pcd_tools.answers.calibration import FORMAT, Calibration, CalibrationError, read_json\n"
         "print(sorted(m for m in sys.modules if m.startswith('pcd_tools.eval')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
-from pcd_tools.joint import answers
+from pcd_tools.answers.joint import answers
 from pcd_tools.prompt import questions
 from pcd_tools.schema import compile_schema
 

@@ -28,23 +28,23 @@ LAYERS: dict[str, int] = {
     "pcd_tools.errors": 0,
     "pcd_tools.schema": 1,
     "pcd_tools.prompt": 2,
-    "pcd_tools.result": 2,
-    "pcd_tools.bounds": 2,
-    "pcd_tools.field_scores": 2,
-    "pcd_tools.calibration": 2,
-    "pcd_tools.orders": 2,
-    "pcd_tools.checks": 2,
-    "pcd_tools.joint": 2,
-    "pcd_tools.waves": 2,
+    "pcd_tools.answers.result": 2,
+    "pcd_tools.answers.bounds": 2,
+    "pcd_tools.answers.field_scores": 2,
+    "pcd_tools.answers.calibration": 2,
+    "pcd_tools.decide.orders": 2,
+    "pcd_tools.decide.checks": 2,
+    "pcd_tools.answers.joint": 2,
+    "pcd_tools.answers.waves": 2,
     "pcd_tools.engine": 3,
-    "pcd_tools.decider": 4,
-    "pcd_tools.worker": 4,
-    "pcd_tools.aio": 4,
+    "pcd_tools.decide.decider": 4,
+    "pcd_tools.decide.worker": 4,
+    "pcd_tools.decide.aio": 4,
     "pcd_tools": 4,  # the package's own lazy surface sits just above the decider
     "pcd_tools.agents": 5,
     "pcd_tools.serve": 5,
     "pcd_tools.eval": 5,
-    "pcd_tools.bench": 5,
+    "pcd_tools.bench.run": 5,
     "pcd_tools.batch": 5,
     "pcd_tools.ray": 5,
     "pcd_tools.evaluate": 5,  # deprecated shims re-exporting pcd_tools.eval
@@ -60,12 +60,12 @@ WRAPPERS = ("agents", "serve", "eval", "bench", "batch", "ray")
 # Upward imports allowed inside a function: (importer prefix, imported prefix).
 LAZY_UP: set[tuple[str, str]] = {
     # `Model.decide()` on a `@decision` class calls the process-wide default decider.
-    ("pcd_tools.schema", "pcd_tools.decider"),
+    ("pcd_tools.schema", "pcd_tools.decide.decider"),
     # `Decider.as_tool` / `Decider.with_structured_output`: thin hooks into the extra.
-    ("pcd_tools.decider", "pcd_tools.agents.tools"),
-    ("pcd_tools.decider", "pcd_tools.agents.structured"),
-    # Deprecated names on the old `pcd_tools.calibration` path, for one release.
-    ("pcd_tools.calibration", "pcd_tools.eval"),
+    ("pcd_tools.decide.decider", "pcd_tools.agents.tools"),
+    ("pcd_tools.decide.decider", "pcd_tools.agents.structured"),
+    # Deprecated names on the old `pcd_tools.answers.calibration` path, for one release.
+    ("pcd_tools.answers.calibration", "pcd_tools.eval"),
     # `pcd_tools.ray` runs the other wrappers on a cluster: the `pcd batch` file job (same
     # columns and checkpoint) and the `pcd serve` app (as a Ray Serve deployment).
     ("pcd_tools.ray", "pcd_tools.batch"),
@@ -169,7 +169,7 @@ def test_the_graph_is_read() -> None:
     edges = import_edges()
     pairs = {(a, b) for a, b, _, _ in edges}
     # Known edges, so that a broken reader cannot pass the tests below by finding nothing.
-    assert ("pcd_tools.decider", "pcd_tools.result") in pairs
+    assert ("pcd_tools.decide.decider", "pcd_tools.answers.result") in pairs
     assert ("pcd_tools.engine.cpu_kernels", "pcd_tools.engine.platform") in pairs
     assert any(a.startswith("pcd_tools.cli") for a, _, _, _ in edges)
     assert len(edges) > 100
@@ -254,8 +254,8 @@ def test_modules_stay_small() -> None:
 
 def test_the_layer_table_catches_an_upward_edge() -> None:
     # The rule itself: an engine module importing the decider at module level is refused.
-    assert layer("pcd_tools.engine.passes") < layer("pcd_tools.decider")
-    assert layer("pcd_tools.eval.calibration") > layer("pcd_tools.calibration")
+    assert layer("pcd_tools.engine.passes") < layer("pcd_tools.decide.decider")
+    assert layer("pcd_tools.eval.calibration") > layer("pcd_tools.answers.calibration")
     assert layer("pcd_tools.cli.eval") > layer("pcd_tools.eval.evaluate")
-    assert not _allowed_lazy("pcd_tools.engine.engine", "pcd_tools.decider")
-    assert _allowed_lazy("pcd_tools.decider", "pcd_tools.agents.tools")
+    assert not _allowed_lazy("pcd_tools.engine.engine", "pcd_tools.decide.decider")
+    assert _allowed_lazy("pcd_tools.decide.decider", "pcd_tools.agents.tools")

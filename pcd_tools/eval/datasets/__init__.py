@@ -35,19 +35,6 @@ from .base import (
     stratified_sample,
 )
 from .builtin import DATASETS, data_dir, load_dataset
-
-# The adapters and their schemas, importable from here as from the old `pcd_tools.datasets`
-# (not in `__all__`).
-from .builtin import MAMS_ASPECTS as MAMS_ASPECTS
-from .builtin import NLUPP_FLAGS as NLUPP_FLAGS
-from .builtin import MovieReviewSentence as MovieReviewSentence
-from .builtin import Polarity as Polarity
-from .builtin import TextMessage as TextMessage
-from .builtin import banking77 as banking77
-from .builtin import clinc150 as clinc150
-from .builtin import mams as mams
-from .builtin import nlupp as nlupp
-from .builtin import sms_spam as sms_spam
 from .builtin import sst2 as sst2
 from .files import from_file, load_schema
 

@@ -1,7 +1,7 @@
 """`Decider`: a loaded model plus the PCD engine, the object users call.
 
 It also hosts the process-wide default decider used by `@decision` models' `.decide()`
-(the seed-compatible `run_parallel_generation` is in `pcd_tools.seed`).
+(the seed-compatible `run_parallel_generation` is in `pcd_tools.decide.seed`).
 """
 
 from __future__ import annotations
@@ -11,20 +11,20 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..answers.result import Decision
+from ..errors import InvalidArgumentError
+from ..prompt import PromptPreview
+from ..schema import Schema, compile_schema
 from .checks import LabelFree, Scoring, check_batch_size, check_contexts, check_options
 from .contextual import ContentFreeScores, check_method, method_with, resolve_method
-from .deciding import decide_in_order, prompt_preview
-from .errors import InvalidArgumentError
-from .hybrid import check_max_new_tokens, decide_hybrid
+from .generated import check_max_new_tokens, decide_hybrid
 from .orders import average, orderings
-from .prompt import PromptPreview
-from .result import Decision
-from .schema import Schema, compile_schema
+from .scored import decide_in_order, prompt_preview
 
 if TYPE_CHECKING:
-    from .engine.engine import Engine, PassMode, ScoredBatch
-    from .engine.models import LoadedModel
-    from .engine.prune import PruneMode
+    from ..engine.engine import Engine, PassMode, ScoredBatch
+    from ..engine.models import LoadedModel
+    from ..engine.prune import PruneMode
 
 __all__ = ["Decider", "default_decider"]
 
@@ -43,7 +43,7 @@ class Decider:
     """
 
     def __init__(self, loaded: LoadedModel, **engine: Any):
-        from .engine.engine import Engine
+        from ..engine.engine import Engine
 
         self.loaded = loaded
         self.engine: Engine = Engine(
@@ -78,15 +78,15 @@ class Decider:
                 qwen2, any quant type), an MLX model directory or a Hugging Face repo id.
             dtype: `"auto"` picks float32 on CPU (fast path) and keeps stored weights on GPU.
             calibration: `"contextual"` (label-free contextual calibration on every
-                decision, `pcd_tools.contextual`), a fitted `Calibration` or the path of
+                decision, `pcd_tools.decide.contextual`), a fitted `Calibration` or the path of
                 its JSON file; see `with_calibration`.
             **engine: Engine options.
 
         Raises:
             ModelLoadError: naming the source and the fix.
         """
-        from .engine.models import load_model
-        from .engine.platform import ensure_fast_path
+        from ..engine.models import load_model
+        from ..engine.platform import ensure_fast_path
 
         ensure_fast_path()
         decider = cls(load_model(source, dtype=dtype), **engine)
@@ -119,7 +119,7 @@ class Decider:
         Args:
             calibration: `"contextual"` (label-free contextual calibration by default on
                 every decision) or `"none"` (no label-free calibration by default); or a
-                fitted `pcd_tools.calibration.Calibration` or the path of its JSON file
+                fitted `pcd_tools.answers.calibration.Calibration` or the path of its JSON file
                 (a file named `contextual` or `none` goes as a `Path`), applied after the
                 label-free correction. A calibration fitted on top of contextual
                 calibration turns it on.
@@ -129,7 +129,7 @@ class Decider:
             CalibrationMismatchError: if the calibration was fitted for another model, or
                 on top of another label-free correction than this decider's.
         """
-        from .calibration import Calibration
+        from ..answers.calibration import Calibration
 
         clone = object.__new__(Decider)
         clone.__dict__.update(self.__dict__)
@@ -155,7 +155,7 @@ class Decider:
 
     def with_content_free(self, inputs: Sequence[str], *, mean: str = "geometric") -> Decider:
         """A decider sharing this one's model whose contextual calibration measures the
-        answer prior on `inputs` instead of `pcd_tools.contextual.CONTENT_FREE`.
+        answer prior on `inputs` instead of `pcd_tools.decide.contextual.CONTENT_FREE`.
 
         Args:
             inputs: Texts that say nothing about the answer (e.g. `["N/A"]`, or a few
@@ -188,7 +188,7 @@ class Decider:
             description: Tool description (default: the schema's instructions).
             **kwargs: More `DecisionTool` options (e.g. `args_schema`, `threshold`).
         """
-        from .agents.tools import DecisionTool
+        from ..agents.tools import DecisionTool
 
         return DecisionTool.from_decider(self, schema, name=name, description=description, **kwargs)
 
@@ -202,7 +202,7 @@ class Decider:
             include_raw: Return `{"raw": AIMessage, "parsed": ..., "parsing_error": None}`.
             **kwargs: Options such as `temperature`.
         """
-        from .agents.structured import structured_runnable
+        from ..agents.structured import structured_runnable
 
         return structured_runnable(self, schema, include_raw=include_raw, **kwargs)
 
@@ -233,7 +233,7 @@ class Decider:
             scoring: `"full"` (model probability of each candidate given that it answers
                 with one), `"constrained"` (renormalised at each trie node) or `"pmi"`
                 (domain-conditional PMI: the full log-probability minus that with an
-                empty context; see `pcd_tools.contextual`).
+                empty context; see `pcd_tools.decide.contextual`).
             mode: `"packed"`, `"batched"` or `"sequential"`; default is the fastest exact one.
             choice_order: Per-field order (indices) in which allowed values are listed.
             orders: Average each field's distribution over this many evenly spaced
@@ -250,7 +250,7 @@ class Decider:
             calibration: The label-free calibration of this call: `"contextual"`,
                 `"none"`, or None for the decider's own (`with_calibration`).
             max_new_tokens: The token limit of each generated field (`str`, `float`,
-                ...) that sets none itself; None for 256 (see `pcd_tools.hybrid`).
+                ...) that sets none itself; None for 256 (see `pcd_tools.decide.generated`).
             pruning: `"auto"` scores a field with a large candidate trie (over
                 `AUTO_NODES` positions, e.g. hundreds of multi-token codes) by certified
                 pruned search, and every other field whole; `"on"` prunes every field
@@ -387,7 +387,7 @@ class Decider:
 
         Concurrent awaiters with the same schema (examples included) and options are
         micro-batched into one `decide_many` call on the engine's worker thread (see
-        `pcd_tools.aio`). Arguments are checked before anything is queued, so a bad one
+        `pcd_tools.decide.aio`). Arguments are checked before anything is queued, so a bad one
         raises here at once.
 
         Takes the same arguments as `decide`.

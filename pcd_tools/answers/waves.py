@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from ..prompt import Question, field_questions, questions
+from ..schema import Schema
+from ..schema.dependencies import ancestors
+from ..schema.spec import Answer
 from .joint import answers
-from .prompt import Question, field_questions, questions
 from .result import FieldResult
-from .schema import Schema
-from .schema.dependencies import ancestors
-from .schema.spec import Answer
 
 __all__ = ["WaveAnswers", "has_waves"]
 
@@ -48,7 +48,7 @@ class WaveAnswers:
         calibration: The decider's calibration, if any (biases can change an answer).
         correction: The decision's label-free correction, if any: called with the
             questions and their log scores, it returns the corrected scores
-            (`pcd_tools.contextual.Correction`).
+            (`pcd_tools.decide.contextual.Correction`).
         fields: The scored fields these waves answer (one segment of a schema with
             generated fields), or None for every field. Parents outside it are already
             written in the JSON before the segment, so they are neither waited for nor

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
-from .prompt import Segment
-from .schema import FieldSpec
+from ..prompt import Segment
+from ..schema import FieldSpec
 
 if TYPE_CHECKING:
     pass

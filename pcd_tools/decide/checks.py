@@ -10,9 +10,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from .errors import InvalidArgumentError, InvalidContextError
+from ..errors import InvalidArgumentError, InvalidContextError
+from ..schema import Schema, compile_schema, with_examples
 from .orders import check_orders
-from .schema import Schema, compile_schema, with_examples
 
 __all__ = [
     "LabelFree",

@@ -2,7 +2,7 @@
 
 `Decider.decide_many` calls `decide_in_order` once per listing order. It batches the
 contexts by length, runs the engine (with the waves of dependent fields), applies the
-label-free correction (`pcd_tools.contextual`), then the decider's fitted calibration,
+label-free correction (`pcd_tools.decide.contextual`), then the decider's fitted calibration,
 and builds each `Decision` with its share of the call's times.
 """
 
@@ -14,22 +14,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .bounds import PartialScores
+from ..answers.bounds import PartialScores
+from ..answers.joint import answers
+from ..answers.result import BatchTiming, Decision
+from ..answers.waves import WaveAnswers, has_waves
+from ..engine.prune import Pruning, pruning_for
+from ..errors import InvalidArgumentError
+from ..prompt import PromptPreview, field_suffix
+from ..schema import Schema, compile_schema, with_examples
+from ..schema.generated import segments
 from .checks import check_context
 from .contextual import Correction, label_free
-from .engine.prune import Pruning, pruning_for
-from .errors import InvalidArgumentError
-from .joint import answers
-from .prompt import PromptPreview, field_suffix
-from .result import BatchTiming, Decision
-from .schema import Schema, compile_schema, with_examples
-from .schema.generated import segments
-from .waves import WaveAnswers, has_waves
 
 if TYPE_CHECKING:
+    from ..engine.engine import PassMode, ScoredBatch
     from .checks import Scoring
     from .decider import Decider
-    from .engine.engine import PassMode, ScoredBatch
 
 __all__ = ["decide_in_order", "prompt_preview"]
 

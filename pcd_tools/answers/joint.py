@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from ..prompt import Question
+from ..schema import Schema
 from .field_scores import conditional_probs, field_results
-from .prompt import Question
 from .result import FieldResult
-from .schema import Schema
 
 __all__ = ["Joint", "answers"]
 

@@ -2,7 +2,7 @@
 
 The scenarios live in the repository's `benchmarks/scenarios` package (`load_scenarios`).
 The memory figure is the peak RSS of one cold request per method, each in a fresh process
-(`python -m pcd_tools.bench_scenarios '{"method": ..., "scenario": ...}'`), so that no
+(`python -m pcd_tools.bench.scenarios '{"method": ..., "scenario": ...}'`), so that no
 method's allocations are counted against another's.
 """
 
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 __all__ = ["default_scenarios_dir", "load_scenarios", "peak_rss", "probe"]
 
@@ -104,8 +104,8 @@ def probe(
     """
     import resource
 
-    from .decider import Decider
-    from .engine.baseline import constrained_json, greedy_json
+    from ..baselines.generation import constrained_json, greedy_json
+    from ..decide.decider import Decider
 
     sc = _select(load_scenarios(scenarios_dir), [scenario])[0]
     decider = Decider.load(model)
@@ -139,12 +139,12 @@ def peak_rss(
         "scenarios_dir": scenarios_dir,
         "model": model,
     }
-    cmd = [sys.executable, "-m", "pcd_tools.bench_scenarios", json.dumps(request)]
+    cmd = [sys.executable, "-m", "pcd_tools.bench.scenarios", json.dumps(request)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"memory probe {method}/{scenario} failed:\n{done.stderr[-2000:]}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-if __name__ == "__main__":  # `python -m pcd_tools.bench_scenarios '{"method": ...}'`
+if __name__ == "__main__":  # `python -m pcd_tools.bench.scenarios '{"method": ...}'`
     print(json.dumps(probe(**json.loads(sys.argv[1]))))

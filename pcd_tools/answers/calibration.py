@@ -6,13 +6,12 @@ its raw log scores `z`. `Decider.with_calibration` applies it; `Calibration.save
 `Calibration.load` write and read the file (format `FORMAT`).
 
 When the scores had a label-free correction first (contextual calibration or
-`scoring="pmi"`, `pcd_tools.contextual`), `z` is the corrected score and the file's
+`scoring="pmi"`, `pcd_tools.decide.contextual`), `z` is the corrected score and the file's
 `label_free` names the correction; a decision applies the calibration only after that
 same correction.
 
 Fitting a calibration on labelled data, choosing thresholds, reliability diagrams and the
 order-bias measurement live in `pcd_tools.eval` (`pcd_tools.eval.calibration.calibrate`).
-Their old names here still resolve for one release, with a `DeprecationWarning`.
 """
 
 from __future__ import annotations
@@ -20,15 +19,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .errors import PcdToolsError
-from .schema import compile_schema
+from ..errors import PcdToolsError
+from ..schema import compile_schema
 
 __all__ = ["Calibration", "CalibrationError", "CalibrationMismatchError"]
 
@@ -36,7 +34,7 @@ FORMAT = "pcd-tools.calibration/1"
 # The fitting methods a calibration file may name (`pcd_tools.eval.calibration.fit_field`);
 # `auto` records its per-field choice in `Calibration.metrics`.
 METHODS = ("temperature", "temperature_bias", "auto")
-# The label-free correction the raw scores had before fitting (`pcd_tools.contextual`):
+# The label-free correction the raw scores had before fitting (`pcd_tools.decide.contextual`):
 # none, contextual calibration, or domain-conditional PMI (`scoring="pmi"`).
 LABEL_FREE = ("none", "contextual", "pmi")
 
@@ -247,61 +245,3 @@ _HOW = {
     "contextual": "calibration='contextual'",
     "pmi": "scoring='pmi'",
 }
-
-
-# --- names that moved to pcd_tools.eval, kept for one release ------------------------------
-
-_MOVED: dict[str, str] = {
-    **dict.fromkeys(
-        (
-            "T_MIN",
-            "T_MAX",
-            "BIAS_PRIOR_SDS",
-            "CV_FOLDS",
-            "OBJECTIVES",
-            "fit_temperature",
-            "fit_temperature_bias",
-            "fit_field",
-            "calibrate",
-            "calibration_from_decisions",
-            "calibration_from_scores",
-        ),
-        "pcd_tools.eval.calibration",
-    ),
-    "ThresholdChoice": "pcd_tools.eval.thresholds",
-    "choose_threshold": "pcd_tools.eval.thresholds",
-    "reliability_diagram": "pcd_tools.eval.plots",
-    **dict.fromkeys(
-        ("DESIGNS", "OrderBiasReport", "decide_orderings", "order_bias"),
-        "pcd_tools.eval.order_bias",
-    ),
-}
-# `pcd calibrate`'s parser moved to the CLI, which the library may not import.
-_MOVED_TO_CLI = {"add_arguments": "pcd_tools.cli.calibrate", "run": "pcd_tools.cli.calibrate"}
-
-
-def __getattr__(name: str) -> Any:
-    """The moved names, from their new home, with a `DeprecationWarning`."""
-    home = _MOVED.get(name)
-    if home is None:
-        if name in _MOVED_TO_CLI:
-            raise AttributeError(
-                f"pcd_tools.calibration.{name} moved to {_MOVED_TO_CLI[name]}.{name} (argument "
-                "parsing lives in pcd_tools.cli); call the library functions instead."
-            )
-        raise AttributeError(f"module 'pcd_tools.calibration' has no attribute {name!r}")
-    warnings.warn(
-        f"pcd_tools.calibration.{name} moved to {home}.{name}; the old path goes in the next "
-        "release",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    from .eval import calibration, order_bias, plots, thresholds
-
-    module = {
-        "pcd_tools.eval.calibration": calibration,
-        "pcd_tools.eval.thresholds": thresholds,
-        "pcd_tools.eval.plots": plots,
-        "pcd_tools.eval.order_bias": order_bias,
-    }[home]
-    return getattr(module, name)

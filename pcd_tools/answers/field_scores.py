@@ -1,5 +1,5 @@
 """Field results from candidate log scores: temperature, calibration, multi-label labels,
-the choices allowed after a parent, and pruned fields' bounds (`pcd_tools.bounds`)."""
+the choices allowed after a parent, and pruned fields' bounds (`pcd_tools.answers.bounds`)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from ..prompt import Question
+from ..schema import Schema
 from .bounds import PartialScores, bounded
-from .prompt import Question
 from .result import FieldResult, softmax_scores
-from .schema import Schema
 
 __all__ = ["conditional_probs", "field_results"]
 

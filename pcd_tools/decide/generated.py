@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from .errors import GenerationError, GenerationLimitError, InvalidArgumentError
-from .joint import answers
-from .result import BatchTiming, Decision, FieldResult
-from .schema import FieldSpec, Schema
-from .schema.spec import value_adapter
-from .waves import WaveAnswers
+from ..answers.joint import answers
+from ..answers.result import BatchTiming, Decision, FieldResult
+from ..answers.waves import WaveAnswers
+from ..errors import GenerationError, GenerationLimitError, InvalidArgumentError
+from ..schema import FieldSpec, Schema
+from ..schema.spec import value_adapter
 
 if TYPE_CHECKING:
+    from ..engine.engine import PassMode
+    from ..engine.generate import GeneratedValue
     from .checks import LabelFree, Scoring
     from .decider import Decider
-    from .engine.engine import PassMode
-    from .engine.generate import GeneratedValue
 
 __all__ = [
     "check_hybrid_options",
@@ -163,8 +163,8 @@ def decide_hybrid(
         GenerationLimitError: with `context_index` the context's index in `ctxs`.
         CalibrationMismatchError: if the decider's calibration does not fit the schema.
     """
+    from ..engine.hybrid import run_hybrid
     from .contextual import label_free, resolve_method
-    from .engine.hybrid import run_hybrid
 
     method = resolve_method(decider.label_free, calibration, scoring)
     check_hybrid_options(compiled, orders=orders, scoring=scoring, method=method, pruning=pruning)

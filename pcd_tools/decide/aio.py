@@ -2,7 +2,7 @@
 
 Awaiting a decision never blocks the event loop. Each request is checked at once (so a bad
 argument raises in the caller), then queued; the engine's single worker thread
-(`pcd_tools.worker`) drains the queue. When it picks up work it takes the oldest request
+(`pcd_tools.decide.worker`) drains the queue. When it picks up work it takes the oldest request
 and every queued request that can share its `decide_many` call (same schema, options and
 decider), up to `max_batch` contexts. While a batch runs, new awaiters queue up, so
 concurrent callers are batched together as the server batches its requests; an idle
@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 from .worker import submit_to_worker
 
 if TYPE_CHECKING:
+    from ..answers.result import Decision
+    from ..schema import Schema
     from .decider import Decider
-    from .result import Decision
-    from .schema import Schema
 
 __all__ = ["DecisionQueue", "queue_for"]
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgumentError
-from .result import Decision, FieldResult
-from .schema import Schema
+from ..answers.result import Decision, FieldResult
+from ..errors import InvalidArgumentError
+from ..schema import Schema
 
 __all__ = ["DESIGNS", "average", "check_orders", "orderings"]
 

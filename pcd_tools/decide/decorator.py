@@ -9,8 +9,8 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel
 
 from ..errors import SchemaError
-from .examples import parse_examples
-from .models import _from_model
+from ..schema.examples import parse_examples
+from ..schema.models import _from_model
 
 __all__ = ["decision"]
 
@@ -58,7 +58,7 @@ def decision(cls: Any = None, *, examples: Sequence[Any] | None = None) -> Any:
     target.__pcd_schema__ = schema
 
     def decide(klass: type[BaseModel], context: str, **kwargs: Any) -> Any:
-        from ..decider import default_decider
+        from .decider import default_decider
 
         return default_decider().decide(klass, context, **kwargs)
 

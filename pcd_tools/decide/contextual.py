@@ -67,14 +67,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from .engine.pack import plan_key
-from .errors import InvalidArgumentError
-from .prompt import Question
-from .schema import Schema
+from ..engine.pack import plan_key
+from ..errors import InvalidArgumentError
+from ..prompt import Question
+from ..schema import Schema
 
 if TYPE_CHECKING:
-    from .calibration import Calibration
-    from .engine.engine import Engine
+    from ..answers.calibration import Calibration
+    from ..engine.engine import Engine
 
 __all__ = [
     "CONTENT_FREE",

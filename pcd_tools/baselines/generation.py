@@ -30,15 +30,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..engine.grammar import WHITESPACE, guide_for, json_schema_of
+from ..engine.platform import import_mlx
 from ..errors import InvalidArgumentError
 from ..prompt import field_suffix
 from ..schema import Schema, compile_schema
-from .grammar import WHITESPACE, guide_for, json_schema_of
 from .json_answer import GenerationResult, ObjectScanner, build_result, token_spans
-from .platform import import_mlx
 
 if TYPE_CHECKING:
-    from ..decider import Decider
+    from ..decide.decider import Decider
 
 mx = import_mlx()
 
@@ -50,8 +50,6 @@ __all__ = [
     "greedy_json",
     "json_schema_of",
 ]
-
-_Scanner = ObjectScanner  # the name tests and scripts import from here
 
 _HEAD_CACHES_PER_ENGINE = 4
 
@@ -85,7 +83,7 @@ class _Steps:
     engine decodes natively (`fast_decode`), as PCD's generated fields do, else MLX."""
 
     def __init__(self, decider: Decider, cache: list[Any], limit: int):
-        from .fast_decode import decoder_for
+        from ..engine.fast_decode import decoder_for
 
         self.model, self.cache = decider.loaded.model, cache
         decoder = decoder_for(decider.engine)
@@ -140,7 +138,7 @@ def _eos_ids(decider: Decider) -> frozenset[int]:
 def _default_max_tokens(decider: Decider, schema: Schema) -> int:
     """Twice the tokens of the longest valid answer, plus slack (a generated field counts
     its token limit)."""
-    from .generate import DEFAULT_MAX_NEW_TOKENS
+    from ..engine.generate import DEFAULT_MAX_NEW_TOKENS
 
     enc = decider.engine.encode_ids
     longest = 0

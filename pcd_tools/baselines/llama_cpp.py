@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import PcdToolsError
+from ..errors import PcdToolsError
 
 __all__ = [
     "PEER",
@@ -170,7 +170,7 @@ class LlamaCppPeer:
             raise PeerUnavailableError(broken)
         import llama_cpp
 
-        from .engine.cpus import usable_cpus
+        from ..engine.cpus import usable_cpus
 
         self.decider = decider
         self.n_threads = n_threads or usable_cpus()
@@ -193,7 +193,7 @@ class LlamaCppPeer:
         """llama.cpp's grammar of the schema's JSON schema (built once per schema)."""
         import llama_cpp
 
-        from .engine.baseline import json_schema_of
+        from .generation import json_schema_of
 
         js = json.dumps(json_schema_of(schema), sort_keys=True)
         g = self._grammars.get(js)
@@ -219,8 +219,8 @@ class LlamaCppPeer:
         Returns:
             The run's times, tokens and parsed answer.
         """
-        from .engine.baseline import _check_max, build_result, token_spans
-        from .schema import compile_schema
+        from ..schema import compile_schema
+        from .generation import _check_max, build_result, token_spans
 
         compiled = compile_schema(schema)
         plan = self.decider.engine.plan(compiled)

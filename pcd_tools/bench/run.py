@@ -6,7 +6,7 @@ For each scenario, in one process on one model, every run times (after a warm-up
 - a bare prefill of the same prompt, the physical floor;
 - greedy JSON generation and grammar-constrained generation, both reusing a KV cache of
   the schema part of the prompt;
-- llama.cpp (the `peer` extra, `pcd_tools.peer`): the same GGUF, prompt ids and threads,
+- llama.cpp (the `peer` extra, `pcd_tools.baselines.llama_cpp`): the same GGUF, prompt ids and threads,
   grammar-constrained greedy decoding, cold and warm (schema part cached). Skipped with a
   message (`BenchPlan.skipped`) when `llama-cpp-python` is not installed.
 
@@ -28,9 +28,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .bench_scenarios import _select, load_scenarios, peak_rss, probe
-from .errors import InvalidArgumentError
-from .peer import PEER
+from ..baselines.llama_cpp import PEER
+from ..errors import InvalidArgumentError
+from .scenarios import _select, load_scenarios, peak_rss, probe
 
 __all__ = [
     "ALL_METHODS",
@@ -59,7 +59,7 @@ def _stats(xs: list[float]) -> tuple[float, float, float]:
 
 def _cold_decide(decider: Any, schema: Any, context: str, scoring: str = "full") -> Any:
     """A request whose schema prefix is not cached (its token plan is, as in production)."""
-    from .schema import compile_schema
+    from ..schema import compile_schema
 
     compiled = compile_schema(schema)
     decider.engine.clear_cache()
@@ -92,12 +92,12 @@ def measure(
         advance: Called with a short label after each step (progress display).
         scoring: PCD's scoring (the baselines generate as they always do).
     """
-    from .engine.baseline import bare_prefill_ms, constrained_json, greedy_json
-    from .schema import compile_schema
+    from ..baselines.generation import bare_prefill_ms, constrained_json, greedy_json
+    from ..schema import compile_schema
 
     step = advance or (lambda label: None)
     compiled = compile_schema(scenario.schema)
-    from .peer import bench_peer, peer_keys
+    from ..baselines.llama_cpp import bench_peer, peer_keys
 
     peer = bench_peer(decider) if PEER in methods else None
     if PEER in methods and peer is None:
@@ -217,8 +217,8 @@ def _pass_rates(decider: Any, compiled: Any, out: dict[str, Any]) -> dict[str, A
     Only for packed fields passes without waves on a model whose arithmetic is known;
     otherwise empty. The caller leaves out pruned requests (several levels).
     """
-    from .engine.flops import arithmetic
-    from .waves import has_waves
+    from ..answers.waves import has_waves
+    from ..engine.flops import arithmetic
 
     engine = decider.engine
     ar = arithmetic(engine.passes.model)
@@ -350,7 +350,7 @@ def plan_bench(
         )
     skipped = None
     if PEER in chosen_methods:
-        from .peer import peer_available
+        from ..baselines.llama_cpp import peer_available
 
         why = peer_available()
         if why is not None:

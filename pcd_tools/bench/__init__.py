@@ -1,0 +1,1 @@
+"""`pcd bench`: the reference scenarios (`scenarios`) measured against the baselines (`run`)."""
