@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .softmax import logsumexp
+
 __all__ = ["Bounded", "PartialScores", "bounded"]
 
 
@@ -100,7 +102,7 @@ def bounded(
     a = scale / temperature
     s = np.full_like(z, -np.inf)
     s[seen] = a * z[seen] + b[seen]
-    log_s = _logsumexp(s[seen])
+    log_s = logsumexp(s[seen])
     best = int(np.argmax(s))  # NaN-free: unscored are -inf; argmax keeps the first tie
     probs = np.zeros_like(z)
     probs[seen] = np.exp(s[seen] - log_s)
@@ -114,7 +116,7 @@ def bounded(
         group_sum.append(group_max[-1] + max(0.0, 1.0 - a) * np.log(len(members)))
     if not group_sum:
         return Bounded(probs, best, True, (float(probs[best]),) * 2, 0.0)
-    log_u = _logsumexp(np.array(group_sum))
+    log_u = logsumexp(np.array(group_sum))
     log_all = np.logaddexp(log_s, log_u)
     return Bounded(
         probs=probs,
@@ -123,8 +125,3 @@ def bounded(
         probability_bounds=(float(np.exp(s[best] - log_all)), float(probs[best])),
         unscored_mass=float(min(1.0, np.exp(log_u - log_all))),
     )
-
-
-def _logsumexp(x: np.ndarray) -> float:
-    m = float(np.max(x))
-    return m + float(np.log(np.exp(x - m).sum()))

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..errors import PcdToolsError
 from ..schema import compile_schema
+from .softmax import softmax
 
 __all__ = ["Calibration", "CalibrationError", "CalibrationMismatchError"]
 
@@ -57,14 +58,6 @@ def read_json(
         raise error(f"cannot read {what} {str(path)!r}: {e}") from e
     except json.JSONDecodeError as e:
         raise error(f"{what} {str(path)!r} is not JSON: {e}") from e
-
-
-def _softmax(z: np.ndarray, t: float, bias: np.ndarray | None = None) -> np.ndarray:
-    """`softmax(z / t + bias)` over the last axis; the fitting code uses the same one."""
-    s = z / t if bias is None else z / t + bias
-    s = s - s.max(axis=-1, keepdims=True)
-    e = np.exp(s)
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 @dataclass
@@ -147,7 +140,7 @@ class Calibration:
                     f"{field_name!r}, which has {z.shape[-1]} allowed values; refit it."
                 )
             z = z + np.asarray(b, dtype=np.float64)
-        return _softmax(z, float(temperature))
+        return softmax(z, float(temperature))
 
     def check_model(self, model_id: str) -> None:
         """Raises `CalibrationMismatchError` unless fitted for `model_id`."""

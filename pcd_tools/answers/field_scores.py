@@ -12,7 +12,8 @@ import numpy as np
 from ..prompt import Question
 from ..schema import Schema
 from .bounds import PartialScores, bounded
-from .result import FieldResult, softmax_scores
+from .result import FieldResult
+from .softmax import softmax
 
 __all__ = ["conditional_probs", "field_results"]
 
@@ -35,7 +36,7 @@ def field_results(
     def probs(name: str, z: np.ndarray) -> np.ndarray:
         if calibration is not None:
             return np.asarray(calibration.probabilities(name, z, temperature))
-        return softmax_scores(z, temperature)
+        return softmax(z, temperature)
 
     per_label: dict[str, list[tuple[float, float]]] = {}
     out: dict[str, FieldResult] = {}
@@ -68,7 +69,7 @@ def conditional_probs(
     """A field's distribution over some of its choices (those allowed after a parent's
     answer): the field's calibrated temperature applies, its per-choice biases do not."""
     t = calibration.temperature(name) if calibration is not None else 1.0
-    return softmax_scores(np.asarray(log_scores, dtype=np.float64) / t, temperature)
+    return softmax(np.asarray(log_scores, dtype=np.float64) / t, temperature)
 
 
 def _pruned(

@@ -20,18 +20,9 @@ __all__ = [
     "FieldResult",
     "Segment",
     "choose_labels",
-    "softmax_scores",
 ]
 
 T = TypeVar("T")
-
-
-def softmax_scores(logz: np.ndarray, temperature: float) -> np.ndarray:
-    """`softmax(logz / T)` in float64, stable."""
-    z = np.asarray(logz, dtype=np.float64) / float(temperature)
-    z = z - z.max()
-    e = np.exp(z)
-    return e / e.sum()
 
 
 @dataclass(frozen=True)

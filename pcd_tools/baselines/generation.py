@@ -25,11 +25,11 @@ from __future__ import annotations
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..engine.generate import last_logits
 from ..engine.grammar import WHITESPACE, guide_for, json_schema_of
 from ..engine.platform import import_mlx
 from ..errors import InvalidArgumentError
@@ -57,27 +57,6 @@ _HEAD_CACHES_PER_ENGINE = 4
 # --- model plumbing ------------------------------------------------------------------------
 
 
-def _split(model: Any) -> tuple[Any, Any]:
-    """(transformer, head) when the model splits that way, so only needed logits are made."""
-    inner = getattr(model, "model", None)
-    if inner is None or not callable(inner):
-        return None, None
-    if hasattr(model, "lm_head"):
-        return inner, model.lm_head
-    if getattr(getattr(model, "args", None), "tie_word_embeddings", False):
-        return inner, inner.embed_tokens.as_linear
-    return None, None
-
-
-def _last_logits(model: Any, tokens: Sequence[int], cache: list[Any]) -> Any:
-    """Runs `tokens` through the model with `cache`; float32 logits of the last one, (V,)."""
-    inner, head = _split(model)
-    x = mx.array([list(tokens)], dtype=mx.int32)
-    if inner is not None:
-        return head(inner(x, cache=cache)[:, -1, :])[0].astype(mx.float32)
-    return model(x, cache=cache)[0, -1, :].astype(mx.float32)
-
-
 class _Steps:
     """The one-token steps of a baseline after its prompt: native int8 steps where the
     engine decodes natively (`fast_decode`), as PCD's generated fields do, else MLX."""
@@ -85,14 +64,14 @@ class _Steps:
     def __init__(self, decider: Decider, cache: list[Any], limit: int):
         from ..engine.fast_decode import decoder_for
 
-        self.model, self.cache = decider.loaded.model, cache
+        self.passes, self.cache = decider.engine.passes, cache
         decoder = decoder_for(decider.engine)
         self.native = decoder.stepper([cache], limit) if decoder is not None else None
 
     def __call__(self, t: int) -> Any:
         """Float32 logits, (V,), after token `t`."""
         if self.native is None:
-            return _last_logits(self.model, [t], self.cache)
+            return last_logits(self.passes, [t], self.cache)
         return mx.array(self.native.step([t])[0])
 
     def close(self) -> None:
@@ -119,20 +98,13 @@ def _prompt_cache(decider: Decider, head: list[int], use: bool) -> tuple[list[An
         per_engine.move_to_end(key)
         return cache, len(head), 0
     cache = make_prompt_cache(model)
-    inner = _split(model)[0] or model
+    inner = decider.engine.passes.inner or model
     inner(mx.array([head], dtype=mx.int32), cache=cache)
     mx.eval([c.state for c in cache])
     per_engine[key] = cache
     while len(per_engine) > _HEAD_CACHES_PER_ENGINE:
         per_engine.popitem(last=False)
     return cache, len(head), 1
-
-
-def _eos_ids(decider: Decider) -> frozenset[int]:
-    ids: Any = decider.loaded.eos_token_ids or getattr(
-        decider.loaded.tokenizer, "eos_token_ids", None
-    )
-    return frozenset(int(i) for i in ids or ())
 
 
 def _default_max_tokens(decider: Decider, schema: Schema) -> int:
@@ -189,13 +161,13 @@ def greedy_json(
     plan = decider.engine.plan(compiled)
     ctx = decider.engine.encode_ids(context)
     tok = decider.loaded.tokenizer
-    eos = _eos_ids(decider)
+    eos = decider.loaded.eos_ids()
     with decider.engine.lock, decider.engine.request():
         t0 = time.perf_counter()
         cache, start, passes = _prompt_cache(decider, plan.head_ids, prompt_cache)
         prompt = plan.head_ids + ctx + plan.tail_ids
         try:
-            logits = _last_logits(decider.loaded.model, prompt[start:], cache)
+            logits = last_logits(decider.engine.passes, prompt[start:], cache)
             passes += 1
             step = _Steps(decider, cache, limit)
             ids: list[int] = []
@@ -269,7 +241,9 @@ def constrained_json(
     compiled = compile_schema(schema)
     limit = _check_max(max_tokens, decider, compiled)
     plan = decider.engine.plan(compiled)
-    guide = guide_for(compiled, decider.loaded.tokenizer, decider.loaded.model, _eos_ids(decider))
+    guide = guide_for(
+        compiled, decider.loaded.tokenizer, decider.loaded.model, decider.loaded.eos_ids()
+    )
     ctx = decider.engine.encode_ids(context)
     tok = decider.loaded.tokenizer
     index = guide.index
@@ -278,7 +252,7 @@ def constrained_json(
         cache, start, passes = _prompt_cache(decider, plan.head_ids, prompt_cache)
         prompt = plan.head_ids + ctx + plan.tail_ids
         try:
-            logits = _last_logits(decider.loaded.model, prompt[start:], cache)
+            logits = last_logits(decider.engine.passes, prompt[start:], cache)
             passes += 1
             step = _Steps(decider, cache, limit)
             state = guide.start
@@ -336,6 +310,6 @@ def bare_prefill_ms(decider: Decider, schema: Any, context: str) -> float:
     with decider.engine.lock, decider.engine.request():
         t0 = time.perf_counter()
         cache = make_prompt_cache(decider.loaded.model)
-        logits = _last_logits(decider.loaded.model, prompt, cache)
+        logits = last_logits(decider.engine.passes, prompt, cache)
         mx.eval(logits, [c.state for c in cache])
         return (time.perf_counter() - t0) * 1e3

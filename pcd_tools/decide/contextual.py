@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from ..answers.softmax import log_softmax
 from ..engine.pack import plan_key
 from ..errors import InvalidArgumentError
 from ..prompt import Question
@@ -326,20 +327,14 @@ class Correction:
         side = 1 if self.constrained else 0
         out = []
         for q in questions:
-            logp = np.array([_log_softmax(entry[t][q][side]) for t in self.texts])
+            logp = np.array([log_softmax(entry[t][q][side]) for t in self.texts])
             if self.cache.mean == "arithmetic":
                 out.append(np.log(np.maximum(np.exp(logp).mean(axis=0), _TINY)))
             else:
-                out.append(_log_softmax(logp.mean(axis=0)))
+                out.append(log_softmax(logp.mean(axis=0)))
         return out
 
     def __call__(self, questions: Sequence[Question], logz: Sequence[Any]) -> list[np.ndarray]:
         """The corrected log scores of `questions`."""
         offs = self.offsets(questions)
         return [np.asarray(z, dtype=np.float64) - o for z, o in zip(logz, offs)]
-
-
-def _log_softmax(z: np.ndarray) -> np.ndarray:
-    s = np.asarray(z, dtype=np.float64)
-    s = s - s.max()
-    return s - np.log(np.exp(s).sum())

@@ -116,13 +116,6 @@ def generated_result(spec: FieldSpec, value: GeneratedValue) -> FieldResult:
     )
 
 
-def _eos_ids(decider: Decider) -> frozenset[int]:
-    ids: Any = decider.loaded.eos_token_ids or getattr(
-        decider.loaded.tokenizer, "eos_token_ids", None
-    )
-    return frozenset(int(i) for i in ids or ())
-
-
 def decide_hybrid(
     decider: Decider,
     compiled: Schema,
@@ -172,7 +165,7 @@ def decide_hybrid(
     if cal is not None and ctxs:
         cal.check_schema(compiled)
         cal.check_label_free(label_free(method, scoring))
-    eos = _eos_ids(decider)
+    eos = decider.loaded.eos_ids()
     by_len = sorted(range(len(ctxs)), key=lambda i: len(ctxs[i]))
     out: list[Decision[Any] | None] = [None] * len(ctxs)
     for start in range(0, len(ctxs), batch_size):

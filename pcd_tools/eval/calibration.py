@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..answers.calibration import METHODS, Calibration, CalibrationError, _softmax
+from ..answers.calibration import METHODS, Calibration, CalibrationError
+from ..answers.softmax import softmax
 from ..schema import compile_schema
 from .auto import choose
 from .fit_data import content_free_offsets, field_arrays, fitted_field
@@ -253,7 +254,7 @@ def calibration_from_scores(
             )
         offs = _field_offsets(offsets, name, classes)
         t, b, how = fit_field(z, g, method, objective, offsets=offs)
-        before, after = _softmax(z, 1.0), _softmax(z, t, b)
+        before, after = softmax(z, 1.0), softmax(z, t, b)
         temps[name] = round(t, 6)
         if b is not None:
             biases[name] = [round(float(x), 6) for x in b]

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ..answers.calibration import CalibrationError, _softmax
+from ..answers.calibration import CalibrationError
+from ..answers.softmax import softmax
 
 __all__ = [
     "BIAS_PRIOR_SDS",
@@ -53,7 +54,7 @@ def _nll_at(z: np.ndarray, gold: np.ndarray, t: float) -> float:
 
 def _top_label_nll_at(z: np.ndarray, gold: np.ndarray, t: float) -> float:
     """Binary NLL of "the answer is right" under the answer's probability."""
-    p = _softmax(z, t).max(axis=1).clip(1e-12, 1 - 1e-12)
+    p = softmax(z, t).max(axis=1).clip(1e-12, 1 - 1e-12)
     ok = z.argmax(axis=1) == gold
     return float(-np.where(ok, np.log(p), np.log1p(-p)).mean())
 
@@ -121,7 +122,7 @@ def _tb_loss_grad_hess(
     """MAP loss of `softmax(a z + b)` with an L2 penalty `lam/2 |b|^2 / n`, its gradient
     and Hessian in `(a, b)` (or in `b` alone when `a` is fixed). The loss is convex."""
     n = len(z)
-    p = _softmax(z, 1.0 / a, b)
+    p = softmax(z, 1.0 / a, b)
     rows = np.arange(n)
     loss = float(-np.log(np.maximum(p[rows, y], 1e-300)).mean() + 0.5 * lam * (b @ b) / n)
     r = p.copy()
@@ -216,10 +217,10 @@ def _cv_nll(z: np.ndarray, g: np.ndarray, prior_sd: float | None) -> float:
     for test in folds(len(g)):
         train = np.setdiff1d(np.arange(len(g)), test)
         if prior_sd is None:
-            p = _softmax(z[test], fit_temperature(z[train], g[train]))
+            p = softmax(z[test], fit_temperature(z[train], g[train]))
         else:
             t, b = fit_temperature_bias(z[train], g[train], prior_sd=prior_sd)
-            p = _softmax(z[test], t, b)
+            p = softmax(z[test], t, b)
         total += float(-np.log(np.maximum(p[np.arange(len(test)), g[test]], 1e-300)).sum())
     return total / len(g)
 

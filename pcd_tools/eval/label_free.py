@@ -48,7 +48,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..answers.calibration import Calibration, _softmax
+from ..answers.calibration import Calibration
+from ..answers.softmax import softmax
 from ..errors import InvalidArgumentError
 from ..schema import Schema, compile_schema, with_examples
 from .calibration import calibration_from_scores, content_free_offsets, field_arrays
@@ -225,7 +226,7 @@ def _one_shot_count(
             per_method[m] = _score(decider, schema, ev, bs, progress, f"{k}-shot {m}", **how[m])
 
     def plain(_: str, z: np.ndarray) -> np.ndarray:
-        return _softmax(z, 1.0)
+        return softmax(z, 1.0)
 
     fields = {m: _metrics(per_method[m], plain) for m in ("raw", "contextual", "pmi")}
     fields["fitted"] = _metrics(raw, lambda key, z: np.asarray(cal.probabilities(key, z)))

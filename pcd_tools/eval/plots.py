@@ -140,12 +140,12 @@ def calibration_diagrams(
     Returns:
         The PNGs written.
     """
-    from ..answers.result import softmax_scores
+    from ..answers.softmax import softmax
 
     out = []
     for field, (zz, gg) in arrays.items():
         z, g = np.asarray(zz, dtype=np.float64), np.asarray(gg)
-        before = np.stack([softmax_scores(row, 1.0) for row in z])
+        before = np.stack([softmax(row, 1.0) for row in z])
         after = cal.probabilities(field, z)
         how = f"T={cal.temperature(field):.2f}" + (" + bias" if field in cal.biases else "")
         out.append(

@@ -131,10 +131,10 @@ def pcd_methods(
         batch_size: PCD batch size (it names the latency kind).
         passes: Mean sequential forward passes per call.
     """
-    from ..answers.result import softmax_scores
+    from ..answers.softmax import softmax
 
     def raw(_: str, z: np.ndarray) -> np.ndarray:
-        return np.stack([softmax_scores(row, temperature) for row in z])
+        return np.stack([softmax(row, temperature) for row in z])
 
     out = {"pcd": _pcd_method("pcd", schema, log_scores, labels, raw, ms, batch_size, passes)}
     if calibration is not None:

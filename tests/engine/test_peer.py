@@ -27,7 +27,9 @@ TEXT = "I was charged twice for my subscription this month. Please refund me."
 def test_a_missing_peer_is_skipped_with_a_message(monkeypatch):
     from pcd_tools.bench import run as bench
 
-    monkeypatch.setattr("pcd_tools.baselines.llama_cpp.peer_available", lambda: "not installed; pip install x")
+    monkeypatch.setattr(
+        "pcd_tools.baselines.llama_cpp.peer_available", lambda: "not installed; pip install x"
+    )
     plan = bench.plan_bench(scenarios=["fraud"], rss=False)
     assert plan.methods == bench.METHODS
     assert plan.skipped == "llama.cpp peer skipped: not installed; pip install x"
@@ -99,7 +101,9 @@ def test_a_llama_cpp_build_that_dies_is_reported_not_fatal(monkeypatch, real, ca
     pytest.importorskip("llama_cpp")
     from pcd_tools.baselines import llama_cpp as peer_mod
 
-    monkeypatch.setattr("pcd_tools.baselines.llama_cpp.probe_model", lambda path: "died of SIGILL; rebuild")
+    monkeypatch.setattr(
+        "pcd_tools.baselines.llama_cpp.probe_model", lambda path: "died of SIGILL; rebuild"
+    )
     peer_mod._PEERS.clear()
     assert peer_mod.bench_peer(real) is None
     assert "llama.cpp peer skipped: died of SIGILL; rebuild" in capsys.readouterr().err
