@@ -8,7 +8,7 @@ same model, warm (the schema part of the prompt cached), and greedily:
   three bounded fields are scored in one packed pass after it, with their exact
   probabilities, and the reply draft is decoded after the chosen answers;
 - **constrained**: the whole JSON object generated token by token under the schema's
-  grammar (`engine.baseline.constrained_json`), keys and enum values included; the
+  grammar (`baselines.generation.constrained_json`), keys and enum values included; the
   bounded values come without a distribution.
 
 Both decode the free text with the same decode step (`engine.fast_decode` on CPU when it

@@ -17,7 +17,7 @@ like. Native steps leave the MLX cache holding the prompt only.
 
 With `prompt_cache=True` the generators reuse an mlx-lm `KVCache` of the schema part
 (`plan.head_ids`), trimmed back after each call, as a production server would. The
-grammar lives in `grammar`, the reading of the answer in `json_answer`.
+grammar lives in `engine.grammar`, the reading of the answer in `json_answer`.
 """
 
 from __future__ import annotations
