@@ -10,7 +10,7 @@ import argparse
 import json
 from typing import Any
 
-from ..bench import bench
+from ..bench import run as bench
 from ..bench.run import ALL_METHODS
 from ..errors import InvalidArgumentError
 from ._common import UsageError, check_at_least

@@ -200,7 +200,7 @@ def test_generic_jsonl_and_module_schema(tmp_path):
         + json.dumps({"text": "bad", "positive": 0})
         + "\n"
     )
-    ds = from_file(f, "pcd_tools.eval.datasets:MovieReviewSentence")
+    ds = from_file(f, "pcd_tools.eval.datasets.builtin:MovieReviewSentence")
     assert [lab for _, lab in ds.eval_split.examples] == [{"positive": True}, {"positive": False}]
 
 
