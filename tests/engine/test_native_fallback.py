@@ -83,9 +83,7 @@ def test_cpu_kernels_without_their_source_fall_back_with_one_warning(fresh, monk
     assert set(native.fallbacks()) == {"_cpu_kernels.c (native CPU kernels)"}
 
 
-def test_auto_decode_without_its_source_decides_through_mlx_after_one_warning(
-    fresh, monkeypatch
-):
+def test_auto_decode_without_its_source_decides_through_mlx_after_one_warning(fresh, monkeypatch):
     """The issue's failure: a generated `str` field after an install without `_decode.c`."""
     reference = tiny_decider(0, decode="mlx").decide(Reasoned, CONTEXT)
     monkeypatch.setattr(native, "_DECODE_SOURCE", fresh / "_decode.c")
