@@ -29,8 +29,9 @@ def _fallbacks(doc: dict[str, Any], recorded: dict[str, str]) -> dict[str, str]:
     """Each slower path this machine takes, and why: the libraries that fell back in
     this process (`native.fallbacks`, each warned once) and those the doctor found off."""
     out = dict(recorded)
-    if not doc["blas_fast"]:
-        out["BLAS"] = f"matmuls run at {doc['blas_gflops']} GFLOP/s through {doc['blas']}"
+    if not doc["blas_bound_before_import"] and doc["blas"] not in ("accelerate", "n/a (gpu)"):
+        # A bound BLAS that timed slow on a busy machine is not a fallback; this is.
+        out["BLAS"] = f"MLX's own {doc['blas']} BLAS ({doc['blas_gflops']} GFLOP/s)"
     kernels = str(doc["native_kernels"])
     if kernels.startswith("off"):
         out.setdefault("_cpu_kernels.c (native CPU kernels)", kernels)
