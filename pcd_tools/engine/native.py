@@ -183,7 +183,7 @@ def load_cpu_kernels(gemm: int | None) -> tuple[Any, str]:
     except NativeBuildError as exc:
         fall_back(
             "_cpu_kernels.c (native CPU kernels)",
-            "attention, SwiGLU and RoPE run through MLX",
+            "the softmax and SiLU run in numpy and RoPE in MLX",
             exc,
         )
         return False, f"off: {exc}"
