@@ -51,6 +51,7 @@ import json
 doc = json.load(open("doctor.json"))["doctor"]
 for k in ("blas", "blas_gflops", "native_kernels", "decode", "fallbacks"):
     print(f"wheel_smoke:   {k}: {doc[k]}")
+assert doc["blas_bound_before_import"], doc["blas_note"]  # the package bound it itself
 assert doc["native_kernels"].startswith("on"), doc["native_kernels"]
 assert "native int8 steps" in doc["decode"], doc["decode"]
 EOF

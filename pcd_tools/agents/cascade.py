@@ -244,7 +244,7 @@ class Cascade(Runnable[Any, CascadeResult]):
             if sc not in _SCORES:
                 raise InvalidArgumentError(f"unknown score {sc!r}; accepted: {list(_SCORES)}.")
             arg = f"Cascade(per_field={{{n!r}: {rule!r}}})"
-            self.thresholds[n] = (sc, check_threshold(t, arg, score=sc))
+            self.thresholds[n] = (sc, check_threshold(t, arg, score=sc))  # type: ignore[assignment]
 
     @property
     def name(self) -> str:  # type: ignore[override]

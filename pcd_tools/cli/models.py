@@ -29,10 +29,11 @@ def _fallbacks(doc: dict[str, Any], recorded: dict[str, str]) -> dict[str, str]:
     """Each slower path this machine takes, and why: the libraries that fell back in
     this process (`native.fallbacks`, each warned once) and those the doctor found off."""
     out = dict(recorded)
-    if not doc["blas_bound_before_import"] and doc["blas"] not in ("accelerate", "n/a (gpu)"):
+    blas = doc.get("blas")
+    if doc.get("blas_bound_before_import") is False and blas not in ("accelerate", "n/a (gpu)"):
         # A bound BLAS that timed slow on a busy machine is not a fallback; this is.
-        out["BLAS"] = f"MLX's own {doc['blas']} BLAS ({doc['blas_gflops']} GFLOP/s)"
-    kernels = str(doc["native_kernels"])
+        out["BLAS"] = f"MLX's own {blas} BLAS ({doc.get('blas_gflops')} GFLOP/s)"
+    kernels = str(doc.get("native_kernels", ""))
     if kernels.startswith("off"):
         out.setdefault("_cpu_kernels.c (native CPU kernels)", kernels)
     decode = str(doc["decode"])
@@ -71,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
         "MLX directory or Hugging Face id via mlx_lm.load: Decider.load('mlx-community/...')",
     ]
     if args.doctor:
-        from ..engine.fast_decode import decode_status
         from ..engine.native import fallbacks
+        from ..engine.native_status import decode_status
 
         doc = doctor()
         doc["decode"] = decode_status()

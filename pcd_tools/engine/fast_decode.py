@@ -37,9 +37,8 @@ llama.cpp (same GGUF, AVX-512 VNNI build) 26.0 ms: native/llama.cpp 0.75x. Packi
 weights takes 0.7-1.0 s once per model (on first use).
 
 `decode="auto" | "int8" | "mlx"` (engine option, or `PCD_DECODE`) chooses: "auto" uses
-this path on CPU engines of llama / qwen2 models when `_decode.c` builds and loads; where
-it does not (no compiler, a missing source, a failed compile), "auto" decodes through MLX
-after one `native.NativeFallbackWarning`, and "int8" raises `DecodeUnavailableError`.
+this path on CPU engines of llama / qwen2 models when `_decode.c` builds and loads; else
+"auto" decodes through MLX after one `NativeFallbackWarning` and "int8" raises.
 """
 
 from __future__ import annotations
@@ -66,7 +65,7 @@ from .decode_parts import (
     _ThreadTuner,
     unsupported_reason,
 )
-from .native import DecodeLayer, DecodeLin, DecodeModel, DecodeRow
+from .native import DecodeLayer, DecodeLin, DecodeModel, DecodeRow, fall_back
 from .platform import import_mlx
 
 mx = import_mlx()
@@ -76,7 +75,6 @@ __all__ = [
     "NativeDecoder",
     "Stepper",
     "check_decode",
-    "decode_status",
     "decoder_for",
     "unsupported_reason",
 ]
@@ -484,18 +482,10 @@ def decoder_for(engine: Any) -> NativeDecoder | None:
                 if reason is not None:
                     raise DecodeUnavailableError(reason, reason=reason)
                 hit = NativeDecoder(engine.model, context_window=engine.context_window)
-            except DecodeUnavailableError as e:
-                hit = e.reason or str(e)
-            except NativeBuildError as e:
-                hit = str(e)
-                if mode == "auto":
-                    from .native import fall_back
-
-                    fall_back(
-                        "_decode.c (native int8 decode)",
-                        "generated fields decode through MLX (decode='auto')",
-                        e,
-                    )
+            except (DecodeUnavailableError, NativeBuildError) as e:
+                hit = getattr(e, "reason", None) or str(e)
+                if isinstance(e, NativeBuildError) and mode == "auto":
+                    fall_back("_decode.c (native int8 decode)", "generated fields use MLX", e)
             _DECODERS[engine] = hit
     if isinstance(hit, str):
         if mode == "int8":
@@ -506,31 +496,3 @@ def decoder_for(engine: Any) -> NativeDecoder | None:
             )
         return None
     return hit
-
-
-def decode_status() -> str:
-    """What decodes generated fields here, for `pcd models --doctor`: the mode
-    (`$PCD_DECODE`, else "auto") and whether `_decode.c` builds and loads, with its ISA
-    path and threads; on failure, what runs instead and why."""
-    try:
-        mode = check_decode(None)
-    except InvalidArgumentError as e:
-        return f"error: {e}"
-    if mode == "mlx":
-        return "mlx: MLX float32 steps (PCD_DECODE=mlx)"
-    from .native import load_decode_kernels
-
-    try:
-        lib = load_decode_kernels()
-        isa = int(lib.pcd_decode_path(_isa_from_env(None)))
-    except (NativeBuildError, InvalidArgumentError) as e:
-        if mode == "int8":
-            return f"int8: unavailable, decode='int8' raises DecodeUnavailableError: {e}"
-        return f"auto: MLX float32 steps (native int8 decode unavailable: {e})"
-    if not isa:
-        return f"{mode}: the ISA PCD_DECODE_ISA={os.environ.get('PCD_DECODE_ISA')!r} is not on this CPU"
-    name = {512: "AVX-512", 256: "AVX2+FMA", 1: "portable C"}.get(isa, str(isa))
-    return (
-        f"{mode}: native int8 steps ({name}, {_default_threads()} threads) on CPU engines "
-        "of llama / qwen2 models; MLX float32 steps elsewhere"
-    )

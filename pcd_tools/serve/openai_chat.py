@@ -217,8 +217,6 @@ def parse_chat(body: Any, tokenizer: TextTokenizer, *, max_questions: int = 64) 
         raise _bad(f"max_tokens must be an integer >= 1; got {max_tokens!r}.", "max_tokens")
     context = conversation_context(tokenizer, schema, turns)
     if not context.strip() and not pcd["allow_empty"]:
-        # Said here, in the request's own terms: the decider's message names its Python
-        # argument (allow_empty=True), which an HTTP client cannot pass.
         raise _bad(
             "messages hold only whitespace: there is nothing to decide on. Add the text as a "
             'user message, or send extra_body={"pcd": {"allow_empty": true}} (the JSON body\'s '

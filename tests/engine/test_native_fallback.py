@@ -12,7 +12,8 @@ import warnings
 import pytest
 
 from pcd_tools.engine import native
-from pcd_tools.engine.fast_decode import decode_status, decoder_for
+from pcd_tools.engine.fast_decode import decoder_for
+from pcd_tools.engine.native_status import decode_status
 from pcd_tools.errors import DecodeUnavailableError, NativeBuildError
 from tests.conftest import tiny_decider
 from tests.engine.test_exactness import CONTEXT
@@ -113,3 +114,24 @@ def test_int8_decode_without_its_source_raises_and_does_not_warn(fresh, monkeypa
     assert _fallback_warnings(caught) == []
     monkeypatch.setenv("PCD_DECODE", "int8")
     assert decode_status().startswith("int8: unavailable, decode='int8' raises")
+
+
+def test_the_doctor_reports_the_decode_path_and_the_fallbacks(fresh, monkeypatch, capsys):
+    import json
+
+    from pcd_tools.cli import main
+
+    assert main(["models", "--doctor", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["doctor"]
+    assert doc["decode"].startswith("auto: native int8 steps (")
+    assert "_decode.c (native int8 decode)" not in doc["fallbacks"]
+    monkeypatch.setattr(native, "_DECODE_SOURCE", fresh / "_decode.c")
+    monkeypatch.setenv("PCD_DECODE", "auto")
+    assert main(["models", "--doctor", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["doctor"]
+    assert doc["decode"].startswith("auto: MLX float32 steps (native int8 decode unavailable")
+    assert "_decode.c is missing" in doc["fallbacks"]["_decode.c (native int8 decode)"]
+    monkeypatch.setenv("PCD_DECODE", "mlx")
+    assert main(["models", "--doctor", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["doctor"]
+    assert doc["decode"] == "mlx: MLX float32 steps (PCD_DECODE=mlx)"
