@@ -8,7 +8,7 @@ decode step that `fast_decode` drives. This module imports neither mlx nor the o
 use it.
 
 Every failure to get a library (a source missing from the install, no compiler, an
-unwritable cache, a failed compile or load) is a `NativeBuildError`. Where a pure-MLX path
+unwritable cache, a failed compile or load) is a `NativeBuildError`. Where a slower path
 exists (the CPU kernels, `decode="auto"`), the caller falls back through `fall_back`, which
 warns once per library and process (`NativeFallbackWarning`) and records the reason for
 `pcd models --doctor` (`fallbacks`).
@@ -51,7 +51,7 @@ _FALLBACK_LOCK = threading.Lock()
 
 
 class NativeFallbackWarning(UserWarning):
-    """A native library could not be built or loaded, so a slower pure-MLX path runs."""
+    """A native library could not be built or loaded, so a slower path (numpy or MLX) runs."""
 
 
 def fall_back(library: str, instead: str, exc: BaseException) -> None:
