@@ -52,6 +52,7 @@ from .stages import (
 )
 from .stages import StageAnswer as StageAnswer
 from .structured import to_context
+from .threshold import check_threshold
 
 __all__ = [
     "Cascade",
@@ -192,7 +193,8 @@ class Cascade(Runnable[Any, CascadeResult]):
 
     Raises:
         InvalidArgumentError: for no stages, an unknown score or `on_stage_error`, a
-            field not in the schema, or a threshold on a generated field.
+            field not in the schema, a threshold on a generated field, or a threshold
+            out of range (a probability or margin outside [0, 1], a negative entropy).
     """
 
     def __init__(
@@ -222,7 +224,10 @@ class Cascade(Runnable[Any, CascadeResult]):
         for s in self.stages:
             seen[s.name] = seen.get(s.name, 0) + 1
             self.stage_names.append(s.name if seen[s.name] == 1 else f"{s.name}#{seen[s.name]}")
-        self.thresholds = {n: (score, float(threshold)) for n in self.schema.field_names}
+        if score not in _SCORES:
+            raise InvalidArgumentError(f"unknown score {score!r}; accepted: {list(_SCORES)}.")
+        t0 = check_threshold(threshold, "Cascade(threshold=)", score=score)
+        self.thresholds = {n: (score, t0) for n in self.schema.field_names}
         for n, rule in (per_field or {}).items():
             if n in self.generated:
                 raise InvalidArgumentError(
@@ -236,10 +241,10 @@ class Cascade(Runnable[Any, CascadeResult]):
                     f"fields: {self.schema.field_names}."
                 )
             sc, t = rule if isinstance(rule, tuple) else (score, rule)
-            self.thresholds[n] = (sc, float(t))  # type: ignore[assignment]
-        for sc, _ in self.thresholds.values():
             if sc not in _SCORES:
                 raise InvalidArgumentError(f"unknown score {sc!r}; accepted: {list(_SCORES)}.")
+            arg = f"Cascade(per_field={{{n!r}: {rule!r}}})"
+            self.thresholds[n] = (sc, check_threshold(t, arg, score=sc))  # type: ignore[assignment]
 
     @property
     def name(self) -> str:  # type: ignore[override]

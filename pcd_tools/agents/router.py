@@ -28,6 +28,7 @@ from ..decide.worker import call_model, run_on_worker
 from ..errors import InvalidArgumentError
 from ..schema import Schema, compile_schema
 from .structured import to_context
+from .threshold import check_threshold
 
 __all__ = ["DECISION_EVENT", "PCDRouter", "route_on"]
 
@@ -50,6 +51,7 @@ class _Routing:
         default: Any,
         temperature: float,
         orders: int = 1,
+        caller: str = "route_on",
     ):
         self.orders = check_orders(orders)
         self.decider = decider
@@ -64,8 +66,8 @@ class _Routing:
         self.routes = {self._label(spec, k): v for k, v in routes.items()}
         if not self.routes:
             raise InvalidArgumentError("routes must map at least one value to a destination.")
-        if threshold is not None and not 0.0 <= float(threshold) <= 1.0:
-            raise InvalidArgumentError(f"threshold must be in [0, 1]; got {threshold!r}.")
+        if threshold is not None:
+            threshold = check_threshold(threshold, f"{caller}(threshold=)")
         self.threshold = threshold
         self.default = default
         self.temperature = temperature
@@ -195,7 +197,7 @@ class PCDRouter(Runnable[Any, Any]):
         from langchain_core.runnables.base import coerce_to_runnable
 
         self._routing = _Routing(
-            decider, schema, field, routes, threshold, default, temperature, orders
+            decider, schema, field, routes, threshold, default, temperature, orders, "PCDRouter"
         )
         self._routing.routes = {k: coerce_to_runnable(v) for k, v in self._routing.routes.items()}
         if default is not None:

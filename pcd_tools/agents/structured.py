@@ -28,6 +28,7 @@ from ..decide.orders import check_orders
 from ..decide.worker import call_model, run_on_worker
 from ..errors import InvalidArgumentError
 from ..schema import Schema, compile_schema
+from .threshold import check_threshold
 
 __all__ = ["decision_message", "structured_runnable", "to_context"]
 
@@ -190,6 +191,8 @@ def structured_runnable(decider: Any, schema: Any, include_raw: bool = False, **
     opts = ("temperature", "scoring", "orders", "calibration", "max_new_tokens")
     decide_kw = {k: kwargs[k] for k in opts if k in kwargs}
     threshold = kwargs.get("threshold")
+    if threshold is not None:  # checked now, not at the first call
+        threshold = check_threshold(threshold, "with_structured_output(threshold=)")
     use_system = kwargs.get("use_system_messages", True)
 
     def run(value: Any) -> Any:

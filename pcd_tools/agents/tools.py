@@ -25,6 +25,7 @@ from ..decide.orders import check_orders
 from ..decide.worker import call_model, run_on_worker
 from ..errors import InvalidArgumentError, PcdToolsError, SchemaError
 from ..schema import Schema, compile_schema
+from .threshold import check_threshold
 
 __all__ = ["DecisionTool", "TextInput"]
 
@@ -97,9 +98,11 @@ class DecisionTool(BaseTool):
         """Checks the options first, so a bad value raises `InvalidArgumentError` here.
 
         Raises:
-            InvalidArgumentError: unless `orders` is an int >= 1 (1 with generated
-                fields) and `max_new_tokens` None or an int >= 1.
+            InvalidArgumentError: unless `threshold` is a probability in [0, 1],
+                `orders` an int >= 1 (1 with generated fields) and `max_new_tokens` None
+                or an int >= 1.
         """
+        check_threshold(kwargs.get("threshold", 0.8), "DecisionTool(threshold=)")
         orders = check_orders(kwargs.get("orders", 1))
         check_max_new_tokens(kwargs.get("max_new_tokens"))
         schema = kwargs.get("schema", kwargs.get("schema_"))

@@ -72,9 +72,15 @@ def check_calibration(calibration: Any) -> LabelFree | None:
 def check_context(context: Any, index: int | None = None, allow_empty: bool = False) -> str:
     where = f" #{index}" if index is not None else ""
     if not isinstance(context, str):
+        several = ""
+        if index is None and isinstance(context, (list, tuple)):
+            several = (
+                " To decide several contexts, pass the list to decide_many(schema, contexts)"
+                " (adecide_many in async code)."
+            )
         raise InvalidContextError(
             f"context{where} must be a str; got {type(context).__name__}. Serialise structured "
-            "input (e.g. json.dumps) before deciding."
+            f"input (e.g. json.dumps) before deciding.{several}"
         )
     if not allow_empty and not context.strip():
         raise InvalidContextError(

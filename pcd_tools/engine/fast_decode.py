@@ -37,7 +37,8 @@ llama.cpp (same GGUF, AVX-512 VNNI build) 26.0 ms: native/llama.cpp 0.75x. Packi
 weights takes 0.7-1.0 s once per model (on first use).
 
 `decode="auto" | "int8" | "mlx"` (engine option, or `PCD_DECODE`) chooses: "auto" uses
-this path on CPU engines of llama / qwen2 models when a C compiler is present.
+this path on CPU engines of llama / qwen2 models when `_decode.c` builds and loads; else
+"auto" decodes through MLX after one `NativeFallbackWarning` and "int8" raises.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ from .decode_parts import (
     _ThreadTuner,
     unsupported_reason,
 )
-from .native import DecodeLayer, DecodeLin, DecodeModel, DecodeRow
+from .native import DecodeLayer, DecodeLin, DecodeModel, DecodeRow, fall_back
 from .platform import import_mlx
 
 mx = import_mlx()
@@ -483,6 +484,8 @@ def decoder_for(engine: Any) -> NativeDecoder | None:
                 hit = NativeDecoder(engine.model, context_window=engine.context_window)
             except (DecodeUnavailableError, NativeBuildError) as e:
                 hit = getattr(e, "reason", None) or str(e)
+                if isinstance(e, NativeBuildError) and mode == "auto":
+                    fall_back("_decode.c (native int8 decode)", "generated fields use MLX", e)
             _DECODERS[engine] = hit
     if isinstance(hit, str):
         if mode == "int8":

@@ -358,7 +358,8 @@ def load_model(source: str | os.PathLike[str] | None = None, *, dtype: str = "au
             `"bfloat16"` or `"keep"`.
 
     Raises:
-        ModelLoadError: naming the source and the fix.
+        ModelLoadError: naming the source and the fix (also for a folder holding several
+            .gguf files and no `config.json`: the error lists them).
     """
     device = device_info().device
     if source is None:
@@ -375,6 +376,15 @@ def load_model(source: str | os.PathLike[str] | None = None, *, dtype: str = "au
         return _from_gguf(path, "gguf", device, dtype, None)
     if path.is_dir():
         ggufs = sorted(path.glob("*.gguf"))
+        if len(ggufs) > 1 and not (path / "config.json").exists():
+            # Loading one of them silently would pick by name, not by intent.
+            names = ", ".join(p.name for p in ggufs)
+            raise ModelLoadError(
+                f"Model folder {text!r} holds {len(ggufs)} .gguf files ({names}), so which "
+                f"one to load is ambiguous. Pass the file itself, e.g. "
+                f"Decider.load({str(ggufs[-1])!r}).",
+                source=text,
+            )
         if ggufs and not (path / "config.json").exists():
             return _from_gguf(ggufs[0], "gguf", device, dtype, None)
         return _from_mlx(text, device, dtype)

@@ -6,6 +6,12 @@ with its C signatures declared; `cpu_kernels` dispatches to it and `platform.doc
 reports on it. `load_decode_kernels` does the same for `_decode.c`, the native int8
 decode step that `fast_decode` drives. This module imports neither mlx nor the other engine modules, so both can
 use it.
+
+Every failure to get a library (a source missing from the install, no compiler, an
+unwritable cache, a failed compile or load) is a `NativeBuildError`. Where a slower path
+exists (the CPU kernels, `decode="auto"`), the caller falls back through `fall_back`, which
+warns once per library and process (`NativeFallbackWarning`) and records the reason for
+`pcd models --doctor` (`fallbacks`).
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +35,50 @@ __all__ = [
     "DecodeLin",
     "DecodeModel",
     "DecodeRow",
+    "NativeFallbackWarning",
     "cache_dir",
     "compile_c",
+    "fall_back",
+    "fallbacks",
     "load_cpu_kernels",
     "load_decode_kernels",
 ]
 
 _KERNELS_SOURCE = Path(__file__).with_name("_cpu_kernels.c")
 _DECODE_SOURCE = Path(__file__).with_name("_decode.c")
+_FALLBACKS: dict[str, str] = {}  # library -> why it fell back, in this process
+_FALLBACK_LOCK = threading.Lock()
+
+
+class NativeFallbackWarning(UserWarning):
+    """A native library could not be built or loaded, so a slower path (numpy or MLX) runs."""
+
+
+def fall_back(library: str, instead: str, exc: BaseException) -> None:
+    """Record that `library` is unavailable and warn about it once per process.
+
+    Args:
+        library: The native library, e.g. `"_decode.c (native int8 decode)"`.
+        instead: What runs instead, e.g. `"generated fields decode through MLX"`.
+        exc: Why (usually a `NativeBuildError`).
+    """
+    with _FALLBACK_LOCK:
+        first = library not in _FALLBACKS
+        _FALLBACKS[library] = f"{exc}; {instead}"
+    if first:
+        warnings.warn(
+            NativeFallbackWarning(
+                f"pcd-tools: {library} is unavailable, so {instead} (slower, same results "
+                f"within float32 rounding): {exc}. `pcd models --doctor` shows what was found."
+            ),
+            stacklevel=3,
+        )
+
+
+def fallbacks() -> dict[str, str]:
+    """The native libraries that fell back in this process, and why (for the doctor)."""
+    with _FALLBACK_LOCK:
+        return dict(_FALLBACKS)
 
 
 def cache_dir() -> Path:
@@ -69,9 +113,18 @@ def compile_c(
         The library's path and a note saying whether it was compiled or reused.
 
     Raises:
-        NativeBuildError: No C compiler, an unwritable cache, or a failed compile.
+        NativeBuildError: A missing source, no C compiler, an unwritable cache, or a
+            failed compile.
     """
-    key = source.read_bytes() + "\0".join([*flags, *libs, platform.machine()]).encode()
+    try:
+        text = source.read_bytes()
+    except OSError as exc:
+        raise NativeBuildError(
+            f"the C source {source.name} is missing from {source.parent} ({exc.strerror}): "
+            "this install of pcd-tools lacks its native sources; reinstall it from a wheel "
+            "built with the package data `engine/*.c`"
+        ) from exc
+    key = text + "\0".join([*flags, *libs, platform.machine()]).encode()
     digest = hashlib.sha256(key).hexdigest()[:16]
     out = cache_dir() / subdir / f"{name}-{digest}.so"
     if out.exists():
@@ -112,7 +165,8 @@ def load_cpu_kernels(gemm: int | None) -> tuple[Any, str]:
 
     Returns:
         The ctypes library, or False where `PCD_NATIVE_ATTENTION=0`, there is no fast
-        BLAS or no working C compiler; and a note (`on (...)` or `off: why`).
+        BLAS, or the library cannot be built or loaded (then `fall_back` warns once); and
+        a note (`on (...)` or `off: why`).
     """
     if os.environ.get("PCD_NATIVE_ATTENTION", "1") == "0":
         return False, "off: PCD_NATIVE_ATTENTION=0"
@@ -122,8 +176,16 @@ def load_cpu_kernels(gemm: int | None) -> tuple[Any, str]:
         path, note = compile_c(
             _KERNELS_SOURCE, "cpu_kernels", flags=("-O3", "-fno-math-errno"), libs=("-lpthread",)
         )
-        lib = ctypes.CDLL(str(path))
-    except (NativeBuildError, OSError) as exc:
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as exc:
+            raise NativeBuildError(f"cannot load {path}: {exc}") from exc
+    except NativeBuildError as exc:
+        fall_back(
+            "_cpu_kernels.c (native CPU kernels)",
+            "the softmax and SiLU run in numpy and RoPE in MLX",
+            exc,
+        )
         return False, f"off: {exc}"
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     lib.pcd_attention.argtypes = [p, p, p, p, p, p, p, i64, *[i32] * 6, ctypes.c_float]
@@ -147,8 +209,8 @@ def load_decode_kernels() -> Any:
         The ctypes library.
 
     Raises:
-        NativeBuildError: No C compiler, an unwritable cache, a failed compile, or a
-            library that does not load.
+        NativeBuildError: A missing source, no C compiler, an unwritable cache, a failed
+            compile, or a library that does not load.
     """
     path, _ = compile_c(
         _DECODE_SOURCE, "decode", flags=("-O3", "-fno-math-errno"), libs=("-lpthread", "-lm")

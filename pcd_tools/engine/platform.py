@@ -229,7 +229,10 @@ def _bind(path: str, check: bool = False) -> tuple[str, Any, bool]:
         raise BlasSetupError(f"{path} exports neither cblas_sgemm nor scipy_cblas_sgemm")
     kernels = openblas_core.kernels_note(lib, path, check)
     shim_path, note = _build_shim()
-    shim = ctypes.CDLL(str(shim_path), mode=local)
+    try:
+        shim = ctypes.CDLL(str(shim_path), mode=local)
+    except OSError as exc:  # a corrupt or foreign cached build: the next candidate
+        raise BlasSetupError(f"cannot load the BLAS shim {shim_path}: {exc}") from exc
     if not shim.pcd_blas_bind(os.fsencode(path), b"scipy_"):
         raise BlasSetupError(f"the shim found no scipy_cblas_*gemm in {path}")
     ctypes.CDLL(str(shim_path), mode=os.RTLD_NOW | os.RTLD_GLOBAL)

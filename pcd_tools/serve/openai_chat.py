@@ -18,7 +18,7 @@ up a chat reply.
 |---|---|
 | `temperature` | PCD's softmax temperature (default 1); 0 is the limit: probability 1 on the answer |
 | `n` | 1 only (PCD's answer is deterministic) |
-| `logprobs`, `top_logprobs` | one entry per field value, with its log-probability under PCD |
+| `logprobs`, `top_logprobs` | one entry per scored field value, with its log-probability under PCD (generated fields have none) |
 | `max_tokens`, `max_completion_tokens` | an answer longer than this is a 400, never cut; also each generated field's token limit |
 | `stream`, `stream_options.include_usage` | server-sent events of the same answer |
 | `seed`, `top_p`, `stop`, penalties, `user`, `metadata`, `store`, ... | accepted; no effect on a scored answer |
@@ -215,9 +215,18 @@ def parse_chat(body: Any, tokenizer: TextTokenizer, *, max_questions: int = 64) 
         isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
     ):
         raise _bad(f"max_tokens must be an integer >= 1; got {max_tokens!r}.", "max_tokens")
+    context = conversation_context(tokenizer, schema, turns)
+    if not context.strip() and not pcd["allow_empty"]:
+        raise _bad(
+            "messages hold only whitespace: there is nothing to decide on. Add the text as a "
+            'user message, or send extra_body={"pcd": {"allow_empty": true}} (the JSON body\'s '
+            '"pcd": {"allow_empty": true}) to decide from the schema alone.',
+            "messages",
+            status=422,
+        )
     return ChatRequest(
         schema=schema,
-        context=conversation_context(tokenizer, schema, turns),
+        context=context,
         temperature=temperature,
         tool=tool,
         stream=stream,

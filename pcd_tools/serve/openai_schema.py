@@ -31,12 +31,15 @@ schema scores exactly as the model it came from:
 | `title` / `description` of the top object              | the schema's name / instructions       |
 | `description` of a property                            | the field's description                |
 
+Generated (decoded under a grammar on the same cache, `FieldResult.probability` None):
+`string` without `enum` (with `minLength`/`maxLength`, `pattern`, `format: date` /
+`date-time`), `number`, an `integer` without a range, an `array` of `string` items.
+
 `default`, `examples`, `required`, `additionalProperties: false`, `$schema` and other
-annotations are accepted and ignored. Free text (`string` without `enum`), `number`,
-`pattern`, `format`, arrays of anything but an enum, object maps (`additionalProperties:
-true` or a schema), `not`, `if`/`then`, `patternProperties`, `allOf` of several schemas and
-unions without a discriminator raise `UnsupportedSchemaKeywordError` (with the `keyword`
-and the JSON-pointer `path`); a malformed schema raises `InvalidJsonSchemaError`; more
+annotations are accepted and ignored. Other `format`s, arrays of objects or numbers,
+object maps (`additionalProperties: true` or a schema), `not`, `if`/`then`,
+`patternProperties`, `allOf` of several schemas and unions without a discriminator raise
+`UnsupportedSchemaKeywordError` (with the `keyword` and the JSON-pointer `path`); a malformed schema raises `InvalidJsonSchemaError`; more
 fields than `max_fields` raise `SchemaTooLargeError`.
 
 This module imports no web framework: it is the public path of the compiler that lives in

@@ -34,7 +34,7 @@ def test_generated_fields_come_from_the_first_stage_and_scored_ones_escalate(tin
         seen.append(req)
         return {"team": req.candidates["team"][-1]}
 
-    cascade = Cascade(Triage, [tiny, HumanStage(ask)], per_field={"team": 1.01, "urgent": 0.0})
+    cascade = Cascade(Triage, [tiny, HumanStage(ask)], per_field={"team": 1.0, "urgent": 0.0})
     res = cascade.invoke(TEXT)
     first = tiny.decide(Triage, TEXT)
     (req,) = seen
@@ -55,7 +55,7 @@ def test_generated_fields_come_from_the_first_stage_and_scored_ones_escalate(tin
 
 def test_a_decider_stage_decides_the_escalated_field_given_the_generated_text(tiny):
     second = tiny_decider(1)
-    cascade = Cascade(Triage, [tiny, DeciderStage(second)], per_field={"team": 1.01, "urgent": 0})
+    cascade = Cascade(Triage, [tiny, DeciderStage(second)], per_field={"team": 1.0, "urgent": 0})
     res = cascade.invoke(TEXT)
     reason = tiny.decide(Triage, TEXT).fields["reason"].label
     (req_model,) = [r for r in res.stages if r.name == second.model_id]

@@ -62,7 +62,7 @@ def test_multilabel_escalates_as_a_list_of_labels(tiny):
     cascade = Cascade(
         Intake,
         [tiny, HumanStage(ask)],
-        per_field={"category": 0.0, "subcategory": 0.0, "tags": 1.01},
+        per_field={"category": 0.0, "subcategory": 0.0, "tags": 1.0},
     )
     res = cascade.invoke(TEXT)
     (req,) = seen
@@ -78,7 +78,7 @@ def test_a_label_outside_the_candidates_is_not_accepted(tiny):
     cascade = Cascade(
         Intake,
         [tiny, HumanStage(ask)],
-        per_field={"category": 0.0, "subcategory": 0.0, "tags": 1.01},
+        per_field={"category": 0.0, "subcategory": 0.0, "tags": 1.0},
     )
     res = cascade.invoke(TEXT)
     assert res.unresolved == ["tags"] and res.fields["tags"].stage == tiny.model_id
@@ -92,7 +92,7 @@ def test_a_child_escalates_with_its_parent_fixed(tiny):
     cascade = Cascade(
         Intake,
         [tiny, HumanStage(ask)],
-        per_field={"category": 0.0, "subcategory": 1.01, "tags": 0.0},
+        per_field={"category": 0.0, "subcategory": 1.0, "tags": 0.0},
     )
     res = cascade.invoke(TEXT)
     (req,) = seen
@@ -108,7 +108,7 @@ def test_a_decider_stage_decides_the_child_given_the_parent(tiny):
     cascade = Cascade(
         Intake,
         [tiny, DeciderStage(tiny, name="second")],
-        per_field={"category": 0.0, "subcategory": 1.01, "tags": 0.0},
+        per_field={"category": 0.0, "subcategory": 1.0, "tags": 0.0},
     )
     res = cascade.invoke(TEXT)
     parent = res.value.category
@@ -137,7 +137,7 @@ def test_untaken_union_branches_do_not_escalate(tiny):
         for f in schema.fields
         if f.branch is not None and schema.field(f.branch[0]).choices[f.branch[1]].label == kind
     ]
-    per = {f.name: (0.0 if f.branch is None else 1.01) for f in schema.fields}
+    per = {f.name: (0.0 if f.branch is None else 1.0) for f in schema.fields}
     seen = []
 
     def answer(req):
