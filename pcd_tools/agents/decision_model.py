@@ -213,7 +213,7 @@ class PCDDecisionModel(BaseDecisionModel):
             orders=self.orders,
         )
         answers = {qid: _answer(q, decision.fields[names[qid]]) for qid, q in questions.items()}
-        usage = {"input_tokens": decision.prompt_tokens, "output_tokens": 0}
+        usage: Any = {"input_tokens": decision.prompt_tokens, "output_tokens": 0}
         return ClassifierResponse(model=self.model, answers=answers, usage=usage)
 
     async def _aclassify(self, state: State, questions: dict[str, Question]) -> ClassifierResponse:
