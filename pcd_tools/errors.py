@@ -94,7 +94,7 @@ class TooManyChoicesError(SchemaError):
 
 
 class TooFewChoicesError(SchemaError):
-    """An enum field declares fewer than 2 choices."""
+    """A field declares no choices (an empty enum, or an int range with no integer)."""
 
 
 class DuplicateChoiceError(SchemaError):

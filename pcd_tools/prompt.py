@@ -306,7 +306,9 @@ class Question:
         texts: Per candidate, the full text scored: the earlier answers (if any), the
             JSON before the value, the candidate's literal and its terminator (for a
             label: `true` then `false`).
-        given: The earlier answers written before it: (field, choice index) pairs.
+        given: The earlier answers written before it: (field, answer) pairs, the answer
+            being a choice index, or for a multi-label parent the tuple of the indices
+            of its chosen labels.
         choices: The indices of the field's choices the texts stand for, when only some
             are allowed after `given` (`choices_by`); None for all of them.
     """
@@ -314,14 +316,19 @@ class Question:
     field: str
     label: int | None
     texts: tuple[str, ...]
-    given: tuple[tuple[str, int], ...] = ()
+    given: tuple[tuple[str, Answer], ...] = ()
     choices: tuple[int, ...] | None = None
 
     @property
     def key(self) -> str:
         """A name for messages: the field, or `field[label index]`, and what it is given."""
         name = self.field if self.label is None else f"{self.field}[{self.label}]"
-        return name + "".join(f"|{f}={i}" for f, i in self.given)
+        return name + "".join(f"|{f}={_answer_key(a)}" for f, a in self.given)
+
+
+def _answer_key(a: Answer) -> str:
+    """A written answer in a question's key: `2`, or a multi-label's chosen `[0,2]`."""
+    return f"[{','.join(map(str, a))}]" if isinstance(a, tuple) else str(a)
 
 
 def label_suffix(f: FieldSpec, index: int) -> str:
@@ -329,15 +336,19 @@ def label_suffix(f: FieldSpec, index: int) -> str:
     return f"{field_suffix(f)}{{{json.dumps(str(f.choices[index].label), ensure_ascii=False)}: "
 
 
-def answer_text(f: FieldSpec, index: int) -> str:
-    """A written earlier answer: the field's key, the chosen value and a comma."""
-    return f"{field_suffix(f)}{f.choices[index].literal},"
+def answer_text(f: FieldSpec, answer: Answer) -> str:
+    """A written earlier answer: the field's key, the chosen value and a comma. A
+    multi-label parent's answer (the indices of its chosen labels) is written as the
+    fields pass and generation write that kind: an object of every label, in declared
+    order, with `true` for the chosen ones and `false` for the others."""
+    return _answer_part(f, answer) + ","
 
 
 def field_questions(
-    schema: Schema, f: FieldSpec, given: Sequence[tuple[str, int]] = ()
+    schema: Schema, f: FieldSpec, given: Sequence[tuple[str, Answer]] = ()
 ) -> list[Question]:
-    """The questions of one field, after the earlier answers `given` (written in order)."""
+    """The questions of one field, after the earlier answers `given` (written in order;
+    a multi-label parent's answer is the tuple of its chosen labels' indices)."""
     before = "".join(answer_text(schema.field(g), i) for g, i in given)
     given = tuple(given)
     if f.kind == "multilabel":
@@ -350,7 +361,7 @@ def field_questions(
     allowed: tuple[int, ...] | None = None
     if f.choices_by is not None:
         parent, table = f.choices_by
-        hit = [i for g, i in given if g == parent]
+        hit = [i for g, i in given if g == parent and isinstance(i, int)]
         allowed = table[hit[0]] if hit else None
     idx = allowed if allowed is not None else range(len(f.choices))
     texts = tuple(before + candidate_text(f, f.choices[i].literal, term) for i in idx)

@@ -18,6 +18,10 @@ temperature, and by the per-field temperature of a calibration when the decider 
   one level, 0 when it is split evenly between the two extreme levels. It rewards mass
   that is concentrated near the expected level, which top-1 probability does not.
 - `NoulAnswer` has no confidence field; `noul` itself is P(yes).
+
+**A `Choice` with one label** (LangChain allows it) is answered like the Python API and the
+servers answer a field with one allowed value: it is a field of the same pass, and its
+probability and confidence are 1 because the probabilities are relative to the labels.
 """
 
 from __future__ import annotations
@@ -199,33 +203,18 @@ class PCDDecisionModel(BaseDecisionModel):
         context, system = to_context(state)
         if system:
             context = f"{system}\n\n{context}" if context else system
-        answers: dict[str, Any] = {}
-        scored = {}
-        for qid, q in questions.items():
-            if isinstance(q, Choice) and len(q.criteria) == 1:
-                # one label: nothing to score (PCD fields need two or more candidates)
-                label = next(iter(q.criteria))
-                answers[qid] = ChoiceAnswer(
-                    type="choice", choice=label, probabilities={label: 1.0}, confidence=1.0
-                )
-            else:
-                scored[qid] = q
-        usage: Any = None
-        if scored:
-            schema, names = self._schema_for(scored)
-            decision = call_model(
-                self.decider,
-                self.decider.decide,
-                schema,
-                context,
-                temperature=self.temperature,
-                orders=self.orders,
-            )
-            for qid, q in scored.items():
-                answers[qid] = _answer(q, decision.fields[names[qid]])
-            usage = {"input_tokens": decision.prompt_tokens, "output_tokens": 0}
-        ordered = {qid: answers[qid] for qid in questions}
-        return ClassifierResponse(model=self.model, answers=ordered, usage=usage)
+        schema, names = self._schema_for(questions)
+        decision = call_model(
+            self.decider,
+            self.decider.decide,
+            schema,
+            context,
+            temperature=self.temperature,
+            orders=self.orders,
+        )
+        answers = {qid: _answer(q, decision.fields[names[qid]]) for qid, q in questions.items()}
+        usage: Any = {"input_tokens": decision.prompt_tokens, "output_tokens": 0}
+        return ClassifierResponse(model=self.model, answers=answers, usage=usage)
 
     async def _aclassify(self, state: State, questions: dict[str, Question]) -> ClassifierResponse:
         return await run_on_worker(self.decider, self._classify, state, questions)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -98,8 +98,8 @@ def _joint(
     table: dict[tuple[Any, Any], float] = {}
     pairs: list[tuple[int, int, float]] = []  # (parent index, child index, P), in order
     marginal = np.zeros(spec.cardinality)
-    for q, z in sorted(items, key=lambda it: it[0].given[-1][1]):
-        v = q.given[-1][1]
+    for q, z in sorted(items, key=lambda it: cast(int, it[0].given[-1][1])):
+        v = cast(int, q.given[-1][1])  # a joint parent is never multi-label: an index
         idx = q.choices if q.choices is not None else tuple(range(spec.cardinality))
         cond = conditional_probs(child, z, temperature, calibration)
         for c, pc in zip(idx, cond):

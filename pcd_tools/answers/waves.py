@@ -22,7 +22,7 @@ import numpy as np
 from ..prompt import Question, field_questions, questions
 from ..schema import Schema
 from ..schema.dependencies import ancestors
-from ..schema.spec import Answer
+from ..schema.spec import Answer, FieldSpec
 from .joint import answers
 from .result import FieldResult
 
@@ -35,6 +35,15 @@ def has_waves(schema: Schema) -> bool:
     return {q.field for q in questions(schema)} != {
         f.name for f in schema.fields if not f.generated
     }
+
+
+def written(spec: FieldSpec, res: FieldResult) -> Answer:
+    """A field's answer as it is written into the JSON: its choice's index, or for a
+    multi-label field the indices of the labels it chose (those over the threshold, as
+    the decision reports them), in declared order."""
+    if spec.kind == "multilabel":
+        return tuple(spec.labels.index(label) for label in res.label)
+    return spec.labels.index(res.label)
 
 
 @dataclass(frozen=True)
@@ -80,11 +89,7 @@ class WaveAnswers:
                 kind, index = f.branch
                 if kind in done and done[kind].label != self.schema.field(kind).labels[index]:
                     continue
-            res = done[f.name]
-            if f.kind == "multilabel":
-                out.append((f.name, tuple(f.labels.index(label) for label in res.label)))
-            else:
-                out.append((f.name, f.labels.index(res.label)))
+            out.append((f.name, written(f, done[f.name])))
         return out
 
     def results(self, scored: Sequence[tuple[Question, Any, np.ndarray]]) -> dict[str, FieldResult]:
@@ -116,7 +121,6 @@ class WaveAnswers:
             for a in ancestors(fields, f.name):
                 if inside is not None and a not in inside:
                     continue  # written before the segment
-                spec, res = self.schema.field(a), done[a]
-                given.append((a, spec.labels.index(res.label)))
+                given.append((a, written(self.schema.field(a), done[a])))
             out.extend(field_questions(self.schema, f, given))
         return out

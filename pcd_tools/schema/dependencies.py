@@ -3,6 +3,8 @@
 A field that depends on others is answered after them: a topological sort puts the
 fields into waves, wave 1 being the fields that depend on nothing. Each later wave is
 one more pass whose JSON text already holds the earlier answers the field depends on.
+A parent may be any scored field; a multi-label parent is written as its JSON holds it,
+an object of every label with `true` for the chosen ones (`pcd_tools.prompt.answer_text`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..errors import DependencyCycleError, UnknownParentError, UnsupportedFieldError
+from ..errors import DependencyCycleError, UnknownParentError
 from .spec import FieldSpec, _where
 
 __all__ = ["ancestors", "parse_depends_on", "resolve_dependencies", "resolve_parent", "waves"]
@@ -107,15 +109,5 @@ def resolve_dependencies(model: str, fields: Sequence[FieldSpec]) -> list[FieldS
             )
             f = replace(f, depends_on=names)
         out.append(f)
-    kinds = {f.name: f.kind for f in out}
-    for f in out:
-        for p in f.depends_on:
-            if kinds[p] == "multilabel":
-                raise UnsupportedFieldError(
-                    f"{_where(model, f.name)}: depends on {p!r}, a multi-label field; accepted: "
-                    "a parent that is an enum, an int range or a bool field.",
-                    model=model,
-                    field=f.name,
-                )
     waves(model, out)
     return out

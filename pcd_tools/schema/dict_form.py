@@ -37,7 +37,7 @@ class FieldDefinition:
             each scored yes/no), `"string"` (generated text, with `min_length`,
             `max_length`, `pattern`) or `"number"` (a generated float, with `ge`, `le`).
         description: What the field means (a prompt).
-        choices: Allowed values for an enum (2 to 255 str or int values), or the labels
+        choices: Allowed values for an enum (1 to 255 str or int values), or the labels
             of a multi-label field.
         choice_descriptions: Optional description per choice.
         optional: Add a `null` ("not stated") candidate.

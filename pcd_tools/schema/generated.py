@@ -269,7 +269,7 @@ def check_layout(model: str, fields: Sequence[FieldSpec]) -> None:
             if kinds[p].generated:
                 raise UnsupportedFieldError(
                     f"{where}: depends on {p!r}, a generated field; accepted: a parent that is "
-                    "scored (enum, int range, bool). A field declared after a generated one "
+                    "scored (an enum, an int range, a bool or a multi-label field). A field declared after a generated one "
                     "already sees its text.",
                     model=model,
                     field=f.name,

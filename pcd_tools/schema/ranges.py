@@ -55,7 +55,7 @@ def int_range_choices(model: str, name: str, metadata: Iterable[Any], given: str
     Raises:
         UnsupportedFieldError: if a bound is missing (a free int is generated, not scored).
         TooManyChoicesError: if the range holds more than 255 integers, naming the range.
-        TooFewChoicesError: if it holds fewer than 2.
+        TooFewChoicesError: if it holds no integer.
     """
     low, high, step = int_bounds(metadata)
     where = _where(model, name)

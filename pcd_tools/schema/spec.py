@@ -34,7 +34,9 @@ __all__ = [
 ]
 
 MAX_CHOICES = 255
-MIN_CHOICES = 2
+# One allowed value is a field like any other: scored in the pass, with probability 1 by
+# definition (PCD's probabilities are relative to the allowed values). See the README.
+MIN_CHOICES = 1
 NOT_STATED = "not stated in the text"
 
 

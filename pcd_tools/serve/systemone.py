@@ -11,8 +11,9 @@ question becomes one field of a compiled schema:
 
 Question ids can be any string; each gets an identifier-safe field name for the prompt.
 An empty or whitespace-only `state` is a 422: there is nothing to decide on.
-A choice or score needs 2 to 255 candidates: one candidate is a 422 with the message of the
-Python API's `TooFewChoicesError` (an answer with probability 1 would say nothing).
+A choice or score takes 1 to 255 candidates, as every entry point does: a question with one
+candidate is scored like any other and answers it with probability 1 (the probabilities
+are relative to the candidates); none, or more than 255, is a 422.
 """
 
 from __future__ import annotations

@@ -81,13 +81,28 @@ def test_noul_is_probability_of_true(tiny_agents):
     )
 
 
-def test_single_label_choice_needs_no_model(tiny_agents):
+def test_a_one_label_choice_is_scored_like_the_python_api_answers_it(tiny_agents):
+    # LangChain's Choice accepts one label; it is a field of the same pass, with
+    # probability 1 (README, "One allowed value"), as the Python API and servers answer it
     dm = PCDDecisionModel(decider=tiny_agents)
-    resp = dm.invoke(
-        {"state": "x", "questions": {"only": Choice(instructions="pick", criteria={"a": None})}}
-    )
+    questions = {
+        "only": Choice(instructions="pick", criteria={"a": None}),
+        "urgent": Noul(instructions="urgent?"),
+    }
+    resp = dm.invoke({"state": "x", "questions": questions})
     assert resp.choices["only"].choice == "a"
+    assert resp.choices["only"].probabilities == {"a": 1.0}
     assert resp.choices["only"].confidence == 1.0
+    schema, names = dm._schema_for(questions)
+    assert schema.field(names["only"]).labels == ["a"]
+    d = tiny_agents.decide(schema, "x")
+    assert d.fields["only"].probability == 1.0
+    assert resp.nouls["urgent"].noul == pytest.approx(d.fields["urgent"].distribution[True])
+    assert resp.usage is not None and resp.usage["input_tokens"] == d.prompt_tokens
+    # alone, it still runs the model: the usage shows the prompt it read
+    alone = dm.invoke({"state": "x", "questions": {"only": questions["only"]}})
+    assert alone.choices["only"].confidence == 1.0
+    assert alone.usage is not None and alone.usage["input_tokens"] > 0
 
 
 def test_question_ids_that_are_not_identifiers(tiny_agents):

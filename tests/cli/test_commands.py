@@ -79,7 +79,7 @@ def test_decide_dict_schema_from_file_and_stdin(tmp_path, capsys, monkeypatch):
 
 def test_decide_reports_schema_errors_cleanly(tmp_path, capsys):
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps({"p": {"type": "enum", "choices": ["A"]}}))
+    path.write_text(json.dumps({"p": {"type": "enum", "choices": []}}))
     assert main(["decide", "--schema", str(path), "--context", "x"]) == 1
     err = capsys.readouterr().err
     assert "TooFewChoicesError" in err and "StructuredSchema.p" in err

@@ -275,7 +275,7 @@ def _generated(draw, i: int) -> tuple[str, Any]:
         return (f"g{i}", (float, Field(ge=lo, le=hi)))
     if kind == "int":
         lo = draw(st.one_of(st.none(), st.integers(-1000, 1000)))
-        # (a range of 2 to 255 values is scored instead; a single value is refused)
+        # (a range of 1 to 255 values is scored instead)
         hi = draw(st.one_of(st.none(), st.integers(lo + 1 if lo is not None else -1000, 5000)))
         return (f"g{i}", (int, Field(ge=lo, le=hi)))
     if kind == "list":

@@ -1,4 +1,4 @@
-"""Choice limits: 2 to 255 candidates per field."""
+"""Choice limits: 1 to 255 candidates per field."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_255_choices_accepted_256_refused():
     with pytest.raises(TooManyChoicesError) as e:
         StructuredSchema({"c": {"type": "enum", "choices": [f"c{i}" for i in range(256)]}})
     msg = str(e.value)
-    assert "StructuredSchema.c" in msg and "256 choices" in msg and "2 to 255" in msg
+    assert "StructuredSchema.c" in msg and "256 choices" in msg and "1 to 255" in msg
 
 
 def test_too_many_choices_message_is_short_with_advice_before_examples():
@@ -36,7 +36,7 @@ def test_too_many_choices_message_is_short_with_advice_before_examples():
     msg = str(e.value)
     assert len(msg) < 400, len(msg)
     assert "Billing.code" in msg
-    assert "300 choices" in msg and "2 to 255" in msg
+    assert "300 choices" in msg and "1 to 255" in msg
     # the count, the limit and the advice come first, then a few example values
     assert msg.index("300 choices") < msg.index("Split the field") < msg.index("'CODE_000'")
     assert "'CODE_004'" in msg and "'CODE_005'" not in msg

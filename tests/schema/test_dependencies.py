@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, create_model
 
-from pcd_tools.errors import DependencyCycleError, UnknownParentError, UnsupportedFieldError
+from pcd_tools.errors import DependencyCycleError, UnknownParentError
 from pcd_tools.prompt import field_questions, questions
 from pcd_tools.schema import compile_schema
 from pcd_tools.schema.dependencies import ancestors, waves
@@ -86,13 +86,16 @@ def test_an_unknown_or_self_parent_names_the_fields_that_exist():
         compile_schema(create_model("N", a=(bool, Field(json_schema_extra={"depends_on": 3}))))
 
 
-def test_a_multilabel_parent_is_refused():
+def test_a_multilabel_parent_is_a_wave_and_its_chosen_labels_are_written():
     class M(BaseModel):
-        tags: list[Literal["a", "b"]]
+        tags: list[Literal["a", "b", "c"]]
         b: bool = Field(json_schema_extra={"depends_on": ["tags"]})
 
-    with pytest.raises(UnsupportedFieldError, match=r"M.b: depends on 'tags', a multi-label field"):
-        compile_schema(M)
+    s = compile_schema(M)
+    assert waves(s.name, s.fields) == [["tags"], ["b"]]
+    assert [(q.field, q.label) for q in questions(s)] == [("tags", 0), ("tags", 1), ("tags", 2)]
+    (q,) = field_questions(s, s.field("b"), [("tags", (1,))])
+    assert q.texts[0] == '\n  "tags": {"a": false, "b": true, "c": false},\n  "b": true,'
 
 
 @st.composite

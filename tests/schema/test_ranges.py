@@ -75,12 +75,20 @@ def test_a_free_int_is_generated_with_the_bounds_it_has(kwargs, missing):
     assert missing  # (a free int used to be refused for its missing bound)
 
 
-def test_a_single_value_range_is_too_few():
+def test_a_single_value_range_is_one_choice_and_an_empty_one_is_too_few():
     class One(BaseModel):
         n: int = Field(ge=3, le=3)
 
-    with pytest.raises(TooFewChoicesError, match=r"One.n: the int range 3..3 .* has 1 value"):
-        compile_schema(One)
+    class Empty(BaseModel):
+        n: int = Field(ge=3, le=2)
+
+    assert compile_schema(One).field("n").labels == [3]
+    with pytest.raises(TooFewChoicesError) as e:
+        compile_schema(Empty)
+    assert str(e.value) == (
+        "Empty.n: the int range 3..2 in annotation int has 0 value(s); accepted: 1 to 255 "
+        "values per scored field."
+    )
 
 
 def test_expected_is_the_mean_over_the_integers_and_ignores_not_stated():

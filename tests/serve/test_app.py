@@ -73,6 +73,39 @@ def test_systemone_answers_match_the_library(server, tiny):
     assert body["usage"] == {"input_tokens": d.prompt_tokens, "output_tokens": 0}
 
 
+def test_one_allowed_value_is_answered_alike_on_both_endpoints(server, tiny):
+    # README, "One allowed value": scored in the pass, probability 1, on every entry point
+    url, _ = server
+    questions = {**QUESTIONS, "team": {"type": "choice", "criteria": {"billing": None}}}
+    r = httpx.post(
+        url + "/v1/systemone", headers=AUTH, json={"state": "Refund me.", "questions": questions}
+    )
+    assert r.status_code == 200, r.text
+    team = r.json()["answers"]["team"]
+    assert team == {
+        "type": "choice",
+        "choice": "billing",
+        "probabilities": {"billing": 1.0},
+        "confidence": 1.0,
+    }
+    schema = {**SCHEMA, "team": {"type": "enum", "choices": ["billing"]}}
+    r = httpx.post(url + "/v1/decide", headers=AUTH, json={"schema": schema, "context": "x"})
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["parsed_json"]["team"] == {"value": "billing", "prob": 1.0}
+    assert got["field_telemetry"]["team"]["cardinality"] == 1
+    want = tiny.decide(schema, "x")
+    assert got["sequential_forward_passes"] == want.sequential_forward_passes == 2
+    assert got["parsed_json"]["priority"]["value"] == want.fields["priority"].label
+    r = httpx.post(
+        url + "/v1/decide",
+        headers=AUTH,
+        json={"schema": {**SCHEMA, "team": {"type": "enum", "choices": []}}, "context": "x"},
+    )
+    err = _error(r, 422)
+    assert "0 choice(s)" in err["message"] and "accepted: 1 to 255" in err["message"]
+
+
 def test_decide_endpoint_returns_the_seed_response(server, tiny):
     url, _ = server
     r = httpx.post(
@@ -206,11 +239,11 @@ def test_limits_and_schema_errors(server):
         httpx.post(
             url + "/v1/decide",
             headers=AUTH,
-            json={"schema": {"p": {"type": "enum", "choices": ["only"]}}, "context": "x"},
+            json={"schema": {"p": {"type": "enum", "choices": []}}, "context": "x"},
         ),
         422,
     )
-    assert err["type"] == "invalid_schema" and "1 choice(s) given" in err["message"]
+    assert err["type"] == "invalid_schema" and "0 choice(s) given" in err["message"]
     err = _error(
         httpx.post(
             url + "/v1/decide",

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from pcd_tools.serve.errors import ApiError
-from pcd_tools.serve.systemone import build_response, parse_request, state_text
+from pcd_tools.serve.systemone import _answer, build_response, parse_request, state_text
 
 pytestmark = pytest.mark.serve
 
@@ -188,17 +188,14 @@ def test_build_response_expected_score():
         ({"type": "score", "criteria": ["single"]}, [0]),
     ],
 )
-def test_single_candidate_is_422_with_the_python_api_message(question, choices):
-    # The Python API refuses a one-value Literal; the server must not answer {"one": 1.0}.
+def test_a_single_candidate_is_one_field_as_the_python_api_compiles_it(question, choices):
+    # one allowed value is accepted everywhere (README, "One allowed value"): the same
+    # one-choice field as the Python API's, scored in the pass with probability 1
     from pcd_tools import FieldDefinition, StructuredSchema
-    from pcd_tools.errors import TooFewChoicesError
 
-    with pytest.raises(TooFewChoicesError) as py:
-        StructuredSchema([FieldDefinition("only", "enum", choices=choices)], name="SystemOne")
-    with pytest.raises(ApiError) as e:
-        parse_request(_body(ok={"type": "noul", "instructions": "?"}, only=question))
-    assert e.value.status == 422
-    assert e.value.type == "too_few_choices"
-    assert e.value.field == "questions.only.criteria"
-    assert str(py.value) in e.value.message
-    assert "accepted: 2 to 255" in e.value.message
+    py = StructuredSchema([FieldDefinition("only", "enum", choices=choices)], name="SystemOne")
+    req = parse_request(_body(ok={"type": "noul", "instructions": "?"}, only=question))
+    assert req.schema.field("only").labels == py.schema.field("only").labels == choices
+    q = req.questions[1]
+    answer = _answer(q, {q.labels[0]: 1.0})
+    assert answer["probabilities"] == {q.labels[0]: 1.0} and answer["confidence"] == 1.0
