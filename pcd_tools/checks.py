@@ -68,6 +68,8 @@ def resolve_scoring(scoring: Scoring, calibration: Any, method: str = "none") ->
         return scoring
     if calibration is not None:
         fitted = getattr(calibration, "scoring", "full")
+        if fitted == "pmi" and method == "contextual":  # refused by the calibration check
+            return "full"
         return fitted if fitted in SCORINGS and fitted != "auto" else "full"  # type: ignore[return-value]
     return "full" if method == "contextual" else scoring
 

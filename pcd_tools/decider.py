@@ -11,14 +11,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .checks import (
-    LabelFree,
-    Scoring,
-    check_batch_size,
-    check_contexts,
-    check_options,
-    resolve_scoring,
-)
+from .checks import LabelFree, Scoring, check_batch_size, check_contexts, check_options
 from .contextual import ContentFreeScores, check_method, method_with, resolve_method
 from .deciding import decide_in_order, prompt_preview
 from .errors import InvalidArgumentError
@@ -240,15 +233,10 @@ class Decider:
             scoring: `"full"` (model probability of each candidate given that it answers
                 with one), `"constrained"` (renormalised at each trie node), `"pmi"`
                 (domain-conditional PMI: the full log-probability minus that with an
-                empty context; see `pcd_tools.contextual`) or `"auto"` (the default):
-                full, except a large field that `pruning` reads in part (over
-                `AUTO_NODES` trie positions), which is scored constrained, because only
-                there does the certified bound prune (under full scoring the model keeps
-                mass outside the field at every step and the search reads nearly the
-                whole trie). Each field's `FieldResult.scoring` says which it got. With
-                `pruning="off"`, contextual calibration, `orders > 1` or generated
-                fields nothing is pruned and `"auto"` is `"full"`; under a fitted
-                calibration it is the scoring the calibration was fitted with.
+                empty context) or `"auto"` (the default): full, except a single-choice
+                field of over `AUTO_NODES` trie positions, scored constrained so that
+                certified pruning can skip most of it (`FieldResult.scoring` says
+                which; see `pcd_tools.checks.resolve_scoring`).
             mode: `"packed"`, `"batched"` or `"sequential"`; default is the fastest exact one.
             choice_order: Per-field order (indices) in which allowed values are listed.
             orders: Average each field's distribution over this many evenly spaced
@@ -372,7 +360,6 @@ class Decider:
         calibration: LabelFree | None,
         pruning: PruneMode,
     ) -> list[Decision[Any]]:
-        scoring = resolve_scoring(scoring, self.calibration)
         method = resolve_method(self.label_free, calibration, scoring)
         options = (batch_size, temperature, scoring, mode)
         if orders > 1:  # averaged distributions: every field scored whole
