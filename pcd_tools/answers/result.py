@@ -65,6 +65,10 @@ class FieldResult:
             unscored candidates can hold; None otherwise.
         probability_bounds: For a pruned field, (lower, upper) bounds of the answer's
             true probability (the exhaustive pass's); `probability` is the upper one.
+        scoring: How this field's candidate scores were computed: `"full"`,
+            `"constrained"` or `"pmi"`. Under `decide(..., scoring="auto")` (the default)
+            it is `"constrained"` for a large field read by certified pruning and
+            `"full"` for the others; None for a generated field.
     """
 
     name: str
@@ -82,6 +86,7 @@ class FieldResult:
     certified: bool | None = None
     unscored_mass: float | None = None
     probability_bounds: tuple[float, float] | None = None
+    scoring: str | None = None
 
     @classmethod
     def from_generated(
@@ -225,6 +230,7 @@ class FieldResult:
         assert self.probability_bounds is not None and self.unscored_mass is not None
         return {
             "certified": self.certified,
+            "scoring": self.scoring,
             "unscored_mass": round(self.unscored_mass, 6),
             "probability_bounds": [round(b, 6) for b in self.probability_bounds],
         }
@@ -305,7 +311,9 @@ class Decision(Generic[T]):
         model_id: The model that scored it.
         device: `cpu`, `metal` or `cuda`.
         temperature: Softmax temperature used (calibrated temperatures are per field).
-        scoring: `"full"`, `"constrained"` or `"pmi"` (domain-conditional PMI).
+        scoring: `"auto"`, `"full"`, `"constrained"` or `"pmi"` (domain-conditional PMI),
+            as asked (under a fitted calibration `"auto"` is the scoring it was fitted
+            with). Under `"auto"` each field's `FieldResult.scoring` says which it got.
         mode: Layout of the fields pass.
         calibrated: Whether per-field temperatures from a calibration file were applied.
         calibration_file: That file, if any.

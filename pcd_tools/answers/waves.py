@@ -13,7 +13,7 @@ into the JSON for what follows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -62,6 +62,9 @@ class WaveAnswers:
             generated fields), or None for every field. Parents outside it are already
             written in the JSON before the segment, so they are neither waited for nor
             written again.
+        constrained_for: Given a question and its trie, whether its scores are
+            constrained ones (`scoring="auto"` scores only some fields so); None: all
+            are under `scoring="constrained"`, none otherwise.
     """
 
     schema: Schema
@@ -70,6 +73,7 @@ class WaveAnswers:
     calibration: Any = None
     correction: Any = None
     fields: frozenset[str] | None = None
+    constrained_for: Callable[[Question, Any], bool] | None = None
 
     def within(self, names: Sequence[str]) -> WaveAnswers:
         """The same choices, with the waves restricted to the segment `names`."""
@@ -95,7 +99,8 @@ class WaveAnswers:
     def results(self, scored: Sequence[tuple[Question, Any, np.ndarray]]) -> dict[str, FieldResult]:
         """The field results of a context's scored questions so far."""
         qs = [q for q, _, _ in scored]
-        logz = [t.scores(e, constrained=self.scoring == "constrained") for _, t, e in scored]
+        side = self.constrained_for or (lambda q, t: self.scoring == "constrained")
+        logz = [t.scores(e, constrained=side(q, t)) for q, t, e in scored]
         if self.correction is not None:
             logz = self.correction(qs, logz)
         return answers(self.schema, qs, logz, self.temperature, self.calibration)[0]

@@ -57,7 +57,7 @@ def _stats(xs: list[float]) -> tuple[float, float, float]:
     return statistics.median(xs), min(xs), max(xs)
 
 
-def _cold_decide(decider: Any, schema: Any, context: str, scoring: str = "full") -> Any:
+def _cold_decide(decider: Any, schema: Any, context: str, scoring: str = "auto") -> Any:
     """A request whose schema prefix is not cached (its token plan is, as in production)."""
     from ..schema import compile_schema
 
@@ -76,7 +76,7 @@ def measure(
     methods: tuple[str, ...] = METHODS,
     throughput: int = 0,
     advance: Any = None,
-    scoring: str = "full",
+    scoring: str = "auto",
 ) -> dict[str, Any]:
     """Times one scenario; returns the scenario's JSON object (medians in ms).
 
@@ -277,8 +277,8 @@ class BenchPlan:
         rss_methods: Methods whose peak RSS is measured in a fresh process.
         scenarios_dir: Where the scenarios came from (the RSS probes read them again).
         model: The model source the RSS probes load.
-        scoring: PCD's scoring, `"full"` or `"constrained"` (`pruning="auto"` prunes large
-            fields under constrained scoring).
+        scoring: PCD's scoring, `"auto"`, `"full"` or `"constrained"` (`pruning="auto"`
+            prunes large fields under auto and constrained scoring).
     """
 
     scenarios: tuple[Any, ...]
@@ -290,7 +290,7 @@ class BenchPlan:
     rss_methods: tuple[str, ...] = METHODS
     scenarios_dir: str | None = None
     model: str | None = None
-    scoring: str = "full"
+    scoring: str = "auto"
 
     def throughput_for(self, scenario: Any) -> int:
         """Contexts of the throughput run for `scenario` (only triage has one)."""
@@ -315,7 +315,7 @@ def plan_bench(
     throughput: int = 32,
     rss: bool = True,
     model: str | None = None,
-    scoring: str = "full",
+    scoring: str = "auto",
 ) -> BenchPlan:
     """Checks the options and loads the chosen scenarios (nothing is timed yet).
 
@@ -329,14 +329,14 @@ def plan_bench(
         throughput: Contexts for triage's `decide_many` run (0 skips).
         rss: Measure each method's peak RSS in a fresh process.
         model: The model source the RSS probes load.
-        scoring: PCD's scoring, `"full"` or `"constrained"`.
+        scoring: PCD's scoring, `"auto"`, `"full"` or `"constrained"`.
 
     Raises:
         InvalidArgumentError: on a bad count, method, scenario or scoring.
     """
-    if scoring not in ("full", "constrained"):
+    if scoring not in ("auto", "full", "constrained"):
         raise InvalidArgumentError(
-            f"unknown --scoring {scoring!r}; accepted: 'full', 'constrained'."
+            f"unknown --scoring {scoring!r}; accepted: 'auto', 'full', 'constrained'."
         )
     if runs < 1 or warmup < 0:
         raise InvalidArgumentError(

@@ -50,10 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenarios-dir", default=None, help="path of benchmarks/scenarios")
     parser.add_argument(
         "--scoring",
-        choices=["full", "constrained"],
-        default="full",
-        help="PCD's scoring (default full); under constrained, large fields are pruned "
-        "(pruning='auto') and timed against the exhaustive pass too",
+        choices=["auto", "full", "constrained"],
+        default="auto",
+        help="PCD's scoring (default auto: full, except large fields, which are scored "
+        "constrained and pruned with certified bounds); a pruned field is timed against "
+        "the exhaustive pass too",
     )
 
 

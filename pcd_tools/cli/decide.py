@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schema", required=True, help="JSON file: the StructuredSchema dict form")
     parser.add_argument("--context", required=True, help="the text, or - to read standard input")
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--scoring", choices=["full", "constrained", "pmi"], default="full")
+    parser.add_argument("--scoring", choices=["auto", "full", "constrained", "pmi"], default="auto")
 
 
 def run(args: argparse.Namespace) -> int:

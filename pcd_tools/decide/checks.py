@@ -23,10 +23,11 @@ __all__ = [
     "check_contexts",
     "check_options",
     "check_pruning",
+    "resolve_scoring",
 ]
 
-Scoring = Literal["full", "constrained", "pmi"]
-SCORINGS = ("full", "constrained", "pmi")
+Scoring = Literal["auto", "full", "constrained", "pmi"]
+SCORINGS = ("auto", "full", "constrained", "pmi")
 # A decision call's label-free calibration: the decider's own (None), or one for the call.
 LabelFree = Literal["none", "contextual"]
 LABEL_FREE = ("none", "contextual")
@@ -46,9 +47,31 @@ def _check_temperature(temperature: Any) -> float:
 def _check_scoring(scoring: Any) -> Scoring:
     if not isinstance(scoring, str) or scoring not in SCORINGS:
         raise InvalidArgumentError(
-            f"unknown scoring {scoring!r}; accepted: 'full', 'constrained', 'pmi'."
+            f"unknown scoring {scoring!r}; accepted: 'auto', 'full', 'constrained', 'pmi'."
         )
     return scoring  # type: ignore[return-value]
+
+
+def resolve_scoring(scoring: Scoring, calibration: Any, method: str = "none") -> Scoring:
+    """A request's scoring once its calibration is known.
+
+    `"auto"` scores a large single-choice field (over `AUTO_NODES` trie positions)
+    constrained, where certified pruning can then skip most of its trie, and every other
+    field full (`pcd_tools.engine.prune.auto_constrained`). It stays `"auto"` unless:
+
+    - the decider has a fitted calibration: its temperatures and biases were fitted on
+      one scoring's scores, so `"auto"` is the scoring it was fitted with;
+    - the label-free correction is contextual calibration: it cannot prune, and its
+      content-free scores are on one side for every field, so `"auto"` is `"full"`.
+    """
+    if scoring != "auto":
+        return scoring
+    if calibration is not None:
+        fitted = getattr(calibration, "scoring", "full")
+        if fitted == "pmi" and method == "contextual":  # refused by the calibration check
+            return "full"
+        return fitted if fitted in SCORINGS and fitted != "auto" else "full"  # type: ignore[return-value]
+    return "full" if method == "contextual" else scoring
 
 
 def check_calibration(calibration: Any) -> LabelFree | None:
@@ -122,7 +145,7 @@ def check_options(
     Args:
         schema: Any accepted schema form.
         temperature: The softmax temperature.
-        scoring: `"full"`, `"constrained"` or `"pmi"`.
+        scoring: `"auto"`, `"full"`, `"constrained"` or `"pmi"`.
         mode: The fields pass layout (checked by the engine).
         choice_order: Per-field listing order, or None.
         orders: Listing orders to average over.

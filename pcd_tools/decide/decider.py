@@ -214,7 +214,7 @@ class Decider:
         context: str,
         *,
         temperature: float = 1.0,
-        scoring: Scoring = "full",
+        scoring: Scoring = "auto",
         mode: PassMode | None = None,
         choice_order: Mapping[str, Sequence[int]] | None = None,
         orders: int = 1,
@@ -231,9 +231,12 @@ class Decider:
             context: The text to decide on (any Unicode; never truncated).
             temperature: Softmax temperature (> 0); changes confidence, never the answer.
             scoring: `"full"` (model probability of each candidate given that it answers
-                with one), `"constrained"` (renormalised at each trie node) or `"pmi"`
+                with one), `"constrained"` (renormalised at each trie node), `"pmi"`
                 (domain-conditional PMI: the full log-probability minus that with an
-                empty context; see `pcd_tools.decide.contextual`).
+                empty context) or `"auto"` (the default): full, except a single-choice
+                field of over `AUTO_NODES` trie positions, scored constrained so that
+                certified pruning can skip most of it (`FieldResult.scoring` says
+                which; see `pcd_tools.decide.checks.resolve_scoring`).
             mode: `"packed"`, `"batched"` or `"sequential"`; default is the fastest exact one.
             choice_order: Per-field order (indices) in which allowed values are listed.
             orders: Average each field's distribution over this many evenly spaced
@@ -299,7 +302,7 @@ class Decider:
         contexts: Sequence[str],
         *,
         temperature: float = 1.0,
-        scoring: Scoring = "full",
+        scoring: Scoring = "auto",
         mode: PassMode | None = None,
         choice_order: Mapping[str, Sequence[int]] | None = None,
         orders: int = 1,
@@ -373,7 +376,7 @@ class Decider:
         context: str,
         *,
         temperature: float = 1.0,
-        scoring: Scoring = "full",
+        scoring: Scoring = "auto",
         mode: PassMode | None = None,
         choice_order: Mapping[str, Sequence[int]] | None = None,
         orders: int = 1,
@@ -415,7 +418,7 @@ class Decider:
         contexts: Sequence[str],
         *,
         temperature: float = 1.0,
-        scoring: Scoring = "full",
+        scoring: Scoring = "auto",
         mode: PassMode | None = None,
         choice_order: Mapping[str, Sequence[int]] | None = None,
         orders: int = 1,

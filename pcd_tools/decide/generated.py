@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -28,6 +29,7 @@ from ..answers.waves import WaveAnswers
 from ..errors import GenerationError, GenerationLimitError, InvalidArgumentError
 from ..schema import FieldSpec, Schema
 from ..schema.spec import value_adapter
+from .checks import resolve_scoring
 
 if TYPE_CHECKING:
     from ..engine.engine import PassMode
@@ -142,7 +144,7 @@ def decide_hybrid(
         batch_size: Contexts per engine call.
         max_new_tokens: The token limit of generated fields that set none.
         temperature: The scored fields' softmax temperature (generation is greedy).
-        scoring: `"full"` or `"constrained"`.
+        scoring: `"auto"`, `"full"` or `"constrained"` (`Decider.decide`).
         mode: The scored passes' layout, or None for the engine's default.
         choice_order: The listing order of the prompt, or None for the declared one.
         orders: Listing orders asked for (only 1 is accepted).
@@ -158,13 +160,16 @@ def decide_hybrid(
     """
     from ..engine.hybrid import run_hybrid
     from .contextual import label_free, resolve_method
+    from .scored import constrained_side
 
+    scoring = resolve_scoring(scoring, decider.calibration)
     method = resolve_method(decider.label_free, calibration, scoring)
     check_hybrid_options(compiled, orders=orders, scoring=scoring, method=method, pruning=pruning)
     cal = decider.calibration
     if cal is not None and ctxs:
         cal.check_schema(compiled)
         cal.check_label_free(label_free(method, scoring))
+    side = constrained_side(scoring, compiled)
     eos = decider.loaded.eos_ids()
     by_len = sorted(range(len(ctxs)), key=lambda i: len(ctxs[i]))
     out: list[Decision[Any] | None] = [None] * len(ctxs)
@@ -177,7 +182,7 @@ def decide_hybrid(
                 compiled,
                 [ctxs[i] for i in idx],
                 mode=mode,
-                answers=WaveAnswers(compiled, temperature, scoring, cal),
+                answers=WaveAnswers(compiled, temperature, scoring, cal, constrained_for=side),
                 choice_order=choice_order,
                 max_new_tokens=max_new_tokens,
                 eos=eos,
@@ -186,7 +191,7 @@ def decide_hybrid(
             if e.context_index is not None:
                 e.context_index = idx[e.context_index]
             raise
-        built = [_fields(compiled, hb, j, temperature, scoring, cal) for j in range(len(idx))]
+        built = [_fields(compiled, hb, j, temperature, side, cal) for j in range(len(idx))]
         n = len(idx)
         timing = BatchTiming(
             size=n,
@@ -224,13 +229,17 @@ def decide_hybrid(
 
 
 def _fields(
-    schema: Schema, hb: Any, j: int, temperature: float, scoring: str, cal: Any
+    schema: Schema, hb: Any, j: int, temperature: float, side: Any, cal: Any
 ) -> tuple[dict[str, FieldResult], Any]:
-    """Row `j`'s field results in declaration order, and its joint tables."""
+    """Row `j`'s field results in declaration order, and its joint tables; `side` says
+    whether a question's scores are constrained (`deciding.constrained_side`)."""
     items = hb.scored[j]
     qs = [q for q, _, _ in items]
-    logz = [t.score(e, constrained=scoring == "constrained") for _, t, e in items]
+    flags = [side(q, t) for q, t, _ in items]
+    logz = [t.score(e, constrained=c) for (_, t, e), c in zip(items, flags)]
     fields, joint = answers(schema, qs, logz, temperature, cal)
+    sides = {q.field: "constrained" if c else "full" for q, c in zip(qs, flags)}
+    fields = {n: replace(f, scoring=sides.get(n)) for n, f in fields.items()}
     for name, value in hb.generated[j].items():
         fields[name] = generated_result(schema.field(name), value)
     return {f.name: fields[f.name] for f in schema.fields if f.name in fields}, joint

@@ -136,7 +136,8 @@ def average(schema: Schema, runs: Sequence[Sequence[Decision[Any]]]) -> list[Dec
         _union_answers(schema, fields)
         for name, res in fields.items():
             flips = sum(d.fields[name].label != res.label for d in per if name in d.fields)
-            fields[name] = replace(res, flip_rate=flips / k)
+            side = next(d.fields[name].scoring for d in per if name in d.fields)
+            fields[name] = replace(res, flip_rate=flips / k, scoring=side)
             native[name] = res.value
         out.append(
             replace(

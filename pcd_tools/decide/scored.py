@@ -9,7 +9,8 @@ and builds each `Decision` with its share of the call's times.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,12 +19,12 @@ from ..answers.bounds import PartialScores
 from ..answers.joint import answers
 from ..answers.result import BatchTiming, Decision
 from ..answers.waves import WaveAnswers, has_waves
-from ..engine.prune import Pruning, pruning_for
+from ..engine.prune import Pruning, auto_constrained, pruning_for
 from ..errors import InvalidArgumentError
 from ..prompt import PromptPreview, field_suffix
 from ..schema import Schema, compile_schema, with_examples
 from ..schema.generated import segments
-from .checks import check_context
+from .checks import check_context, resolve_scoring
 from .contextual import Correction, label_free
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from .checks import Scoring
     from .decider import Decider
 
-__all__ = ["decide_in_order", "prompt_preview"]
+__all__ = ["constrained_side", "decide_in_order", "prompt_preview"]
 
 
 def decide_in_order(
@@ -54,7 +55,10 @@ def decide_in_order(
         ctxs: The checked contexts.
         batch_size: Contexts per engine call.
         temperature: The softmax temperature.
-        scoring: `"full"`, `"constrained"` or `"pmi"`.
+        scoring: `"auto"`, `"full"`, `"constrained"` or `"pmi"`; under `"auto"` (without
+            a fitted calibration) a field that pruning reads in part is scored
+            constrained and every other field full, and each `FieldResult.scoring` says
+            which.
         mode: The fields pass layout, or None for the engine's default.
         order: The listing order of the prompt, or None for the declared one.
         method: The label-free calibration, `"contextual"` or `"none"`.
@@ -68,6 +72,7 @@ def decide_in_order(
     """
     plan_order = dict(order) if order is not None else None
     cal = decider.calibration
+    scoring = resolve_scoring(scoring, cal, method)
     if cal is not None and ctxs:
         cal.check_schema(compiled)
         cal.check_label_free(label_free(method, scoring))
@@ -82,7 +87,14 @@ def decide_in_order(
         if corr is not None:
             corr.prepare(decider.engine.plan(compiled, plan_order).questions)
         follow_up = (
-            WaveAnswers(compiled, temperature, scoring, cal, corr).next_questions
+            WaveAnswers(
+                compiled,
+                temperature,
+                scoring,
+                cal,
+                corr,
+                constrained_for=constrained_side(scoring, compiled),
+            ).next_questions
             if has_waves(compiled)
             else None
         )
@@ -106,8 +118,9 @@ def decide_in_order(
             content_free_ms=corr.ms if corr is not None else 0.0,
         )
         for j, i in enumerate(idx):
-            asked, z = logz[j]
+            asked, z, sides = logz[j]
             fields, joint = answers(compiled, asked, z, temperature, cal)
+            fields = {n: replace(f, scoring=sides.get(n)) for n, f in fields.items()}
             out[i] = Decision(
                 value=compiled.build({n: f.value for n, f in fields.items()}),
                 fields=fields,
@@ -142,16 +155,20 @@ def _log_scores(
     order: dict[str, Sequence[int]] | None,
     correction: Correction | None,
     pruning: Pruning | None = None,
-) -> tuple[list[Any], list[Any]]:
-    """Row `i`'s questions and their candidate log scores, corrected if asked; a pruned
-    question's are `PartialScores` (also when its search scored every candidate)."""
+) -> tuple[list[Any], list[Any], dict[str, str]]:
+    """Row `i`'s questions and their candidate log scores, corrected if asked (a pruned
+    question's are `PartialScores`, also when its search scored every candidate), and
+    the scoring each field's scores used."""
     plan = decider.engine.plan(schema, order)
     asked = batch.questions[i] if batch.questions else plan.questions
     tries = batch.tries[i] if batch.tries else plan.tries
+    side = constrained_side(scoring, schema)
+    flags = [side(q, trie) for q, trie in zip(asked, tries)]
     logz: list[Any] = [
-        trie.scores(edge, constrained=scoring == "constrained")
-        for trie, edge in zip(tries, batch.edge_logp[i])
+        trie.scores(edge, constrained=c) for trie, edge, c in zip(tries, batch.edge_logp[i], flags)
     ]
+    plain = "pmi" if scoring == "pmi" else "full"
+    sides = {q.field: "constrained" if c else plain for q, c in zip(asked, flags)}
     if correction is not None:
         logz = correction(asked, logz)
     if pruning is not None:
@@ -159,7 +176,16 @@ def _log_scores(
             PartialScores.whole(z) if isinstance(z, np.ndarray) and pruning.select(q, trie) else z
             for q, trie, z in zip(asked, tries, logz)
         ]
-    return list(asked), logz
+    return list(asked), logz, sides
+
+
+def constrained_side(scoring: str, schema: Schema) -> Callable[[Any, Any], bool]:
+    """Given a question and its trie, whether its scores are constrained ones: all under
+    `"constrained"`, the large single-choice fields under `"auto"`
+    (`pcd_tools.engine.prune.auto_constrained`), none otherwise."""
+    if scoring == "auto":
+        return auto_constrained(schema)
+    return lambda q, trie: scoring == "constrained"
 
 
 def _pruning(
@@ -184,7 +210,13 @@ def _pruning(
         return None
     cal = decider.calibration
     biased = frozenset(cal.biases) if cal is not None and pruning == "auto" else frozenset()
-    return pruning_for(schema, pruning, constrained=scoring == "constrained", whole=biased)
+    return pruning_for(
+        schema,
+        pruning,
+        constrained=scoring == "constrained",
+        auto_scoring=scoring == "auto",
+        whole=biased,
+    )
 
 
 def prompt_preview(

@@ -384,7 +384,10 @@ def _pick(
         )
     if not guide.limits.active:
         return best, lstate
-    for t in (best, *np.argsort(-scores, kind="stable")):
+    nxt = guide.limits.step(lstate, guide.table[best] or b"")
+    if nxt is not None:  # nearly always: sort the vocabulary only when the best is cut
+        return best, nxt
+    for t in np.argsort(-scores, kind="stable"):
         t = int(t)
         if not np.isfinite(scores[t]):
             break

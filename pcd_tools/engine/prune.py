@@ -39,6 +39,7 @@ __all__ = [
     "AUTO_NODES",
     "PruneMode",
     "Pruning",
+    "auto_constrained",
     "expansions",
     "pruned_pass",
     "search",
@@ -46,9 +47,9 @@ __all__ = [
 
 PruneMode = Literal["auto", "on", "off"]
 
-# Under `pruning="auto"` (and `scoring="constrained"`) a field is pruned when its trie has
-# more internal nodes than this: each is one position whose full-vocabulary logits the
-# exhaustive pass reads.
+# Under `pruning="auto"` (and `scoring="constrained"` or `"auto"`) a field is pruned when
+# its trie has more internal nodes than this: each is one position whose full-vocabulary
+# logits the exhaustive pass reads.
 AUTO_NODES = 96
 
 
@@ -60,6 +61,9 @@ class Pruning:
         select: Given a question and its trie, whether to prune it.
         constrained: Whether the request scores with `scoring="constrained"` (the bound
             then holds over each node's allowed tokens).
+        auto_scoring: Whether the request scores with `scoring="auto"`: a pruned field
+            with more than `AUTO_NODES` trie positions is then scored (and bounded) as
+            under `"constrained"`, every other one as under `"full"` (`auto_constrained`).
         level_nodes: Trie nodes one level may evaluate per field, over all contexts (at
             least `subtree_nodes` per context). Small: a node read after a long prompt
             costs most of a prompt token (the tariff field's 5,100 tokens: 0.64 GFLOP),
@@ -79,15 +83,60 @@ class Pruning:
 
     select: Callable[[Question, FieldTrie], bool]
     constrained: bool = False
+    auto_scoring: bool = False
     level_nodes: int = 32
     subtree_nodes: int = 24
     max_levels: int = 12
     finish_share: float = 0.5
     first_nodes: int = 192
 
+    def constrained_for(self, trie: FieldTrie) -> bool:
+        """Whether a pruned question with this trie is scored constrained: always under
+        `scoring="constrained"`, under `"auto"` when the trie is large (every pruned
+        question is one `auto_constrained` may choose)."""
+        return self.constrained or (self.auto_scoring and trie.n_nodes > AUTO_NODES)
+
+
+def _single_choice(schema: Schema) -> set[str]:
+    """The fields whose whole distribution one question scores: enum and bool fields,
+    not a `choices_by` child (its questions are per parent value) nor a union's
+    discriminator (its branches compare whole distributions)."""
+    kinds = {f.branch[0] for f in schema.fields if f.branch is not None}
+    return {
+        f.name
+        for f in schema.fields
+        if f.kind in ("enum", "boolean") and f.choices_by is None and f.name not in kinds
+    }
+
+
+def auto_constrained(schema: Schema) -> Callable[[Question, FieldTrie], bool]:
+    """Under `scoring="auto"`, whether a question is scored constrained: one that asks a
+    whole single-choice field whose trie has more than `AUTO_NODES` internal nodes (the
+    fields `pruning="auto"` prunes). Every other question is scored full.
+
+    Which fields are constrained depends on the schema and the tokenizer only, never on
+    `pruning`: pruned and exhaustive scoring give the same distribution.
+    """
+    single = _single_choice(schema)
+
+    def constrained(q: Question, trie: FieldTrie) -> bool:
+        return (
+            q.field in single
+            and q.label is None
+            and q.choices is None
+            and trie.n_nodes > AUTO_NODES
+        )
+
+    return constrained
+
 
 def pruning_for(
-    schema: Schema, mode: str, *, constrained: bool = False, whole: frozenset[str] = frozenset()
+    schema: Schema,
+    mode: str,
+    *,
+    constrained: bool = False,
+    auto_scoring: bool = False,
+    whole: frozenset[str] = frozenset(),
 ) -> Pruning | None:
     """The pruning of a request, or None when it prunes nothing.
 
@@ -97,28 +146,26 @@ def pruning_for(
     `whole` (those whose calibration needs every score). Then the field's own
     `pruning` decides when it is not `"auto"`, else the request's `mode`; `"auto"`
     prunes a trie with more than `AUTO_NODES` internal nodes under
-    `scoring="constrained"`. Under full scoring a model leaves probability on tokens
-    outside the field at every step, so a prefix's bound is loose and the search reads
-    most of the trie in more passes (the embedded model's tariff field: 68% of its
-    nodes in 7 passes); `"on"` prunes it all the same.
+    `scoring="constrained"`, and under `scoring="auto"`, which scores exactly those
+    fields constrained. Under full scoring a model leaves probability on tokens outside
+    the field at every step, so a prefix's bound is loose and the search reads most of
+    the trie (the embedded model's tariff field: 1,404 of its 1,423 nodes); `"on"`
+    prunes it all the same.
 
     Args:
         schema: The compiled schema.
         mode: The request's `"auto"`, `"on"` or `"off"`.
         constrained: Whether the request scores with `scoring="constrained"`.
+        auto_scoring: Whether it scores with `scoring="auto"`.
         whole: Fields to score whole whatever their setting.
     """
     if mode == "off":
         return None
-    kinds = {f.branch[0] for f in schema.fields if f.branch is not None}
+    single = _single_choice(schema)
     can = {
         f.name: f.pruning
         for f in schema.fields
-        if f.kind in ("enum", "boolean")
-        and f.choices_by is None
-        and f.name not in kinds
-        and f.name not in whole
-        and f.pruning != "off"
+        if f.name in single and f.name not in whole and f.pruning != "off"
     }
     if not can:
         return None
@@ -129,16 +176,16 @@ def pruning_for(
             return False
         if own == "on" or mode == "on":
             return True
-        return constrained and trie.n_nodes > AUTO_NODES
+        return (constrained or auto_scoring) and trie.n_nodes > AUTO_NODES
 
-    return Pruning(select, constrained=constrained)
+    return Pruning(select, constrained=constrained, auto_scoring=auto_scoring)
 
 
 def expansions(trie: FieldTrie, edge_logp: np.ndarray, pruning: Pruning, quota: int) -> set[int]:
     """The trie nodes one context needs evaluated next: the unexpanded prefixes that may
     still hold a better answer than the best scored one, most probable first, up to
     about `quota` nodes; empty when the answer is certified."""
-    lp = trie.edge_scores(edge_logp, constrained=pruning.constrained)
+    lp = trie.edge_scores(edge_logp, constrained=pruning.constrained_for(trie))
     front = trie.frontier(lp)
     if not len(front):
         return set()

@@ -170,7 +170,7 @@ def test_bench_runs_on_a_tiny_model(monkeypatch, capsys):
     assert "greedy_ms" not in row
     assert bench.load_scenarios()["tariff"].schema is not None
     # fraud's fields are small: nothing pruned, so nothing uncertified
-    assert row["scoring"] == "full" and row["certified"] is True
+    assert row["scoring"] == "auto" and row["certified"] is True
     assert "warm_exhaustive_ms" not in row
     # the cold request's phases as rates (engine.flops)
     from pcd_tools.engine.flops import arithmetic

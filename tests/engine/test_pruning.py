@@ -55,7 +55,7 @@ def check_against_whole(schema, contexts, **kw):
     return pruned
 
 
-@pytest.mark.parametrize("scoring", ["full", "constrained"])
+@pytest.mark.parametrize("scoring", ["full", "constrained", "auto"])
 @pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
 def test_pruned_answers_match_the_exhaustive_pass(scoring, temperature):
     pruned = check_against_whole(Coded, CONTEXTS, scoring=scoring, temperature=temperature)
@@ -114,9 +114,71 @@ def test_auto_prunes_only_large_tries_under_constrained_scoring():
     assert full is not None and not any(
         full.select(q, t) for q, t in zip(plan.questions, plan.tries)
     )
-    d = decider().decide(Coded, CONTEXTS[0])
+    d = decider().decide(Coded, CONTEXTS[0], scoring="full")
     assert d.certified is None and d.fields["code"].certified is None
     assert pruning_for(schema, "off") is None
+    # auto scoring (the default) prunes what constrained scoring prunes
+    auto = pruning_for(schema, "auto", auto_scoring=True)
+    assert auto is not None
+    assert [auto.select(q, t) for q, t in zip(plan.questions, plan.tries)] == [True, False]
+    d = decider().decide(Coded, CONTEXTS[0])
+    assert d.fields["code"].certified is True and d.fields["flag"].certified is None
+
+
+def _dist(d, name):
+    return np.array(list(d.fields[name].distribution.values()))
+
+
+def test_auto_scoring_is_constrained_on_large_fields_only_and_says_so():
+    ctx = CONTEXTS[2]
+    auto = decider().decide(Coded, ctx)  # the default
+    assert auto.scoring == "auto"
+    assert auto.fields["code"].scoring == "constrained"
+    assert auto.fields["flag"].scoring == "full"
+    assert auto.certified is True
+    con = decider().decide(Coded, ctx, scoring="constrained", pruning="off")
+    full = decider().decide(Coded, ctx, scoring="full", pruning="off")
+    assert {f.scoring for f in con.fields.values()} == {"constrained"}
+    assert {f.scoring for f in full.fields.values()} == {"full"}
+    # the pruned large field: the exhaustive constrained argmax, inside its bounds
+    code = auto.fields["code"]
+    assert code.label == con.fields["code"].label
+    lo, hi = code.probability_bounds
+    assert lo - 1e-4 <= con.fields["code"].probability <= hi + 1e-4
+    # the small field is scored full, as before
+    np.testing.assert_allclose(_dist(auto, "flag"), _dist(full, "flag"), atol=1e-5)
+    # pruning never changes what the probabilities mean: auto scored whole is the
+    # exhaustive constrained distribution on the large field and the full one elsewhere
+    whole = decider().decide(Coded, ctx, pruning="off")
+    assert whole.fields["code"].scoring == "constrained"
+    assert whole.fields["code"].certified is None
+    np.testing.assert_allclose(_dist(whole, "code"), _dist(con, "code"), atol=1e-5)
+    np.testing.assert_allclose(_dist(whole, "flag"), _dist(full, "flag"), atol=1e-5)
+    assert auto.to_response()["field_telemetry"]["code"]["scoring"] == "constrained"
+    # and so do listing orders, which score every field whole
+    two = decider().decide(Coded, ctx, orders=2)
+    assert two.fields["code"].scoring == "constrained"
+    assert two.fields["flag"].scoring == "full"
+
+
+def test_auto_scoring_is_full_where_it_cannot_prune_or_was_fitted_otherwise():
+    from pcd_tools.decide.checks import resolve_scoring
+
+    ctx = CONTEXTS[0]
+    cc = decider().decide(Coded, ctx, calibration="contextual")
+    assert cc.scoring == "full" and cc.fields["code"].scoring == "full"
+    full = decider().decide(Coded, ctx, scoring="full", calibration="contextual")
+    np.testing.assert_allclose(_dist(cc, "code"), _dist(full, "code"), atol=1e-6)
+
+    class Fitted:
+        scoring = "constrained"
+
+    assert resolve_scoring("auto", Fitted()) == "constrained"
+    assert resolve_scoring("auto", None, "contextual") == "full"
+    assert resolve_scoring("auto", None) == "auto"
+    assert resolve_scoring("full", Fitted()) == "full"
+    with pytest.raises(InvalidArgumentError, match="accepted: 'auto', 'full'"):
+        decider().decide(Coded, ctx, scoring="exact")  # type: ignore[arg-type]
 
 
 def test_a_field_can_turn_pruning_on_or_off():

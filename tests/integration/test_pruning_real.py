@@ -34,7 +34,7 @@ TEXTS = [
 @given(
     picked=st.lists(st.sampled_from(range(len(HS_CODES))), min_size=20, max_size=60, unique=True),
     text=st.sampled_from(TEXTS),
-    scoring=st.sampled_from(["full", "constrained"]),
+    scoring=st.sampled_from(["full", "constrained", "auto"]),
 )
 def test_random_code_sets_pruned_against_whole(real, picked, text, scoring):
     codes = tuple(HS_CODES[i][0] for i in sorted(picked))
@@ -52,3 +52,25 @@ def test_random_code_sets_pruned_against_whole(real, picked, text, scoring):
     zp, zw = np.array(pruned.log_scores), np.array(whole.log_scores)
     seen = np.isfinite(zp)
     np.testing.assert_allclose(zp[seen], zw[seen], rtol=1e-5, atol=1e-4)
+
+
+def test_the_tariff_scenario_at_defaults_is_pruned_and_certified(real):
+    """255 codes, 1,423 trie positions: the default (`scoring="auto"`) scores the field
+    constrained and prunes it; the answer is the exhaustive argmax, inside its bounds."""
+    from benchmarks.scenarios.tariff import CONTEXT, SCHEMA
+
+    d = real.decide(SCHEMA, CONTEXT)
+    whole = real.decide(SCHEMA, CONTEXT, pruning="off")
+    con = real.decide(SCHEMA, CONTEXT, scoring="constrained", pruning="off")
+    (name,) = d.fields
+    f, w = d.fields[name], whole.fields[name]
+    assert d.scoring == "auto" and f.scoring == "constrained" and w.scoring == "constrained"
+    assert f.certified is True and d.certified is True
+    assert f.label == w.label == con.fields[name].label
+    lo, hi = f.probability_bounds
+    assert lo - 1e-4 <= w.probability <= hi + 1e-4
+    np.testing.assert_allclose(
+        list(w.distribution.values()), list(con.fields[name].distribution.values()), atol=1e-6
+    )
+    # it read a small part of the trie, in fewer passes' time than the exhaustive one
+    assert np.isfinite(f.log_scores).sum() < len(f.log_scores) / 2
