@@ -33,7 +33,7 @@ __all__ = ["PACKABLE", "PassCache", "Passes", "PerTokenRoPE", "ScoredBatch"]
 
 # Architectures whose attention reads positions only through `rope(x, offset=cache.offset)`
 # and keys through `cache.update_and_fetch`: the packed layout is verified for these.
-PACKABLE = {"llama", "qwen2", "qwen3", "mistral", "smollm3"}
+PACKABLE = {"llama", "qwen2", "qwen3", "mistral", "smollm3", "gemma3", "phi3"}
 
 # Per layer, (keys, values) of a pass, (B, kv_heads, tokens, head_dim).
 LayerKV = list[tuple[Any, Any]]
@@ -143,7 +143,10 @@ def _hidden_and_head(model: nn.Module) -> tuple[Any, Any]:
     if hasattr(model, "lm_head"):
         return inner, model.lm_head
     args = getattr(model, "args", None)
-    if getattr(args, "tie_word_embeddings", False) and hasattr(inner, "embed_tokens"):
+    tied = getattr(args, "tie_word_embeddings", False) or getattr(
+        model, "tie_word_embeddings", False
+    )
+    if tied and hasattr(inner, "embed_tokens"):  # gemma3 keeps the flag on the model
         return inner, inner.embed_tokens.as_linear
     return None, None
 

@@ -521,9 +521,9 @@ def test_decider_on_qwen3(tmp_path):
 def test_decider_on_gemma3(tmp_path):
     # the prompt is hundreds of tokens against a window of 4: every local layer's mask counts
     path, *_ = gemma3_case(tmp_path, seed=8)
-    decide_and_check(path, ["batched", "sequential"])
+    decide_and_check(path, ["packed", "batched", "sequential"])
 
 
 def test_decider_on_phi3(tmp_path):
     path, *_ = phi3_case(tmp_path, longrope=True, seed=9)
-    decide_and_check(path, ["batched", "sequential"])
+    decide_and_check(path, ["packed", "batched", "sequential"])
