@@ -54,12 +54,16 @@ def _sentencepiece(meta: dict[str, Any]) -> tuple[Any, Any, Any]:
     tokens = meta["tokenizer.ggml.tokens"]
     scores = meta.get("tokenizer.ggml.scores") or [-float(i) for i in range(len(tokens))]
     vocab = {tok: i for i, tok in enumerate(tokens)}
-    # SentencePiece stores no merges: each split of a piece into two pieces is one,
-    # ranked by the merged piece's score.
-    splits = [
-        (-scores[i], tok[:k], tok[k:]) for tok, i in vocab.items() for k in range(1, len(tok))
-    ]
-    merges = [(a, b) for _, a, b in sorted(s for s in splits if s[1] in vocab and s[2] in vocab)]
+    # SentencePiece stores no merges: each split of a piece into two pieces is one, ranked
+    # by the merged piece's score, then its id, then the ids of its halves (the order of
+    # transformers' SentencePieceExtractor).
+    splits, get = [], vocab.get
+    for tok, i in vocab.items():
+        for k in range(1, len(tok)):
+            if (a := get(tok[:k])) is not None and (b := get(tok[k:])) is not None:
+                splits.append((-scores[i], i, a, b))
+    splits.sort()
+    merges = [(tokens[a], tokens[b]) for _, _, a, b in splits]
     unk = meta.get("tokenizer.ggml.unknown_token_id")
     unk = tokens[unk] if unk is not None else None
     model = models.BPE(vocab, merges, unk_token=unk, fuse_unk=True, byte_fallback=True)
