@@ -11,6 +11,7 @@ mx = pytest.importorskip("mlx.core")
 gguf = pytest.importorskip("gguf")
 
 from gguf import MODEL_ARCH  # noqa: E402
+from gguf import GGMLQuantizationType as T  # noqa: E402
 from mlx_lm.models import gemma3_text, phi3, qwen3  # noqa: E402
 from tokenizers.pre_tokenizers import ByteLevel  # noqa: E402
 
@@ -527,3 +528,38 @@ def test_decider_on_gemma3(tmp_path):
 def test_decider_on_phi3(tmp_path):
     path, *_ = phi3_case(tmp_path, longrope=True, seed=9)
     decide_and_check(path, ["packed", "batched", "sequential"])
+
+
+@pytest.mark.parametrize("case", [qwen3_case, gemma3_case, phi3_case])
+def test_quantized_matrices_per_family(tmp_path, case):
+    # Q8_0 embedding, Q4_0 matrices (phi3's fused qkv and gate_up too): float32 equals the
+    # mlx-lm class holding the dequantized values.
+    path, _, weights, args = case(tmp_path)
+    stored = {}
+    reader = gguf.GGUFReader(str(path))
+    arch = reader.fields["general.architecture"].contents()
+    quantized = tmp_path / "q.gguf"
+    w = gguf.GGUFWriter(str(quantized), arch)
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        w.add_key_value(field.name, field.contents(), field.types[0], field.types[-1])
+    for t in reader.tensors:
+        arr = np.array(t.data)
+        qt = (T.Q8_0 if t.name == "token_embd.weight" else T.Q4_0) if arr.ndim == 2 else T.F32
+        w.add_tensor(t.name, gguf.quants.quantize(arr, qt), raw_dtype=None if qt == T.F32 else qt)
+        stored[t.name] = gguf.quants.dequantize(gguf.quants.quantize(arr, qt), qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    layers = args["num_hidden_layers"]
+    names = gguf.get_tensor_name_map(getattr(MODEL_ARCH, arch.upper()), layers)
+    want = {}
+    for hf, arr in weights.items():
+        base, _, suffix = hf.rpartition(".")
+        want[hf] = stored[f"{names.get_name(base)}.{suffix}"] if arr.ndim == 2 else arr
+    module = {"qwen3": qwen3, "gemma3": gemma3_text, "phi3": phi3}[arch]
+    model, _, info = load_gguf(quantized, dtype=mx.float32)
+    assert info.tensor_types["Q4_0"] > 0 and info.tensor_types["Q8_0"] == 1
+    assert_same_logits(model, reference(module, args, want))
