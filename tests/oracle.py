@@ -53,12 +53,15 @@ def oracle_log_scores(
     idx = list(range(len(seqs))) if only is None else list(only)
     out = {}
     if share_prompt:
-        from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+        from mlx_lm.models.cache import KVCache, trim_prompt_cache
 
         key = (id(model), tuple(prompt))
         if key not in _PROMPT_CACHE:  # every candidate trims back to the prompt, so reuse it
             _PROMPT_CACHE.clear()
-            cache = make_prompt_cache(model)
+            # Plain KVCaches, not the model's own: gemma3's rotating caches cannot be trimmed
+            # once past the window (trim_prompt_cache then trims nothing); a KVCache keeps
+            # every key and masks the window itself.
+            cache = [KVCache() for _ in model.layers]
             last = model(mx.array([prompt]), cache=cache)[0, -1].astype(mx.float32)
             mx.eval(last)
             _PROMPT_CACHE[key] = (cache, last)

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         info["embedded"] = {"error": str(e)}
     info["sources"] = [
         "embedded default: Decider.load()",
-        "GGUF file (llama, qwen2; any quant type): Decider.load('model.gguf')",
+        "GGUF file (llama, qwen2, qwen3, gemma3, phi3; any quant type): Decider.load('model.gguf')",
         "MLX directory or Hugging Face id via mlx_lm.load: Decider.load('mlx-community/...')",
     ]
     if args.doctor:

@@ -8,6 +8,7 @@ rebuilt from the metadata by `gguf_tokenizer`.
 
 from __future__ import annotations
 
+import importlib
 import mmap
 import os
 import struct
@@ -20,6 +21,7 @@ import numpy as np
 
 from pcd_tools.errors import ModelLoadError
 
+from .gguf_arch import FAMILIES, SUPPORTED_ARCHITECTURES, Family, finish_weights, rope_factors
 from .gguf_tokenizer import GGUFTokenizer
 from .platform import import_mlx
 
@@ -31,8 +33,6 @@ import mlx.nn as nn  # only after import_mlx() above
 
 __all__ = ["GGUFInfo", "GGUFTokenizer", "load_gguf"]
 
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2")
-
 # Types that mx.load decodes, each checked against gguf-py on one row per file (`_verify`).
 # Not Q4_K: mlx 0.32 applies one sub-block scale to both nibble halves.
 _MX_TYPES = frozenset({"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0", "Q2_K", "Q6_K"})
@@ -40,17 +40,7 @@ _GROUP = 32  # the group size of the MLX-quantized triples mx.load returns
 
 _SCALAR = dict(zip((0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12), "BbHhIif?Qqd", strict=True))
 _NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-_LAYER_NAMES = {
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-}
+_LLAMA = FAMILIES["llama"]
 
 
 @dataclass(frozen=True)
@@ -167,11 +157,11 @@ def _verify(path: str, native: dict[str, mx.array], tensors: dict[str, _Tensor])
     return {k for k, ok in checked.items() if ok}
 
 
-def _hf_name(gguf_name: str) -> str:
+def _hf_name(gguf_name: str, layer_names: dict[str, str]) -> str:
     base, _, suffix = gguf_name.rpartition(".")
     parts = base.split(".")
-    if parts[0] == "blk" and len(parts) == 3 and parts[2] in _LAYER_NAMES:
-        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}.{suffix}"
+    if parts[0] == "blk" and len(parts) == 3 and parts[2] in layer_names:
+        return f"model.layers.{parts[1]}.{layer_names[parts[2]]}.{suffix}"
     return f"{_NAMES.get(base, base)}.{suffix}"
 
 
@@ -182,7 +172,11 @@ def _unpermute(w: mx.array, n_head: int) -> mx.array:
 
 
 def _load_weights(
-    path: str, tensors: dict[str, _Tensor], dtype: mx.Dtype | None, heads: tuple[int, int] | None
+    path: str,
+    tensors: dict[str, _Tensor],
+    dtype: mx.Dtype | None,
+    heads: tuple[int, int] | None,
+    family: Family = _LLAMA,
 ) -> tuple[dict[str, mx.array], dict[str, dict]]:
     """Return mlx-lm-named weights and the `to_quantized` arguments of quantized modules."""
     native: dict[str, mx.array]
@@ -194,7 +188,7 @@ def _load_weights(
     weights: dict[str, mx.array] = {}
     quantized: dict[str, dict] = {}
     for name, t in tensors.items():
-        base, hf = name.removesuffix(".weight"), _hf_name(name)
+        base, hf = name.removesuffix(".weight"), _hf_name(name, family.layer_names)
         if t.type not in trusted or name not in native:  # e.g. mx.load drops TQ1_0 silently
             keep = {"F32": mx.float32, "BF16": mx.bfloat16}.get(t.type, mx.float16)
             weights[hf] = mx.array(_dequantize(path, t)).astype(dtype or keep)
@@ -230,7 +224,11 @@ class _FreqsRoPE(nn.Module):
         )
 
 
-def _model_args(meta: dict[str, Any], arch: str, tensors: dict[str, _Tensor]) -> dict[str, Any]:
+def _model_args(
+    meta: dict[str, Any], family: Family, tensors: dict[str, _Tensor]
+) -> dict[str, Any]:
+    arch = family.arch
+
     def get(key: str, default: Any = None) -> Any:
         return meta.get(f"{arch}.{key}", default)
 
@@ -239,7 +237,6 @@ def _model_args(meta: dict[str, Any], arch: str, tensors: dict[str, _Tensor]) ->
         raise KeyError(f"missing metadata {missing}")
     hidden, heads = get("embedding_length"), get("attention.head_count")
     args = {
-        "model_type": arch,
         "hidden_size": hidden,
         "num_hidden_layers": get("block_count"),
         "intermediate_size": get("feed_forward_length"),
@@ -253,8 +250,7 @@ def _model_args(meta: dict[str, Any], arch: str, tensors: dict[str, _Tensor]) ->
         "attention_bias": "blk.0.attn_q.bias" in tensors,
         "mlp_bias": "blk.0.ffn_up.bias" in tensors,
     }
-    if get("rope.freq_base") is not None:
-        args["rope_theta"] = get("rope.freq_base")
+    args["rope_theta"] = get("rope.freq_base", 10000.0)  # llama.cpp's default when absent
     kind, factor = get("rope.scaling.type", "none"), get("rope.scaling.factor", 1.0)
     if kind == "linear" or get("rope.scale_linear"):
         args["rope_scaling"] = {"type": "linear", "factor": get("rope.scale_linear", factor)}
@@ -262,13 +258,16 @@ def _model_args(meta: dict[str, Any], arch: str, tensors: dict[str, _Tensor]) ->
         orig = get("rope.scaling.original_context_length", args["max_position_embeddings"])
         args["rope_scaling"] = {"type": "yarn", "factor": factor}
         args["rope_scaling"]["original_max_position_embeddings"] = orig
-    return args
+    return family.model_args(get, args, set(tensors))
 
 
 def load_gguf(
     path: str | os.PathLike, *, dtype: mx.Dtype | None = None
 ) -> tuple[nn.Module, GGUFTokenizer, GGUFInfo]:
-    """Load a llama or qwen2 GGUF file as an mlx-lm model, its tokenizer and its info.
+    """Load a GGUF file as an mlx-lm model, its tokenizer and its info.
+
+    The architectures are those of `gguf_arch.SUPPORTED_ARCHITECTURES`: llama (and the
+    Mistral models written as llama), qwen2, qwen3, gemma3 and phi3.
 
     Args:
         path: The `.gguf` file.
@@ -277,7 +276,8 @@ def load_gguf(
             other quantized types become float16. Another float dtype casts every weight.
 
     Returns:
-        The model (`mlx_lm.models.llama.Model` or `qwen2.Model`, in eval mode, weights
+        The model (the `Model` of the architecture's mlx-lm module, e.g.
+        `mlx_lm.models.qwen3.Model` or `gemma3_text.Model`, in eval mode, weights
         evaluated), a `GGUFTokenizer` and a `GGUFInfo`.
 
     Raises:
@@ -294,34 +294,49 @@ def load_gguf(
     try:
         meta, tensors = _read_header(path)
         arch = meta["general.architecture"]
-        if arch in SUPPORTED_ARCHITECTURES:
-            arg_dict = _model_args(meta, arch, tensors)
+        family = FAMILIES.get(arch)
+        if family is not None:
+            arg_dict = _model_args(meta, family, tensors)
     except (ValueError, struct.error, OSError, KeyError) as e:
         raise ModelLoadError(
             f"{path!r} is not a readable GGUF model file ({e}). Re-download it, or convert "
             "the model with a current llama.cpp convert_hf_to_gguf.py.",
             source=path,
         ) from e
-    if arch not in SUPPORTED_ARCHITECTURES:
+    except ModelLoadError as e:  # the mlx-lm class cannot compute what the file asks for
+        raise ModelLoadError(
+            f"{path!r} cannot be loaded: {e}. Use an MLX or Hugging Face copy of the model.",
+            source=path,
+        ) from e
+    if family is None:
         raise ModelLoadError(
             f"{path!r} holds a {arch!r} model, but pcd-tools loads only GGUF architectures "
-            f"{' and '.join(map(repr, SUPPORTED_ARCHITECTURES))}. Use a GGUF of a Llama, "
-            "SmolLM or Qwen2/2.5 model, or an MLX or Hugging Face model.",
+            f"{', '.join(map(repr, SUPPORTED_ARCHITECTURES))}. Use a GGUF of a Llama, SmolLM, "
+            "Mistral, Qwen2/2.5/3, Gemma 3 or Phi-3/4 model, or an MLX or Hugging Face model.",
             source=path,
         )
     tokenizer = GGUFTokenizer(meta, source=path)
     from gguf import LlamaFileType
-    from mlx_lm.models import llama, qwen2
 
-    module = llama if arch == "llama" else qwen2
-    args = module.ModelArgs.from_dict(arg_dict)
-    heads = (args.num_attention_heads, args.num_key_value_heads) if arch == "llama" else None
+    module = importlib.import_module(f"mlx_lm.models.{family.module}")
+    heads = (arg_dict["num_attention_heads"], arg_dict["num_key_value_heads"])
     try:
-        weights, quantized = _load_weights(path, tensors, dtype, heads)
+        weights, quantized = _load_weights(
+            path, tensors, dtype, heads if family.permute_qk else None, family
+        )
     except (ValueError, OSError) as e:
         raise ModelLoadError(
             f"The tensors of {path!r} cannot be read ({e}); the file may be truncated. "
             "Re-download it.",
+            source=path,
+        ) from e
+    finish_weights(family, weights)
+    rope_factors(weights, arg_dict)
+    try:
+        args = module.ModelArgs.from_dict(arg_dict)
+    except (ValueError, TypeError) as e:
+        raise ModelLoadError(
+            f"The metadata of {path!r} does not make an mlx-lm {family.module} model: {e}",
             source=path,
         ) from e
     model = module.Model(args)
@@ -331,10 +346,12 @@ def load_gguf(
             layer.self_attn.rope = rope
     nn.quantize(model, class_predicate=lambda p, _: quantized.get(p, False))
     try:
-        model.load_weights(list(model.sanitize(weights).items()), strict=True)
+        if hasattr(model, "sanitize"):  # phi3's class has none
+            weights = model.sanitize(weights)
+        model.load_weights(list(weights.items()), strict=True)
     except ValueError as e:
         raise ModelLoadError(
-            f"{path!r} does not fit an mlx-lm {arch} model: {e}", source=path
+            f"{path!r} does not fit an mlx-lm {family.module} model: {e}", source=path
         ) from e
     model.eval()
     mx.eval(model.parameters())

@@ -24,7 +24,9 @@ _QWEN2_SPLIT = _LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
 _SPLIT_PRE = {"llama-bpe": _LLAMA3_SPLIT, "smaug-bpe": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT}
 _DIGIT_PRE = ("smollm", "starcoder", "refact")  # single digits, then GPT-2's regex
 _GPT2_PRE = ("gpt-2", "default")
-_END_TOKENS = "<|im_end|> <|endoftext|> <|eot_id|> <|end_of_text|> <|eom_id|> <|end|> </s>"
+_END_TOKENS = (
+    "<|im_end|> <|endoftext|> <|eot_id|> <|end_of_text|> <|eom_id|> <|end|> </s> <end_of_turn>"
+)
 
 
 def _bpe(meta: dict[str, Any], pre: str) -> tuple[Any, Any, Any]:
@@ -52,12 +54,16 @@ def _sentencepiece(meta: dict[str, Any]) -> tuple[Any, Any, Any]:
     tokens = meta["tokenizer.ggml.tokens"]
     scores = meta.get("tokenizer.ggml.scores") or [-float(i) for i in range(len(tokens))]
     vocab = {tok: i for i, tok in enumerate(tokens)}
-    # SentencePiece stores no merges: each split of a piece into two pieces is one,
-    # ranked by the merged piece's score.
-    splits = [
-        (-scores[i], tok[:k], tok[k:]) for tok, i in vocab.items() for k in range(1, len(tok))
-    ]
-    merges = [(a, b) for _, a, b in sorted(s for s in splits if s[1] in vocab and s[2] in vocab)]
+    # SentencePiece stores no merges: each split of a piece into two pieces is one, ranked
+    # by the merged piece's score, then its id, then the ids of its halves (the order of
+    # transformers' SentencePieceExtractor).
+    splits, get = [], vocab.get
+    for tok, i in vocab.items():
+        for k in range(1, len(tok)):
+            if (a := get(tok[:k])) is not None and (b := get(tok[k:])) is not None:
+                splits.append((-scores[i], i, a, b))
+    splits.sort()
+    merges = [(tokens[a], tokens[b]) for _, _, a, b in splits]
     unk = meta.get("tokenizer.ggml.unknown_token_id")
     unk = tokens[unk] if unk is not None else None
     model = models.BPE(vocab, merges, unk_token=unk, fuse_unk=True, byte_fallback=True)
@@ -160,10 +166,13 @@ class GGUFTokenizer:
     ) -> str:
         """Render `messages` with the model's chat template in a sandboxed Jinja env.
 
+        `enable_thinking` is False unless given: a template that reads it (Qwen3's) then
+        opens the answer without a reasoning block, as PCD scores the answer directly.
+
         Args:
             messages: Chat messages, each with "role" and "content".
             add_generation_prompt: Whether to open the assistant turn at the end.
-            **kwargs: Extra template variables, e.g. `tools`.
+            **kwargs: Extra template variables, e.g. `tools` or `enable_thinking`.
 
         Raises:
             ModelLoadError: The GGUF file has no chat template.
@@ -192,6 +201,7 @@ class GGUFTokenizer:
         bos, eos = (
             "" if i is None else self.id_to_token(i) for i in (self.bos_token_id, self.eos_token_id)
         )
+        kwargs.setdefault("enable_thinking", False)
         return self._template.render(
             messages=messages,
             add_generation_prompt=add_generation_prompt,

@@ -369,8 +369,9 @@ def load_model(source: str | os.PathLike[str] | None = None, *, dtype: str = "au
     if text.lower().endswith(".gguf"):
         if not path.is_file():
             raise ModelLoadError(
-                f"GGUF file {text!r} does not exist. Pass the path of a .gguf file of the llama "
-                "or qwen2 architecture, or omit the source to use the embedded model.",
+                f"GGUF file {text!r} does not exist. Pass the path of a .gguf file (llama, "
+                "qwen2, qwen3, gemma3 or phi3 architecture), or omit the source to use the "
+                "embedded model.",
                 source=text,
             )
         return _from_gguf(path, "gguf", device, dtype, None)

@@ -33,7 +33,7 @@ __all__ = ["PACKABLE", "PassCache", "Passes", "PerTokenRoPE", "ScoredBatch"]
 
 # Architectures whose attention reads positions only through `rope(x, offset=cache.offset)`
 # and keys through `cache.update_and_fetch`: the packed layout is verified for these.
-PACKABLE = {"llama", "qwen2", "qwen3", "mistral", "smollm3"}
+PACKABLE = {"llama", "qwen2", "qwen3", "mistral", "smollm3", "gemma3", "phi3"}
 
 # Per layer, (keys, values) of a pass, (B, kv_heads, tokens, head_dim).
 LayerKV = list[tuple[Any, Any]]
@@ -95,8 +95,25 @@ class PassCache:
         return keys, values
 
     def make_mask(self, n: int, return_array: bool = False, window_size: Any = None) -> Any:
-        """The pass's mask, whatever the model asks for."""
-        return self.mask
+        """The pass's mask; for a sliding-window layer (gemma3), also hiding every key
+        `window_size` or more positions before its query, as mlx-lm's own caches do."""
+        if window_size is None:
+            return self.mask
+        p = 0 if self.pk is None else int(self.pk.shape[2])
+        if isinstance(self.offset, mx.array):
+            q = self.offset.astype(mx.int32).reshape(-1, n)  # (B, n) per-token positions
+        else:
+            q = (mx.arange(n, dtype=mx.int32) + int(self.offset))[None]
+        k = mx.concatenate(
+            [mx.broadcast_to(mx.arange(p, dtype=mx.int32)[None], (q.shape[0], p)), q], 1
+        )
+        gap = q[:, :, None] - k[:, None, :]  # prefix keys sit at positions 0..p-1
+        near = (gap < window_size)[:, None]  # (B, 1, n, p + n)
+        if isinstance(self.mask, mx.array):
+            if self.mask.dtype == mx.bool_:
+                return self.mask & near
+            return mx.where(near, self.mask, mx.finfo(self.mask.dtype).min)
+        return (gap >= 0)[:, None] & near  # "causal", or None for one token
 
 
 class PerTokenRoPE(nn.Module):
@@ -126,7 +143,10 @@ def _hidden_and_head(model: nn.Module) -> tuple[Any, Any]:
     if hasattr(model, "lm_head"):
         return inner, model.lm_head
     args = getattr(model, "args", None)
-    if getattr(args, "tie_word_embeddings", False) and hasattr(inner, "embed_tokens"):
+    tied = getattr(args, "tie_word_embeddings", False) or getattr(
+        model, "tie_word_embeddings", False
+    )
+    if tied and hasattr(inner, "embed_tokens"):  # gemma3 keeps the flag on the model
         return inner, inner.embed_tokens.as_linear
     return None, None
 

@@ -425,7 +425,7 @@ def test_unsupported_architecture(tmp_path):
     writer = gguf.GGUFWriter(str(tmp_path / "neox.gguf"), "gptneox")
     writer.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
     finish(writer)
-    with pytest.raises(ModelLoadError, match=r"holds a 'gptneox' model.*'llama' and 'qwen2'"):
+    with pytest.raises(ModelLoadError, match=r"holds a 'gptneox' model.*'llama', 'phi3', 'qwen2'"):
         load_gguf(tmp_path / "neox.gguf")
 
 
