@@ -106,6 +106,16 @@ def _read_header(path: str) -> tuple[dict[str, Any], dict[str, _Tensor]]:
             if vtype != 9:
                 return take(_SCALAR[vtype])
             etype, n = take("I"), take("Q")
+            if etype == 8:  # strings (a vocabulary, merges): one tight loop, no calls
+                out, p = [], pos
+                for _ in range(n):
+                    ln = int.from_bytes(buf[p : p + 8], "little")
+                    p += 8 + ln
+                    out.append(buf[p - ln : p].decode("utf-8", errors="replace"))
+                if p > len(buf):
+                    raise ValueError("the header is truncated")
+                pos = p
+                return out
             if etype not in _SCALAR:
                 return [value(etype) for _ in range(n)]
             pos += n * struct.calcsize(_SCALAR[etype])
@@ -265,8 +275,28 @@ def _model_args(meta: dict[str, Any], arch: str, tensors: dict[str, _Tensor]) ->
     return args
 
 
+def _cpu_weights(
+    path: str, tensors: dict[str, _Tensor], heads: tuple[int, int] | None, encoded: bool
+) -> tuple[dict[str, mx.array], dict[str, Any]] | None:
+    """The CPU loads: weights dequantized by `qweights` (exactly gguf-py's values), dense
+    float32 or, with `encoded`, matrices kept in the file's encoding. None where the native
+    kernels cannot be built (the caller falls back to `_load_weights`)."""
+    from . import qweights
+
+    if qweights.library() is None:
+        return None
+    names = {name: _hf_name(name) for name in tensors}
+    orders = {}
+    for hf in names.values():
+        proj = hf.rsplit(".", 2)[-2]
+        if heads and proj in ("q_proj", "k_proj"):  # llama: undo the converter's permutation
+            t = tensors[next(n for n, h in names.items() if h == hf)]
+            orders[hf] = qweights.row_order(t.shape[0], heads[proj == "k_proj"])
+    return qweights.load_cpu_weights(path, tensors, names, orders, keep_encoded=encoded)
+
+
 def load_gguf(
-    path: str | os.PathLike, *, dtype: mx.Dtype | None = None
+    path: str | os.PathLike, *, dtype: mx.Dtype | None = None, encoded: bool = False
 ) -> tuple[nn.Module, GGUFTokenizer, GGUFInfo]:
     """Load a llama or qwen2 GGUF file as an mlx-lm model, its tokenizer and its info.
 
@@ -275,6 +305,10 @@ def load_gguf(
         dtype: `mx.float32` dequantizes every weight to dense float32 (the CPU path).
             `None` keeps what the file holds: Q4_0, Q4_1 and Q8_0 stay MLX-quantized and
             other quantized types become float16. Another float dtype casts every weight.
+        encoded: (CPU) keep every matrix in the file's encoding, memory-mapped, as
+            `qweights.GGUFLinear` / `GGUFEmbedding` modules that compute in float32 over
+            a dequantized scratch; the scores equal the dense float32 path's. Other
+            tensors are float32. Overrides `dtype`.
 
     Returns:
         The model (`mlx_lm.models.llama.Model` or `qwen2.Model`, in eval mode, weights
@@ -316,8 +350,13 @@ def load_gguf(
     module = llama if arch == "llama" else qwen2
     args = module.ModelArgs.from_dict(arg_dict)
     heads = (args.num_attention_heads, args.num_key_value_heads) if arch == "llama" else None
+    encoded_weights: dict[str, Any] = {}
     try:
-        weights, quantized = _load_weights(path, tensors, dtype, heads)
+        cpu = _cpu_weights(path, tensors, heads, encoded) if encoded or dtype == mx.float32 else None
+        if cpu is not None:
+            (weights, encoded_weights), quantized = cpu, {}
+        else:
+            weights, quantized = _load_weights(path, tensors, dtype, heads)
     except (ValueError, OSError) as e:
         raise ModelLoadError(
             f"The tensors of {path!r} cannot be read ({e}); the file may be truncated. "
@@ -330,6 +369,10 @@ def load_gguf(
             rope = _FreqsRoPE(arg_dict["head_dim"], args.rope_theta, factors.astype(mx.float32))
             layer.self_attn.rope = rope
     nn.quantize(model, class_predicate=lambda p, _: quantized.get(p, False))
+    if encoded_weights:
+        from .qweights import install
+
+        install(model, encoded_weights, weights)
     try:
         model.load_weights(list(model.sanitize(weights).items()), strict=True)
     except ValueError as e:

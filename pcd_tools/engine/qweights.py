@@ -67,9 +67,13 @@ GGML_TYPES: dict[str, tuple[int, int, int]] = {
     "Q6_K": (14, 256, 210),
     "BF16": (30, 1, 2),
 }
-# Float32 bytes of one dequantized panel: small enough to stay in L2/L3 while the GEMM
-# reads it, large enough that the BLAS's per-call packing of x is amortised.
-PANEL_BYTES = int(os.environ.get("PCD_QPANEL_BYTES", 4 << 20))
+# Float32 bytes of one dequantized panel (the per-thread scratch). A matrix that fits is
+# multiplied in one GEMM call, as the dense path does: bit-identical results. Larger ones
+# (output heads, 7B MLPs) go in panels; OpenBLAS then blocks the GEMM differently and
+# results differ from one call by a few float32 ulps (measured <= 6e-7 relative).
+# One call was also the fastest measured (1 MB to 16 MB panels: 1.4-2.6x slower than one
+# call on a contended 2-core EPYC; BENCHMARKS.md).
+PANEL_BYTES = int(os.environ.get("PCD_QPANEL_BYTES", 64 << 20))
 
 _lock = threading.Lock()
 _lib: Any = None
@@ -291,3 +295,86 @@ class GGUFEmbedding(nn.Module):
         lead = x.shape[:-1]
         y = self.weight.matmul(_as_numpy(x).reshape(-1, x.shape[-1]), _threads())
         return mx.array(y).reshape(*lead, self.weight.shape[0])
+
+
+def row_order(rows: int, n_head: int) -> np.ndarray:
+    """The row order that undoes llama.cpp's Q/K `permute` (gguf `_unpermute` on indices)."""
+    idx = np.arange(rows, dtype=np.int32)
+    return idx.reshape(n_head, rows // n_head // 2, 2).swapaxes(1, 2).reshape(-1)
+
+
+def load_cpu_weights(
+    path: str,
+    tensors: dict[str, Any],
+    hf_names: dict[str, str],
+    row_orders: dict[str, np.ndarray],
+    keep_encoded: bool,
+    threads: int | None = None,
+) -> tuple[dict[str, Any], dict[str, QTensor]]:
+    """Read a GGUF file's tensors for a CPU model.
+
+    Args:
+        path: The file.
+        tensors: GGUF name -> its `_Tensor` (type, numpy-order shape, absolute offset).
+        hf_names: GGUF name -> mlx-lm parameter name.
+        row_orders: mlx-lm parameter name -> row order (llama's Q/K weights and biases).
+        keep_encoded: Keep 2-D weights in the file's encoding (`QTensor`s over the
+            memory-mapped file); False dequantizes them to dense float32.
+        threads: Threads for dequantizing (default: all CPUs).
+
+    Returns:
+        Dense float32 MLX arrays by mlx-lm name (vectors, and matrices when not kept
+        encoded), and `QTensor`s by mlx-lm module name ("model.layers.0.mlp.up_proj").
+    """
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
+
+    threads = threads or os.cpu_count() or 1
+    mm = np.memmap(path, np.uint8, "r")
+    dense: dict[str, Any] = {}
+    encoded: dict[str, QTensor] = {}
+    for name, t in tensors.items():
+        hf = hf_names[name]
+        order = row_orders.get(hf)
+        block, nbytes = GGML_QUANT_SIZES[GGMLQuantizationType[t.type]]
+        rows = int(np.prod(t.shape[:-1])) if len(t.shape) > 1 else 1
+        row_bytes = t.shape[-1] // block * nbytes
+        raw = mm[t.offset : t.offset + rows * row_bytes]
+        if raw.size != rows * row_bytes:
+            raise ValueError(f"tensor {name} runs past the end of the file")
+        raw = raw.reshape(rows, row_bytes)
+        if t.type not in GGML_TYPES:  # e.g. IQ*: gguf-py, dense
+            w = quants.dequantize(np.asarray(raw), GGMLQuantizationType[t.type])
+            w = w.reshape(t.shape).astype(np.float32)
+            dense[hf] = mx.array(w[order] if order is not None else w)
+            continue
+        qt = QTensor(raw, t.type, int(t.shape[-1]), order if len(t.shape) == 2 else None)
+        if keep_encoded and len(t.shape) == 2 and hf.endswith(".weight"):
+            encoded[hf.removesuffix(".weight")] = qt
+            continue
+        w = qt.dequantize(threads=threads).reshape(t.shape)
+        if order is not None and len(t.shape) == 1:
+            w = w[order]
+        dense[hf] = mx.array(w)
+    return dense, encoded
+
+
+def install(model: Any, encoded: dict[str, QTensor], biases: dict[str, Any]) -> None:
+    """Put `GGUFLinear` / `GGUFEmbedding` modules in place of the model's dense ones.
+
+    Args:
+        model: The freshly built mlx-lm model.
+        encoded: `QTensor`s by module name (from `load_cpu_weights`).
+        biases: Float32 weights by parameter name, where the replaced modules' biases are.
+    """
+    for module_name, qt in encoded.items():
+        *parents, leaf = module_name.split(".")
+        parent: Any = model
+        for part in parents:
+            parent = parent[int(part)] if isinstance(parent, list) else getattr(parent, part)
+        old = getattr(parent, leaf)
+        if isinstance(old, nn.Embedding):
+            setattr(parent, leaf, GGUFEmbedding(qt))
+        elif isinstance(old, nn.Linear):
+            setattr(parent, leaf, GGUFLinear(qt, biases.get(f"{module_name}.bias")))
+        else:
+            raise ValueError(f"{module_name} is a {type(old).__name__}, not a Linear or Embedding")
