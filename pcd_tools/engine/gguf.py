@@ -351,10 +351,15 @@ def load_gguf(
     args = module.ModelArgs.from_dict(arg_dict)
     heads = (args.num_attention_heads, args.num_key_value_heads) if arch == "llama" else None
     encoded_weights: dict[str, Any] = {}
+    quantized: dict[str, dict] = {}
     try:
-        cpu = _cpu_weights(path, tensors, heads, encoded) if encoded or dtype == mx.float32 else None
+        cpu = (
+            _cpu_weights(path, tensors, heads, encoded)
+            if encoded or (dtype is not None and dtype == mx.float32)
+            else None
+        )
         if cpu is not None:
-            (weights, encoded_weights), quantized = cpu, {}
+            weights, encoded_weights = cpu
         else:
             weights, quantized = _load_weights(path, tensors, dtype, heads)
     except (ValueError, OSError) as e:

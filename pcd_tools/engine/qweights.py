@@ -141,9 +141,7 @@ class QTensor:
             un-permuted Q/K rows).
     """
 
-    def __init__(
-        self, data: np.ndarray, type_name: str, cols: int, rows: np.ndarray | None = None
-    ):
+    def __init__(self, data: np.ndarray, type_name: str, cols: int, rows: np.ndarray | None = None):
         if type_name not in GGML_TYPES:
             raise ValueError(
                 f"tensor type {type_name} has no CPU kernel; supported: {sorted(GGML_TYPES)}"
@@ -192,9 +190,7 @@ class QTensor:
                 raise ValueError(f"cannot dequantize a {self.type_name} tensor of {self.shape}")
         return out if rows is None else out.reshape(*np.shape(rows), self.shape[1])
 
-    def matmul(
-        self, x: np.ndarray, threads: int = 1, bias: np.ndarray | None = None
-    ) -> np.ndarray:
+    def matmul(self, x: np.ndarray, threads: int = 1, bias: np.ndarray | None = None) -> np.ndarray:
         """x (m, cols) float32 times this tensor transposed (+ bias): (m, rows) float32."""
         lib = library()
         gemm = sgemm_address()
