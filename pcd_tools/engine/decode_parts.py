@@ -37,7 +37,9 @@ def _dense(layer: Any) -> tuple[np.ndarray, np.ndarray | None]:
     """A linear layer's float32 weight (out, in) and bias."""
     import mlx.nn as nn
 
-    if isinstance(layer, nn.QuantizedLinear):
+    if getattr(layer, "gguf_encoded", False):  # qweights.GGUFLinear: dequantize this one only
+        w = mx.array(layer.weight.dequantize(threads=2))
+    elif isinstance(layer, nn.QuantizedLinear):
         w = mx.dequantize(layer.weight, layer.scales, layer.biases, layer.group_size, layer.bits)
     elif isinstance(layer, nn.Linear):
         w = layer.weight
@@ -49,6 +51,8 @@ def _dense(layer: Any) -> tuple[np.ndarray, np.ndarray | None]:
 def _embedding(emb: Any) -> np.ndarray:
     import mlx.nn as nn
 
+    if getattr(emb, "gguf_encoded", False):  # qweights.GGUFEmbedding
+        return emb.weight.dequantize(threads=2)
     if isinstance(emb, nn.QuantizedEmbedding):
         return _np(mx.dequantize(emb.weight, emb.scales, emb.biases, emb.group_size, emb.bits))
     return _np(emb.weight)

