@@ -1,0 +1,384 @@
+"""`y = x @ W^T` with W kept in its GGUF block encoding: int8 and bf16 CPU kernels.
+
+A Linear module calls `prepare(raw, ggml_type, shape)` once per weight matrix and then
+`matrix.matmul(x)` per pass. The weight bytes are kept as they are in the file (a view,
+no copy: memory is the file's size); each call decodes panels of 16 output columns into
+a per-thread scratch and reuses each panel for every row, so the decoding is paid once
+per matrix per pass, divided over hundreds of prefill rows.
+
+Modes:
+
+- ``int8`` (every CPU): as llama.cpp computes it. Each activation row is quantized per
+  block of 32 (scale ``max|x| / 127``, plus the block sum where the weight type has a
+  minimum), integer dot products of 4-byte groups are taken per block and accumulated
+  in float32 with the product of the two scales. Kernels, picked at run time:
+  ``avx512vnni`` (``vpdpbusd`` on 512 bits, two blocks a register), ``avxvnni`` (the
+  same on 256 bits), ``avx2`` (``vpmaddubsw`` + ``vpmaddwd``, with the sign trick so the
+  16-bit pairs cannot saturate), ``scalar`` (portable C). ``scalar``, ``avx2`` and
+  ``avxvnni`` give bit-identical results; ``avx512vnni`` sums its float lanes in another
+  order (equal within float32 rounding).
+- ``bf16`` (AVX-512 BF16 CPUs only): activations and the dequantized panel rounded to
+  bf16, products summed in float32 by ``vdpbf16ps``.
+
+Supported weight types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K (rows whose
+length is a multiple of the type's block: 32, or 256 for the K-quants).
+
+Which route won, and why (2-core AMD EPYC, AVX2 + FMA, no AVX-512, no VNNI, shared
+machine; `python benchmarks/qgemm.py`; the numbers are in BENCHMARKS.md, "Quantized
+GEMM kernels"). See BENCHMARKS.md for the table; in short: on this AVX2-only machine the
+int8 kernel does not beat float32 sgemm over already-dense weights, because
+``vpmaddubsw`` + ``vpmaddwd`` + the float scaling per block of 32 cost about as many
+instructions per multiply-add as FMA does; it beats dequantize + sgemm (the per-matrix
+scratch route of issue 30) and keeps memory at the file's size. On AVX-512 VNNI CPUs
+(Zen 4/5) one ``vpdpbusd`` does 64 multiply-adds against 16 for an FMA, which is where
+the int8 route is expected to win (not measurable here). oneDNN (pip ``onednn``
+2026.1) ships only ``libdnnl.so`` without Python bindings and has no GGUF block
+formats, so it would need its own repacking and a ctypes binding of its C API; ggml has
+no binary wheel with a usable Python binding on PyPI (``llama-cpp-python`` builds from
+source), so neither was measured.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pcd_tools.errors import InvalidArgumentError, NativeBuildError
+
+from .native import compile_c
+
+__all__ = [
+    "GGML_TYPES",
+    "QuantizedMatrix",
+    "available_modes",
+    "available_paths",
+    "isa",
+    "prepare",
+    "quantize_activations",
+]
+
+_SOURCE = Path(__file__).with_name("_qgemm.c")
+
+#: GGML type ids (ggml.h) of the weight encodings these kernels read.
+GGML_TYPES: dict[str, int] = {
+    "Q4_0": 2,
+    "Q4_1": 3,
+    "Q5_0": 6,
+    "Q5_1": 7,
+    "Q8_0": 8,
+    "Q4_K": 12,
+    "Q5_K": 13,
+    "Q6_K": 14,
+}
+_NAMES = {v: k for k, v in GGML_TYPES.items()}
+# (bytes, elements) of one block
+_BLOCKS = {2: (18, 32), 3: (20, 32), 6: (22, 32), 7: (24, 32), 8: (34, 32)}
+_BLOCKS.update({12: (144, 256), 13: (176, 256), 14: (210, 256)})
+
+#: kernel names and their ids in `_qgemm.c` (PATH_*)
+PATHS: dict[str, int] = {
+    "scalar": 1,
+    "avx2": 2,
+    "avxvnni": 3,
+    "avx512vnni": 4,
+    "avx512bf16": 5,
+}
+_PATH_NAMES = {v: k for k, v in PATHS.items()}
+_QB = 32
+
+_lock = threading.Lock()
+_lib: Any = None
+
+
+def _library() -> Any:
+    """Build (once, in the cache) and load `_qgemm.c`, its functions declared.
+
+    Raises:
+        NativeBuildError: No C compiler, a failed compile, or a library that does not load.
+    """
+    global _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        path, _ = compile_c(
+            _SOURCE,
+            "qgemm",
+            flags=("-O3", "-fno-math-errno", "-ffp-contract=off"),
+            libs=("-lpthread", "-lm"),
+        )
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as exc:
+            raise NativeBuildError(f"cannot load {path}: {exc}") from exc
+        p, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
+        lib.pcd_qgemm_block.argtypes = [i32, p]
+        lib.pcd_qgemm_block.restype = i32
+        lib.pcd_qgemm_has_path.argtypes = [i32]
+        lib.pcd_qgemm_has_path.restype = i32
+        lib.pcd_qgemm_quantize.argtypes = [p, i64, i32, i32, p, p, p, i32]
+        lib.pcd_qgemm_quantize.restype = i32
+        lib.pcd_qgemm_int8.argtypes = [i32, p, i32, i32, p, p, p, i32, p, i64, i32, i32]
+        lib.pcd_qgemm_int8.restype = i32
+        lib.pcd_qgemm_bf16.argtypes = [i32, p, i32, i32, p, i64, i32, p, i64, i32]
+        lib.pcd_qgemm_bf16.restype = i32
+        lib.pcd_qgemm_dequantize.argtypes = [i32, p, i64, i32, i32, i32, p]
+        lib.pcd_qgemm_dequantize.restype = None
+        _lib = lib
+        return lib
+
+
+def available_paths() -> list[str]:
+    """Kernels this CPU runs, fastest int8 one first among the int8 ones.
+
+    Returns:
+        Names from ``scalar``, ``avx2``, ``avxvnni``, ``avx512vnni``, ``avx512bf16``.
+    """
+    lib = _library()
+    return [n for n, i in sorted(PATHS.items(), key=lambda kv: -kv[1]) if lib.pcd_qgemm_has_path(i)]
+
+
+def isa() -> str:
+    """The int8 kernel `matmul` picks on this CPU (for ``pcd models --doctor``).
+
+    Returns:
+        ``avx512vnni``, ``avxvnni``, ``avx2`` or ``scalar``.
+    """
+    return _PATH_NAMES[int(_library().pcd_qgemm_has_path(0))]
+
+
+def available_modes() -> list[str]:
+    """Compute modes this CPU runs: ``int8`` always (portable C at worst), ``bf16`` with
+    AVX-512 BF16.
+
+    Returns:
+        A list from ``["int8", "bf16"]``.
+    """
+    modes = ["int8"]
+    if _library().pcd_qgemm_has_path(PATHS["avx512bf16"]):
+        modes.append("bf16")
+    return modes
+
+
+def _type_id(ggml_type: int | str) -> int:
+    if isinstance(ggml_type, str):
+        tid = GGML_TYPES.get(ggml_type.upper())
+    elif isinstance(ggml_type, (int, np.integer)) and not isinstance(ggml_type, bool):
+        tid = int(ggml_type) if int(ggml_type) in _NAMES else None
+    else:
+        tid = getattr(ggml_type, "value", None)  # a gguf.GGMLQuantizationType
+        tid = tid if tid in _NAMES else None
+    if tid is None:
+        raise InvalidArgumentError(
+            f"weight type {ggml_type!r} is not supported by the int8 / bf16 kernels; "
+            f"supported: {', '.join(GGML_TYPES)} (by name or GGML type id)"
+        )
+    return tid
+
+
+@dataclass(frozen=True)
+class QuantizedMatrix:
+    """A weight matrix ``[n, k]`` in its GGUF block encoding, ready for `matmul`.
+
+    Attributes:
+        raw: The file's bytes of the matrix (a uint8 view; not copied).
+        ggml_type: GGML type id.
+        n: Output features (rows of W).
+        k: Input features (columns of W).
+    """
+
+    raw: np.ndarray
+    ggml_type: int
+    n: int
+    k: int
+
+    @property
+    def type_name(self) -> str:
+        """The encoding's name, such as ``Q4_K``."""
+        return _NAMES[self.ggml_type]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the matrix holds in memory (the file's bytes)."""
+        return int(self.raw.nbytes)
+
+    def _x(self, x: Any) -> tuple[np.ndarray, tuple[int, ...]]:
+        arr = np.asarray(x)
+        if arr.dtype != np.float32:
+            raise InvalidArgumentError(
+                f"matmul takes float32 activations; got dtype {arr.dtype} "
+                "(convert with .astype(np.float32) first)"
+            )
+        if arr.ndim == 0 or arr.shape[-1] != self.k:
+            raise InvalidArgumentError(
+                f"activations of shape {arr.shape} do not match this {self.type_name} "
+                f"matrix of shape ({self.n}, {self.k}): the last dimension must be {self.k}"
+            )
+        lead = arr.shape[:-1]
+        return np.ascontiguousarray(arr.reshape(-1, self.k)), lead
+
+    def matmul(
+        self, x: Any, mode: str = "int8", path: str | None = None, threads: int | None = None
+    ) -> np.ndarray:
+        """Return ``x @ W^T`` in float32.
+
+        Args:
+            x: float32 activations ``[..., k]`` (numpy, or anything `np.asarray` reads,
+                such as an evaluated ``mx.array``).
+            mode: ``int8`` (activations quantized per block of 32) or ``bf16``.
+            path: Force one int8 kernel (a name from `available_paths`); None picks the
+                fastest this CPU has.
+            threads: Threads to use; None: `cpus.usable_cpus()`.
+
+        Returns:
+            float32 ``[..., n]``.
+
+        Raises:
+            InvalidArgumentError: Activations of another dtype or width, an unknown mode
+                or path, or a mode / path this CPU cannot run.
+        """
+        lib = _library()
+        x2, lead = self._x(x)
+        rows = x2.shape[0]
+        nthreads = _threads(threads)
+        y = np.empty((rows, self.n), dtype=np.float32)
+        if rows == 0:
+            return y.reshape(*lead, self.n)
+        raw = self.raw.ctypes.data
+        if mode == "int8":
+            pid = 0 if path is None else PATHS.get(path, -1)
+            if pid in (-1, PATHS["avx512bf16"]):
+                raise InvalidArgumentError(
+                    f"int8 kernel {path!r} is unknown; one of: scalar, avx2, avxvnni, avx512vnni"
+                )
+            if pid and not lib.pcd_qgemm_has_path(pid):
+                raise InvalidArgumentError(
+                    f"this CPU cannot run the {path} kernel; it runs {available_paths()}"
+                )
+            xq, dx, xs = quantize_activations(x2, threads=nthreads)
+            rc = lib.pcd_qgemm_int8(
+                self.ggml_type, raw, self.n, self.k, xq.ctypes.data, dx.ctypes.data,
+                xs.ctypes.data, rows, y.ctypes.data, self.n, pid, nthreads,
+            )  # fmt: skip
+        elif mode == "bf16":
+            if path not in (None, "avx512bf16"):
+                raise InvalidArgumentError(f"bf16 mode has one kernel, avx512bf16; got {path!r}")
+            if "bf16" not in available_modes():
+                raise InvalidArgumentError(
+                    "bf16 mode needs AVX-512 BF16, which this CPU lacks; "
+                    f"it runs {available_modes()}"
+                )
+            rc = lib.pcd_qgemm_bf16(
+                self.ggml_type, raw, self.n, self.k, x2.ctypes.data, self.k, rows,
+                y.ctypes.data, self.n, nthreads,
+            )  # fmt: skip
+        else:
+            raise InvalidArgumentError(f"mode must be 'int8' or 'bf16'; got {mode!r}")
+        if rc == 1:
+            raise MemoryError("qgemm: no thread could allocate its panel scratch")
+        if rc != 0:  # validated above: a mismatch between this module and the C file
+            raise NativeBuildError(f"_qgemm.c returned {rc} for a validated call")
+        return y.reshape(*lead, self.n)
+
+    def dequantize(self) -> np.ndarray:
+        """Return W as dense float32 ``[n, k]`` (the reference, and the scratch route).
+
+        Returns:
+            float32 ``[n, k]``.
+        """
+        out = np.empty((self.n, self.k), dtype=np.float32)
+        rb = self.raw.nbytes // self.n
+        _library().pcd_qgemm_dequantize(
+            self.ggml_type, self.raw.ctypes.data, rb, self.k, 0, self.n, out.ctypes.data
+        )
+        return out
+
+
+def _threads(threads: int | None) -> int:
+    if threads is None:
+        from .cpus import usable_cpus
+
+        return usable_cpus()
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise InvalidArgumentError(f"threads must be an int >= 1 or None; got {threads!r}")
+    return threads
+
+
+def prepare(raw: Any, ggml_type: int | str, shape: tuple[int, int]) -> QuantizedMatrix:
+    """Wrap a GGUF weight matrix for `QuantizedMatrix.matmul`, without copying it.
+
+    Args:
+        raw: The matrix's bytes as stored in the file (bytes, memoryview, or a numpy
+            array such as ``gguf.ReaderTensor.data``; a C-contiguous one is not copied).
+        ggml_type: GGML type id or name (``"Q4_K"``), or a ``gguf.GGMLQuantizationType``.
+        shape: ``(n, k)``: output features, input features (numpy order; GGUF's
+            ``ne`` is ``(k, n)``).
+
+    Returns:
+        The matrix.
+
+    Raises:
+        InvalidArgumentError: An unsupported type, a shape whose rows are not whole
+            blocks, or a byte count that does not match the shape.
+    """
+    tid = _type_id(ggml_type)
+    try:
+        n, k = (int(v) for v in shape)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"shape must be (n, k); got {shape!r}") from exc
+    bb, be = _BLOCKS[tid]
+    name = _NAMES[tid]
+    if n < 1 or k < 1 or k % be:
+        raise InvalidArgumentError(
+            f"{name} rows hold whole blocks of {be} values: k={k} is not a positive "
+            f"multiple of {be} (shape {(n, k)})"
+        )
+    arr = np.frombuffer(raw, dtype=np.uint8) if isinstance(raw, (bytes, bytearray, memoryview)) else np.asarray(raw)
+    arr = arr.reshape(-1).view(np.uint8) if arr.dtype != np.uint8 else arr.reshape(-1)
+    want = n * (k // be) * bb
+    if arr.nbytes != want:
+        raise InvalidArgumentError(
+            f"a {name} matrix of shape {(n, k)} takes {want} bytes; got {arr.nbytes}"
+        )
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    return QuantizedMatrix(arr, tid, n, k)
+
+
+def quantize_activations(
+    x: np.ndarray, threads: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Quantize float32 rows per block of 32 as the int8 kernels do.
+
+    Args:
+        x: float32 ``[rows, k]``, k a multiple of 32.
+        threads: Threads to use; None: `cpus.usable_cpus()`.
+
+    Returns:
+        ``xq`` int8 ``[rows, k]``; ``dx`` float32 ``[rows, k / 32]`` (``max|x| / 127``
+        per block); ``xs`` float32 ``[rows, k / 32]`` (``dx * sum(xq)`` per block).
+
+    Raises:
+        InvalidArgumentError: Not a 2-D float32 array, or k not a multiple of 32.
+    """
+    x = np.ascontiguousarray(x)
+    if x.ndim != 2 or x.dtype != np.float32 or x.shape[1] % _QB:
+        raise InvalidArgumentError(
+            f"quantize_activations takes float32 [rows, k] with k a multiple of 32; "
+            f"got {x.dtype} {x.shape}"
+        )
+    rows, k = x.shape
+    xq = np.empty((rows, k), dtype=np.int8)
+    dx = np.empty((rows, k // _QB), dtype=np.float32)
+    xs = np.empty((rows, k // _QB), dtype=np.float32)
+    rc = _library().pcd_qgemm_quantize(
+        x.ctypes.data, k, rows, k, xq.ctypes.data, dx.ctypes.data, xs.ctypes.data,
+        _threads(threads),
+    )  # fmt: skip
+    if rc:
+        raise MemoryError("qgemm: activation quantization could not start its threads")
+    return xq, dx, xs
