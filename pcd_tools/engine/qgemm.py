@@ -337,7 +337,11 @@ def prepare(raw: Any, ggml_type: int | str, shape: tuple[int, int]) -> Quantized
             f"{name} rows hold whole blocks of {be} values: k={k} is not a positive "
             f"multiple of {be} (shape {(n, k)})"
         )
-    arr = np.frombuffer(raw, dtype=np.uint8) if isinstance(raw, (bytes, bytearray, memoryview)) else np.asarray(raw)
+    arr = (
+        np.frombuffer(raw, dtype=np.uint8)
+        if isinstance(raw, (bytes, bytearray, memoryview))
+        else np.asarray(raw)
+    )
     arr = arr.reshape(-1).view(np.uint8) if arr.dtype != np.uint8 else arr.reshape(-1)
     want = n * (k // be) * bb
     if arr.nbytes != want:
