@@ -92,10 +92,9 @@ int pcd_qgemm_block(int type, int *elems) {
     return b;
 }
 
-/* 1 if w has a float minimum per block (y needs the xs pass). */
-static int has_min(int type) {
-    return type == T_Q4_1 || type == T_Q5_1 || type == T_Q4_K || type == T_Q5_K;
-}
+/* 1 if the decoded w has a float minimum per block (y needs the xs pass): the types with
+ * a minimum, and Q4_0 / Q5_0, decoded unsigned (q in 0..31) with -8 d / -16 d as minimum. */
+static int has_min(int type) { return type != T_Q8_0 && type != T_Q6_K; }
 
 static void k4_scale_min(int j, const uint8_t *s, int *sc, int *m) {
     if (j < 4) {
@@ -115,15 +114,14 @@ static void k4_scale_min(int j, const uint8_t *s, int *sc, int *m) {
         for (int b = 0; b < nb; b++) {                                                     \
             const uint8_t *blk = src + (int64_t)b * (type == T_Q4_0 ? 18 : 20);            \
             const uint8_t *qs = blk + (type == T_Q4_0 ? 2 : 4);                            \
-            int off = type == T_Q4_0 ? 8 : 0;                                              \
             int8_t *o = q + b * QB;                                                        \
             for (int j = 0; j < 16; j++) {                                                 \
-                o[j] = (int8_t)((qs[j] & 15) - off);                                       \
-                o[j + 16] = (int8_t)((qs[j] >> 4) - off);                                  \
+                o[j] = (int8_t)(qs[j] & 15);                                               \
+                o[j + 16] = (int8_t)(qs[j] >> 4);                                          \
             }                                                                              \
             float d = h2f(blk);                                                            \
             sc[2 * b] = sc[2 * b + 1] = d;                                                 \
-            mn[b] = type == T_Q4_0 ? 0.0f : h2f(blk + 2);                                  \
+            mn[b] = type == T_Q4_0 ? -8.0f * d : h2f(blk + 2);                             \
         }                                                                                  \
         break;                                                                             \
     case T_Q5_0: case T_Q5_1:                                                              \
@@ -133,15 +131,14 @@ static void k4_scale_min(int j, const uint8_t *s, int *sc, int *m) {
             const uint8_t *qs = qhp + 4;                                                   \
             uint32_t qh = (uint32_t)qhp[0] | ((uint32_t)qhp[1] << 8) |                     \
                           ((uint32_t)qhp[2] << 16) | ((uint32_t)qhp[3] << 24);             \
-            int off = type == T_Q5_0 ? 16 : 0;                                             \
             int8_t *o = q + b * QB;                                                        \
             for (int j = 0; j < 16; j++) {                                                 \
-                o[j] = (int8_t)(((qs[j] & 15) | (((qh >> j) & 1) << 4)) - off);            \
-                o[j + 16] = (int8_t)(((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - off); \
+                o[j] = (int8_t)((qs[j] & 15) | (((qh >> j) & 1) << 4));                    \
+                o[j + 16] = (int8_t)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));        \
             }                                                                              \
             float d = h2f(blk);                                                            \
             sc[2 * b] = sc[2 * b + 1] = d;                                                 \
-            mn[b] = type == T_Q5_0 ? 0.0f : h2f(blk + 2);                                  \
+            mn[b] = type == T_Q5_0 ? -16.0f * d : h2f(blk + 2);                            \
         }                                                                                  \
         break;                                                                             \
     case T_Q8_0:                                                                           \
@@ -381,8 +378,9 @@ AVX2_T AI float hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-AVX2_T AI void micro_avx2_rc(const int R, const int C, const int8_t *xq, const float *dx,
-                             const int8_t *q, const float *sc, int k, float *y, int64_t ldy) {
+AVX2_T AI void micro_avx2_rc(const int R, const int C, const int U, const int8_t *xq,
+                             const float *dx, const int8_t *q, const float *sc, int k, float *y,
+                             int64_t ldy) {
     int nb = k / QB;
     __m256 acc[RB][CB];
     for (int r = 0; r < R; r++)
@@ -393,7 +391,7 @@ AVX2_T AI void micro_avx2_rc(const int R, const int C, const int8_t *xq, const f
         __m256 s[CB];
         for (int c = 0; c < C; c++) {
             w[c] = _mm256_loadu_si256((const __m256i *)(q + (int64_t)c * k + b * QB));
-            aw[c] = _mm256_abs_epi8(w[c]);
+            aw[c] = U ? w[c] : _mm256_abs_epi8(w[c]);
             const float *p = sc + (int64_t)c * 2 * nb + 2 * b;
             s[c] = _mm256_set_m128(_mm_set1_ps(p[1]), _mm_set1_ps(p[0]));
         }
@@ -401,7 +399,7 @@ AVX2_T AI void micro_avx2_rc(const int R, const int C, const int8_t *xq, const f
             __m256i x = _mm256_loadu_si256((const __m256i *)(xq + (int64_t)r * k + b * QB));
             __m256 d = _mm256_set1_ps(dx[(int64_t)r * nb + b]);
             for (int c = 0; c < C; c++) {
-                __m256i p = _mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(x, w[c]));
+                __m256i p = _mm256_maddubs_epi16(aw[c], U ? x : _mm256_sign_epi8(x, w[c]));
                 __m256i i = _mm256_madd_epi16(p, ones);
                 acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(d, s[c]), acc[r][c]);
             }
@@ -411,11 +409,20 @@ AVX2_T AI void micro_avx2_rc(const int R, const int C, const int8_t *xq, const f
         for (int c = 0; c < C; c++) y[(int64_t)r * ldy + c] = hsum256(acc[r][c]);
 }
 
+/* signed weights (Q8_0, Q6_K): maddubs(|q|, sign(xq, q)) */
 AVX2_T static void micro_avx2(int R, int C, const int8_t *xq, const float *dx, const int8_t *q,
                               const float *sc, int k, float *y, int64_t ldy) {
-    if (R == RB && C == CB) micro_avx2_rc(RB, CB, xq, dx, q, sc, k, y, ldy);
-    else if (C == CB) micro_avx2_rc(R < 1 ? 1 : R, CB, xq, dx, q, sc, k, y, ldy);
-    else micro_avx2_rc(R, 1, xq, dx, q, sc, k, y, ldy);
+    if (R == RB && C == CB) micro_avx2_rc(RB, CB, 0, xq, dx, q, sc, k, y, ldy);
+    else if (C == CB) micro_avx2_rc(R < 1 ? 1 : R, CB, 0, xq, dx, q, sc, k, y, ldy);
+    else micro_avx2_rc(R, 1, 0, xq, dx, q, sc, k, y, ldy);
+}
+
+/* unsigned weights (q in 0..31: every other type): maddubs(q, xq) */
+AVX2_T static void micro_avx2_u(int R, int C, const int8_t *xq, const float *dx,
+                                const int8_t *q, const float *sc, int k, float *y, int64_t ldy) {
+    if (R == RB && C == CB) micro_avx2_rc(RB, CB, 1, xq, dx, q, sc, k, y, ldy);
+    else if (C == CB) micro_avx2_rc(R < 1 ? 1 : R, CB, 1, xq, dx, q, sc, k, y, ldy);
+    else micro_avx2_rc(R, 1, 1, xq, dx, q, sc, k, y, ldy);
 }
 
 /* AVX-VNNI (VEX, 256-bit): same lanes and float operations as AVX2. */
@@ -673,7 +680,8 @@ int pcd_qgemm_int8(int type, const uint8_t *w, int n, int k, const int8_t *xq, c
     if (path != PATH_SCALAR) {
         j.decode = decode_row_avx2;
         j.vec_min = 1;
-        j.micro = path == PATH_AVX2 ? micro_avx2 : path == PATH_AVXVNNI ? micro_avxvnni : micro_avx512vnni;
+        j.micro = path == PATH_AVXVNNI ? micro_avxvnni : path == PATH_AVX512VNNI ? micro_avx512vnni
+                  : has_min(type) ? micro_avx2_u : micro_avx2;
     }
 #endif
     int ntasks = (n + NC - 1) / NC;
