@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             methods["sgemm"] = lambda xm=xm, w=w: mx.eval(mx.matmul(xm, w.T))
             methods["deq+sgemm"] = deq_sgemm
             times: dict[str, list[float]] = {name: [] for name in methods}
-            for name, fn in methods.items():  # warm-up
+            for fn in methods.values():  # warm-up
                 fn()
             for _ in range(args.rounds):
                 for name, fn in methods.items():

@@ -19,6 +19,9 @@
  * same float operations in the same order); AVX-512 VNNI holds two blocks per register
  * (16 lanes), so its float sums are ordered differently (equal within rounding).
  *
+ * K-quant mode (Q4_K, Q5_K, Q6_K with activations per 256, as llama.cpp's Q8_K): see
+ * "K-quant mode" below.
+ *
  * bf16 route (AVX-512 BF16 only): activations rounded to bf16, the panel dequantized to
  * bf16, products with dpbf16_ps into float32.
  *
@@ -686,6 +689,372 @@ int pcd_qgemm_int8(int type, const uint8_t *w, int n, int k, const int8_t *xq, c
 #endif
     int ntasks = (n + NC - 1) / NC;
     return run_parallel(gemm_task, &j, ntasks, panel_bytes(k), threads);
+}
+
+/* ---------------------------------------------------------------- K-quant mode */
+
+/* Q4_K, Q5_K and Q6_K hold integer sub-block scales under one float per 256 values, so
+ * with activations quantized per 256 (one dx per superblock, as llama.cpp's Q8_K) the
+ * sub-block scales fold into the integer sums and the float work is one fma per 256
+ * values instead of one per 32. Per column, a superblock s decodes to
+ *     w[e] = d[s] * sc16[e / 16] * u[e] - fm[s] * mi16[e / 16]    (u in 0..63)
+ * Q4_K / Q5_K: u = q, sc16 = the 6-bit scale, mi16 = the 6-bit minimum, fm = dmin.
+ * Q6_K: u = q + 32, sc16 = the int8 scale, mi16 = 32 * sc16, fm = d.
+ * Per (row, column, superblock), lane l (bytes 4l..4l+3 of each sub-block of 32) holds
+ *     I[l] = sum_j sc16[2j + l / 4] * sum_e u * xq        (int32, exact)
+ *     M[l] = bs16[2l] * mi16[2l] + bs16[2l + 1] * mi16[2l + 1]
+ * (bs16: the activations' int sums per 16), then
+ *     acc[l] = fma((float)I[l], dx * d, acc[l]); acc[l] = fma((float)M[l], -(dx * fm), acc[l])
+ * and y = tree8(acc). Every path computes exactly these integers and float operations in
+ * this order, so every path (AVX-512 included) gives bit-identical results. AVX2 spends
+ * 3 integer instructions per 32 multiply-adds (maddubs, madd with the scales, add) and no
+ * float one; AVX-VNNI / AVX-512 VNNI fold the add into vpdpwssd. */
+
+#define SB 256
+
+/* One K-quant weight row into u[k], sc16[k / 16], mi16[k / 16], d[k / 256], fm[k / 256]. */
+#define DECODE_K_BODY                                                                      \
+    for (int s = 0; s < k / SB; s++) {                                                     \
+        int8_t *o = u + s * SB;                                                            \
+        int16_t *scs = sc16 + s * 16, *mis = mi16 + s * 16;                                \
+        if (type == T_Q6_K) {                                                              \
+            const uint8_t *blk = src + (int64_t)s * 210;                                   \
+            const uint8_t *ql = blk, *qh = blk + 128;                                      \
+            const int8_t *sc8 = (const int8_t *)(blk + 192);                               \
+            d[s] = fm[s] = h2f(blk + 208);                                                 \
+            for (int n = 0; n < 2; n++) {                                                  \
+                int8_t *on = o + n * 128;                                                  \
+                for (int l = 0; l < 32; l++) {                                             \
+                    on[l] = (int8_t)((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4));            \
+                    on[l + 32] = (int8_t)((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4));  \
+                    on[l + 64] = (int8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));       \
+                    on[l + 96] = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));  \
+                }                                                                          \
+                ql += 64;                                                                  \
+                qh += 32;                                                                  \
+            }                                                                              \
+            for (int h = 0; h < 16; h++) {                                                 \
+                scs[h] = sc8[h];                                                           \
+                mis[h] = (int16_t)(32 * sc8[h]);                                           \
+            }                                                                              \
+        } else {                                                                           \
+            const uint8_t *blk = src + (int64_t)s * (type == T_Q4_K ? 144 : 176);          \
+            d[s] = h2f(blk);                                                               \
+            fm[s] = h2f(blk + 2);                                                          \
+            const uint8_t *scales = blk + 4, *qh = blk + 16;                               \
+            const uint8_t *qs = blk + (type == T_Q4_K ? 16 : 48);                          \
+            for (int j = 0; j < 4; j++) {                                                  \
+                int8_t *oj = o + j * 64;                                                   \
+                if (type == T_Q4_K) {                                                      \
+                    for (int l = 0; l < 32; l++) {                                         \
+                        oj[l] = (int8_t)(qs[l] & 15);                                      \
+                        oj[l + 32] = (int8_t)(qs[l] >> 4);                                 \
+                    }                                                                      \
+                } else {                                                                   \
+                    int u1 = 1 << (2 * j), u2 = 2 << (2 * j);                              \
+                    for (int l = 0; l < 32; l++) {                                         \
+                        oj[l] = (int8_t)((qs[l] & 15) + ((qh[l] & u1) ? 16 : 0));          \
+                        oj[l + 32] = (int8_t)((qs[l] >> 4) + ((qh[l] & u2) ? 16 : 0));     \
+                    }                                                                      \
+                }                                                                          \
+                qs += 32;                                                                  \
+            }                                                                              \
+            for (int j = 0; j < 8; j++) {                                                  \
+                int c, m;                                                                  \
+                k4_scale_min(j, scales, &c, &m);                                           \
+                scs[2 * j] = scs[2 * j + 1] = (int16_t)c;                                  \
+                mis[2 * j] = mis[2 * j + 1] = (int16_t)m;                                  \
+            }                                                                              \
+        }                                                                                  \
+    }
+
+static void decode_k_generic(int type, const uint8_t *src, int k, int8_t *u, int16_t *sc16,
+                             int16_t *mi16, float *d, float *fm) {
+    DECODE_K_BODY
+}
+
+/* Activations per 256: xq, dx [k / 256], bs16 [k / 16] (int sums per 16). */
+static void quantize_row_k(const float *x, int k, int8_t *xq, float *dx, int16_t *bs16) {
+    for (int s = 0; s < k / SB; s++) {
+        const float *v = x + s * SB;
+        float amax = 0.0f;
+        for (int j = 0; j < SB; j++) {
+            float a = fabsf(v[j]);
+            amax = a > amax ? a : amax;
+        }
+        float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        for (int h = 0; h < 16; h++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) {
+                int qv = (int)roundf(v[h * 16 + j] * id);
+                qv = qv > 127 ? 127 : (qv < -127 ? -127 : qv);
+                xq[s * SB + h * 16 + j] = (int8_t)qv;
+                sum += qv;
+            }
+            bs16[s * 16 + h] = (int16_t)sum; /* |sum| <= 16 * 127 */
+        }
+        dx[s] = dd;
+    }
+}
+
+typedef struct {
+    const float *x;
+    int64_t ldx;
+    int k, rows, per_task;
+    int8_t *xq;
+    float *dx;
+    int16_t *bs16;
+} qkjob_t;
+
+static void quantize_k_task(void *ctx, int t, void *scratch) {
+    (void)scratch;
+    qkjob_t *j = (qkjob_t *)ctx;
+    int r1 = (t + 1) * j->per_task;
+    if (r1 > j->rows) r1 = j->rows;
+    for (int r = t * j->per_task; r < r1; r++)
+        quantize_row_k(j->x + (int64_t)r * j->ldx, j->k, j->xq + (int64_t)r * j->k,
+                       j->dx + (int64_t)r * (j->k / SB), j->bs16 + (int64_t)r * (j->k / 16));
+}
+
+/* As pcd_qgemm_quantize, per 256: xq [rows, k], dx [rows, k / 256],  bs16 [rows, k / 16]
+ * Returns 0, 1 if threads failed, 2 if k is not a multiple of 256. */
+int pcd_qgemm_quantize_k(const float *x, int64_t ldx, int rows, int k, int8_t *xq, float *dx,
+                         int16_t *bs16, int threads) {
+    if (k % SB) return 2;
+    qkjob_t j = {x, ldx, k, rows, 16, xq, dx, bs16};
+    int ntasks = (rows + 15) / 16;
+    return ntasks ? run_parallel(quantize_k_task, &j, ntasks, 0, threads) : 0;
+}
+
+/* K micro kernels: y[r * ldy + c] = tree8 of the lanes (no minimum), R x C tile. */
+typedef void (*microk_t)(int, int, const int8_t *, const float *, const int16_t *,
+                         const int8_t *, const int16_t *, const int16_t *, const float *,
+                         const float *, int, float *, int64_t);
+
+static void microk_scalar(int R, int C, const int8_t *xq, const float *dx, const int16_t *bs16,
+                          const int8_t *u, const int16_t *sc16, const int16_t *mi16,
+                          const float *d, const float *fm, int k, float *y, int64_t ldy) {
+    int ns = k / SB;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            float acc[8] = {0};
+            const int8_t *xr = xq + (int64_t)r * k, *wc = u + (int64_t)c * k;
+            const int16_t *sc = sc16 + (int64_t)c * (k / 16), *mi = mi16 + (int64_t)c * (k / 16);
+            const int16_t *bs = bs16 + (int64_t)r * (k / 16);
+            for (int s = 0; s < ns; s++) {
+                int32_t I[8] = {0};
+                for (int j = 0; j < 8; j++)
+                    for (int l = 0; l < 8; l++) {
+                        int32_t p = 0;
+                        for (int e = 0; e < 4; e++) {
+                            int64_t o = (int64_t)s * SB + j * 32 + 4 * l + e;
+                            p += (int32_t)wc[o] * xr[o];
+                        }
+                        I[l] += p * sc[s * 16 + 2 * j + (l >> 2)];
+                    }
+                float t = dx[(int64_t)r * ns + s] * d[(int64_t)c * ns + s];
+                float tm = -(dx[(int64_t)r * ns + s] * fm[(int64_t)c * ns + s]);
+                for (int l = 0; l < 8; l++) {
+                    int32_t m = (int32_t)bs[s * 16 + 2 * l] * mi[s * 16 + 2 * l] +
+                                (int32_t)bs[s * 16 + 2 * l + 1] * mi[s * 16 + 2 * l + 1];
+                    acc[l] = fmaf((float)I[l], t, acc[l]);
+                    acc[l] = fmaf((float)m, tm, acc[l]);
+                }
+            }
+            y[(int64_t)r * ldy + c] = tree8(acc);
+        }
+}
+
+#if X86
+AVX2_T static void decode_k_avx2(int type, const uint8_t *src, int k, int8_t *u, int16_t *sc16,
+                                 int16_t *mi16, float *d, float *fm) {
+    DECODE_K_BODY
+}
+
+/* End of superblock s: the lanes into the float sums, then the minimum's lanes
+ * (madd(bs16, mi16): lane l = bs[2l] mi[2l] + bs[2l+1] mi[2l+1]). I8(r, c) is the
+ * superblock's 8 int32 lanes. */
+#define KSTEP(I8)                                                                          \
+    for (int r = 0; r < R; r++) {                                                          \
+        __m256i bs = _mm256_loadu_si256((const __m256i *)(bs16 + (int64_t)r * (k / 16) + s * 16)); \
+        for (int c = 0; c < C; c++) {                                                      \
+            float dxs = dx[(int64_t)r * ns + s];                                           \
+            __m256 t = _mm256_set1_ps(dxs * d[(int64_t)c * ns + s]);                       \
+            __m256 tm = _mm256_set1_ps(-(dxs * fm[(int64_t)c * ns + s]));                  \
+            __m256i mi = _mm256_loadu_si256(                                               \
+                (const __m256i *)(mi16 + (int64_t)c * (k / 16) + s * 16));                 \
+            facc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I8(r, c)), t, facc[r][c]);     \
+            facc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mi)), tm, facc[r][c]); \
+        }                                                                                  \
+    }
+#define I256(r, c) iacc[r][c]
+#define I512(r, c) _mm256_add_epi32(_mm512_castsi512_si256(iacc[r][c]), _mm512_extracti64x4_epi64(iacc[r][c], 1))
+#define KSTEP256 KSTEP(I256)
+
+/* V: 0 AVX2 (madd + add), 1 AVX-VNNI (vpdpwssd on 256 bits). */
+#define MICROK256(NAME, TGT, V)                                                            \
+    TGT AI void NAME##_rc(const int R, const int C, const int8_t *xq, const float *dx,     \
+                          const int16_t *bs16, const int8_t *u, const int16_t *sc16,       \
+                          const int16_t *mi16, const float *d, const float *fm, int k,     \
+                          float *y, int64_t ldy) {                                         \
+        int ns = k / SB;                                                                   \
+        __m256 facc[RB][CB];                                                               \
+        for (int r = 0; r < R; r++)                                                        \
+            for (int c = 0; c < C; c++) facc[r][c] = _mm256_setzero_ps();                  \
+        for (int s = 0; s < ns; s++) {                                                     \
+            __m256i iacc[RB][CB];                                                          \
+            for (int r = 0; r < R; r++)                                                    \
+                for (int c = 0; c < C; c++) iacc[r][c] = _mm256_setzero_si256();           \
+            for (int j = 0; j < 8; j++) {                                                  \
+                __m256i w[CB], S[CB];                                                      \
+                for (int c = 0; c < C; c++) {                                              \
+                    w[c] = _mm256_loadu_si256(                                             \
+                        (const __m256i *)(u + (int64_t)c * k + s * SB + j * 32));          \
+                    const int16_t *p = sc16 + (int64_t)c * (k / 16) + s * 16 + 2 * j;      \
+                    S[c] = _mm256_set_m128i(_mm_set1_epi16(p[1]), _mm_set1_epi16(p[0]));   \
+                }                                                                          \
+                for (int r = 0; r < R; r++) {                                              \
+                    __m256i x = _mm256_loadu_si256(                                        \
+                        (const __m256i *)(xq + (int64_t)r * k + s * SB + j * 32));         \
+                    for (int c = 0; c < C; c++) {                                          \
+                        __m256i pr = _mm256_maddubs_epi16(w[c], x);                        \
+                        if (V) iacc[r][c] = DPWSSD256(iacc[r][c], pr, S[c]);               \
+                        else iacc[r][c] = _mm256_add_epi32(iacc[r][c], _mm256_madd_epi16(pr, S[c])); \
+                    }                                                                      \
+                }                                                                          \
+            }                                                                              \
+            KSTEP256                                                                       \
+        }                                                                                  \
+        for (int r = 0; r < R; r++)                                                        \
+            for (int c = 0; c < C; c++) y[(int64_t)r * ldy + c] = hsum256(facc[r][c]);     \
+    }                                                                                      \
+    TGT static void NAME(int R, int C, const int8_t *xq, const float *dx, const int16_t *bs16, \
+                         const int8_t *u, const int16_t *sc16, const int16_t *mi16,        \
+                         const float *d, const float *fm, int k, float *y, int64_t ldy) {  \
+        if (R == RB && C == CB) NAME##_rc(RB, CB, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy); \
+        else if (C == CB) NAME##_rc(R, CB, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy); \
+        else NAME##_rc(R, 1, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);               \
+    }
+
+#define DPWSSD256(a, b, c) _mm256_add_epi32(a, _mm256_madd_epi16(b, c))
+MICROK256(microk_avx2, AVX2_T, 0)
+#undef DPWSSD256
+#define DPWSSD256(a, b, c) _mm256_dpwssd_avx_epi32(a, b, c)
+MICROK256(microk_avxvnni, VNNI256_T, 1)
+#undef DPWSSD256
+
+/* AVX-512: two sub-blocks per register; the 16 int lanes fold to 8 (exact) before the
+ * float step, so the floats are those of the 256-bit paths. */
+VNNI512_T AI void microk_avx512_rc(const int R, const int C, const int8_t *xq, const float *dx,
+                                   const int16_t *bs16, const int8_t *u, const int16_t *sc16,
+                                   const int16_t *mi16, const float *d, const float *fm, int k,
+                                   float *y, int64_t ldy) {
+    int ns = k / SB;
+    __m256 facc[RB][CB];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) facc[r][c] = _mm256_setzero_ps();
+    const __m512i idx = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2,
+                                         1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int s = 0; s < ns; s++) {
+        __m512i iacc[RB][CB];
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < C; c++) iacc[r][c] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j += 2) {
+            __m512i w[CB], S[CB];
+            for (int c = 0; c < C; c++) {
+                w[c] = _mm512_loadu_si512((const void *)(u + (int64_t)c * k + s * SB + j * 32));
+                const int16_t *p = sc16 + (int64_t)c * (k / 16) + s * 16 + 2 * j;
+                S[c] = _mm512_permutexvar_epi16(idx, _mm512_castsi128_si512(
+                                                         _mm_loadl_epi64((const __m128i *)p)));
+            }
+            for (int r = 0; r < R; r++) {
+                __m512i x = _mm512_loadu_si512((const void *)(xq + (int64_t)r * k + s * SB + j * 32));
+                for (int c = 0; c < C; c++)
+                    iacc[r][c] = _mm512_dpwssd_epi32(iacc[r][c], _mm512_maddubs_epi16(w[c], x), S[c]);
+            }
+        }
+        KSTEP(I512)
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) y[(int64_t)r * ldy + c] = hsum256(facc[r][c]);
+}
+
+VNNI512_T static void microk_avx512(int R, int C, const int8_t *xq, const float *dx,
+                                    const int16_t *bs16, const int8_t *u, const int16_t *sc16,
+                                    const int16_t *mi16, const float *d, const float *fm, int k,
+                                    float *y, int64_t ldy) {
+    if (R == RB && C == CB) microk_avx512_rc(RB, CB, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);
+    else if (C == CB) microk_avx512_rc(R, CB, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);
+    else microk_avx512_rc(R, 1, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);
+}
+#endif
+
+typedef void (*decodek_t)(int, const uint8_t *, int, int8_t *, int16_t *, int16_t *, float *,
+                          float *);
+
+typedef struct {
+    int type, k, n, rows;
+    const uint8_t *w;
+    int64_t rb;
+    const int8_t *xq;
+    const float *dx;
+    const int16_t *bs16;
+    float *y;
+    int64_t ldy;
+    decodek_t decode;
+    microk_t micro;
+} kjob_t;
+
+static size_t panel_k_bytes(int k) {
+    return (size_t)NC * k + (size_t)NC * (k / 16) * 2 * sizeof(int16_t) +
+           (size_t)NC * (k / SB) * 2 * sizeof(float) + 64;
+}
+
+static void gemm_k_task(void *ctx, int t, void *scratch) {
+    kjob_t *j = (kjob_t *)ctx;
+    int k = j->k, ns = k / SB;
+    int c0 = t * NC, nc = j->n - c0 < NC ? j->n - c0 : NC;
+    int8_t *u = (int8_t *)scratch;                       /* NC * k */
+    int16_t *sc16 = (int16_t *)(u + (size_t)NC * k);     /* NC * k / 16 */
+    int16_t *mi16 = sc16 + (size_t)NC * (k / 16);        /* NC * k / 16 */
+    float *d = (float *)(mi16 + (size_t)NC * (k / 16));  /* NC * ns */
+    float *fm = d + (size_t)NC * ns;                     /* NC * ns */
+    for (int c = 0; c < nc; c++)
+        j->decode(j->type, j->w + (int64_t)(c0 + c) * j->rb, k, u + (int64_t)c * k,
+                  sc16 + (int64_t)c * (k / 16), mi16 + (int64_t)c * (k / 16),
+                  d + (int64_t)c * ns, fm + (int64_t)c * ns);
+    for (int r0 = 0; r0 < j->rows; r0 += RB) {
+        int R = j->rows - r0 < RB ? j->rows - r0 : RB;
+        const int8_t *xr = j->xq + (int64_t)r0 * k;
+        const float *dr = j->dx + (int64_t)r0 * ns;
+        float *yr = j->y + (int64_t)r0 * j->ldy + c0;
+        for (int c = 0; c < nc; c += CB) {
+            int C = nc - c < CB ? nc - c : CB;
+            j->micro(R, C, xr, dr, j->bs16 + (int64_t)r0 * (k / 16), u + (int64_t)c * k,
+                     sc16 + (int64_t)c * (k / 16), mi16 + (int64_t)c * (k / 16),
+                     d + (int64_t)c * ns, fm + (int64_t)c * ns, k, yr + c, j->ldy);
+        }
+    }
+}
+
+/* y = the K-quant matrix applied to activations from pcd_qgemm_quantize_k. Returns 0; 1
+ * threads failed; 2 not a K-quant type or k not a multiple of 256; 3 path unavailable. */
+int pcd_qgemm_int8_k(int type, const uint8_t *w, int n, int k, const int8_t *xq,
+                     const float *dx, const int16_t *bs16, int rows, float *y, int64_t ldy,
+                     int path, int threads) {
+    if ((type != T_Q4_K && type != T_Q5_K && type != T_Q6_K) || k % SB) return 2;
+    int bb = pcd_qgemm_block(type, 0);
+    if (path == PATH_AUTO) path = pcd_qgemm_has_path(PATH_AUTO);
+    if (path == PATH_AVX512BF16 || !have(path)) return 3;
+    kjob_t j = {type, k, n, rows, w, (int64_t)(k / SB) * bb, xq, dx, bs16, y, ldy,
+                decode_k_generic, microk_scalar};
+#if X86
+    if (path != PATH_SCALAR) {
+        j.decode = decode_k_avx2;
+        j.micro = path == PATH_AVX2 ? microk_avx2 : path == PATH_AVXVNNI ? microk_avxvnni : microk_avx512;
+    }
+#endif
+    return run_parallel(gemm_k_task, &j, (n + NC - 1) / NC, panel_k_bytes(k), threads);
 }
 
 /* ---------------------------------------------------------------- bf16 route */

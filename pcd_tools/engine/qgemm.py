@@ -76,6 +76,7 @@ GGML_TYPES: dict[str, int] = {
     "Q6_K": 14,
 }
 _NAMES = {v: k for k, v in GGML_TYPES.items()}
+_KQUANTS = (12, 13, 14)
 # (bytes, elements) of one block
 _BLOCKS = {2: (18, 32), 3: (20, 32), 6: (22, 32), 7: (24, 32), 8: (34, 32)}
 _BLOCKS.update({12: (144, 256), 13: (176, 256), 14: (210, 256)})
@@ -126,6 +127,10 @@ def _library() -> Any:
         lib.pcd_qgemm_int8.restype = i32
         lib.pcd_qgemm_bf16.argtypes = [i32, p, i32, i32, p, i64, i32, p, i64, i32]
         lib.pcd_qgemm_bf16.restype = i32
+        lib.pcd_qgemm_quantize_k.argtypes = [p, i64, i32, i32, p, p, p, i32]
+        lib.pcd_qgemm_quantize_k.restype = i32
+        lib.pcd_qgemm_int8_k.argtypes = [i32, p, i32, i32, p, p, p, i32, p, i64, i32, i32]
+        lib.pcd_qgemm_int8_k.restype = i32
         lib.pcd_qgemm_dequantize.argtypes = [i32, p, i64, i32, i32, i32, p]
         lib.pcd_qgemm_dequantize.restype = None
         _lib = lib
@@ -221,18 +226,32 @@ class QuantizedMatrix:
         lead = arr.shape[:-1]
         return np.ascontiguousarray(arr.reshape(-1, self.k)), lead
 
+    @property
+    def kquant(self) -> bool:
+        """True for Q4_K, Q5_K and Q6_K (superblocks of 256 with integer sub-scales)."""
+        return self.ggml_type in _KQUANTS
+
     def matmul(
-        self, x: Any, mode: str = "int8", path: str | None = None, threads: int | None = None
+        self,
+        x: Any,
+        mode: str = "int8",
+        path: str | None = None,
+        threads: int | None = None,
+        act_block: int | None = None,
     ) -> np.ndarray:
         """Return ``x @ W^T`` in float32.
 
         Args:
             x: float32 activations ``[..., k]`` (numpy, or anything `np.asarray` reads,
                 such as an evaluated ``mx.array``).
-            mode: ``int8`` (activations quantized per block of 32) or ``bf16``.
+            mode: ``int8`` (activations quantized to 8 bits per block) or ``bf16``.
             path: Force one int8 kernel (a name from `available_paths`); None picks the
                 fastest this CPU has.
             threads: Threads to use; None: `cpus.usable_cpus()`.
+            act_block: int8 mode: values per activation scale, 32 (the default) or 256
+                (K-quants only: their integer sub-block scales then fold into the integer
+                sums and the float work is one step per 256 values, as llama.cpp's Q8_K
+                does; coarser activations, see the module docstring).
 
         Returns:
             float32 ``[..., n]``.
@@ -259,8 +278,15 @@ class QuantizedMatrix:
                 raise InvalidArgumentError(
                     f"this CPU cannot run the {path} kernel; it runs {available_paths()}"
                 )
-            xq, dx, xs = quantize_activations(x2, threads=nthreads)
-            rc = lib.pcd_qgemm_int8(
+            block = 32 if act_block is None else act_block
+            if block not in (32, 256) or (block == 256 and not self.kquant):
+                raise InvalidArgumentError(
+                    f"act_block must be 32{' or 256' if self.kquant else ''} for a "
+                    f"{self.type_name} matrix; got {act_block!r}"
+                )
+            xq, dx, xs = quantize_activations(x2, threads=nthreads, block=block)
+            fn = lib.pcd_qgemm_int8_k if block == 256 else lib.pcd_qgemm_int8
+            rc = fn(
                 self.ggml_type, raw, self.n, self.k, xq.ctypes.data, dx.ctypes.data,
                 xs.ctypes.data, rows, y.ctypes.data, self.n, pid, nthreads,
             )  # fmt: skip
@@ -354,32 +380,41 @@ def prepare(raw: Any, ggml_type: int | str, shape: tuple[int, int]) -> Quantized
 
 
 def quantize_activations(
-    x: np.ndarray, threads: int | None = None
+    x: np.ndarray, threads: int | None = None, block: int = 32
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Quantize float32 rows per block of 32 as the int8 kernels do.
+    """Quantize float32 rows to int8 per block as the int8 kernels do.
 
     Args:
-        x: float32 ``[rows, k]``, k a multiple of 32.
+        x: float32 ``[rows, k]``, k a multiple of `block`.
         threads: Threads to use; None: `cpus.usable_cpus()`.
+        block: Values per scale: 32 (Q8_0 style) or 256 (Q8_K style, for the K-quants).
 
     Returns:
-        ``xq`` int8 ``[rows, k]``; ``dx`` float32 ``[rows, k / 32]`` (``max|x| / 127``
-        per block); ``xs`` float32 ``[rows, k / 32]`` (``dx * sum(xq)`` per block).
+        ``xq`` int8 ``[rows, k]``; ``dx`` float32 ``[rows, k / block]`` (``max|x| / 127``
+        per block); then for block 32 ``xs`` float32 ``[rows, k / 32]`` (``dx *
+        sum(xq)`` per block), for block 256 ``bs16`` int16 ``[rows, k / 16]`` (``sum(xq)``
+        per 16 values).
 
     Raises:
-        InvalidArgumentError: Not a 2-D float32 array, or k not a multiple of 32.
+        InvalidArgumentError: Not a 2-D float32 array, a block other than 32 or 256, or
+            k not a multiple of the block.
     """
     x = np.ascontiguousarray(x)
-    if x.ndim != 2 or x.dtype != np.float32 or x.shape[1] % _QB:
+    if block not in (32, 256) or x.ndim != 2 or x.dtype != np.float32 or x.shape[1] % block:
         raise InvalidArgumentError(
-            f"quantize_activations takes float32 [rows, k] with k a multiple of 32; "
-            f"got {x.dtype} {x.shape}"
+            f"quantize_activations takes float32 [rows, k] with k a multiple of the block "
+            f"(32 or 256); got {x.dtype} {x.shape}, block {block!r}"
         )
     rows, k = x.shape
     xq = np.empty((rows, k), dtype=np.int8)
-    dx = np.empty((rows, k // _QB), dtype=np.float32)
-    xs = np.empty((rows, k // _QB), dtype=np.float32)
-    rc = _library().pcd_qgemm_quantize(
+    dx = np.empty((rows, k // block), dtype=np.float32)
+    if block == 256:
+        xs = np.empty((rows, k // 16), dtype=np.int16)
+        fn = _library().pcd_qgemm_quantize_k
+    else:
+        xs = np.empty((rows, k // _QB), dtype=np.float32)
+        fn = _library().pcd_qgemm_quantize
+    rc = fn(
         x.ctypes.data, k, rows, k, xq.ctypes.data, dx.ctypes.data, xs.ctypes.data,
         _threads(threads),
     )  # fmt: skip
