@@ -3,11 +3,16 @@
 For each shape (rows x k -> n) and weight type, every method runs once per round, the
 rounds interleaved so that a busy machine slows every method alike; the table gives
 the median and the range of each method's rate over the rounds, in G operations a
-second (2 * rows * k * n / seconds; one multiply-add is two operations):
+second (2 * rows * k * n / seconds; one multiply-add is two operations), by the wall
+clock and by the process's CPU time (``time.process_time``: on a shared machine, the
+fairer measure of the work each method costs; with ``--threads 1`` it is the work
+itself):
 
 - ``int8/<kernel>``: `QuantizedMatrix.matmul` on the file's blocks, activations quantized
   per block of 32 (the quantization is inside the time), one row per kernel this CPU
   runs (``avx512vnni``, ``avxvnni``, ``avx2``; ``scalar`` with ``--scalar``);
+- ``int8-k256/<kernel>``: the same for K-quant weights with activations per 256
+  (``act_block=256``: sub-block scales folded into the integer sums);
 - ``bf16``: the bf16 route, where the CPU has AVX-512 BF16;
 - ``sgemm``: float32 ``mx.matmul(x, W.T)`` over dense weights already in memory, through
   the BLAS bound by `engine.platform` (what the engine runs today; 4 bytes a weight);
@@ -103,18 +108,25 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 f"int8/{p}": (lambda p=p, m=m, x=x: m.matmul(x, path=p, threads=args.threads))
                 for p in paths
             }
+            if m.kquant:
+                for p in paths:
+                    methods[f"int8-k256/{p}"] = lambda p=p, m=m, x=x: m.matmul(
+                        x, path=p, threads=args.threads, act_block=256
+                    )
             if "bf16" in qgemm.available_modes():
                 methods["bf16"] = lambda m=m, x=x: m.matmul(x, mode="bf16", threads=args.threads)
             methods["sgemm"] = lambda xm=xm, w=w: mx.eval(mx.matmul(xm, w.T))
             methods["deq+sgemm"] = deq_sgemm
             times: dict[str, list[float]] = {name: [] for name in methods}
+            cpu: dict[str, list[float]] = {name: [] for name in methods}
             for fn in methods.values():  # warm-up
                 fn()
             for _ in range(args.rounds):
                 for name, fn in methods.items():
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     fn()
                     times[name].append(time.perf_counter() - t0)
+                    cpu[name].append(time.process_time() - c0)
             ops = 2.0 * rows * k * n
             base = statistics.median(times["sgemm"])
             for name, ts in times.items():
@@ -131,6 +143,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "gops_min": min(rates),
                     "gops_max": max(rates),
                     "vs_sgemm": base / statistics.median(ts),
+                    "cpu_gops_median": ops / statistics.median(cpu[name]) / 1e9,
+                    "cpu_vs_sgemm": statistics.median(cpu["sgemm"]) / statistics.median(cpu[name]),
                     "weight_bytes": m.nbytes if name != "sgemm" else 4 * n * k,
                 }
                 out.append(row)
@@ -139,14 +153,16 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| type | shape (512 rows) | method | ms (median) | G op/s median [range] | vs sgemm | weight MB |",
-        "|---|---|---|---|---|---|---|",
+        "| type | shape (512 rows) | method | ms (median) | G op/s median [range] | vs sgemm "
+        "| G op per CPU-s | vs sgemm, CPU time | weight MB |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['type']} | {r['shape']} | {r['method']} | {r['ms_median']:.1f} | "
             f"{r['gops_median']:.1f} [{r['gops_min']:.1f}-{r['gops_max']:.1f}] | "
-            f"{r['vs_sgemm']:.2f}x | {r['weight_bytes'] / 1e6:.1f} |"
+            f"{r['vs_sgemm']:.2f}x | {r['cpu_gops_median']:.1f} | {r['cpu_vs_sgemm']:.2f}x | "
+            f"{r['weight_bytes'] / 1e6:.1f} |"
         )
     return "\n".join(lines)
 
