@@ -412,10 +412,52 @@ AVX2_T AI void micro_avx2_rc(const int R, const int C, const int U, const int8_t
         for (int c = 0; c < C; c++) y[(int64_t)r * ldy + c] = hsum256(acc[r][c]);
 }
 
+/* The full 4 x 2 tile with its 8 accumulators in named registers. DOT(w, x): the 8
+ * int32 lanes of one block. */
+#define MICRO32_42(NAME, TGT, DOT)                                                         \
+    TGT static void NAME##_42(const int8_t *xq, const float *dx, const int8_t *q,          \
+                              const float *sc, int k, float *y, int64_t ldy) {             \
+        int nb = k / QB;                                                                   \
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;                 \
+        __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;                                 \
+        for (int b = 0; b < nb; b++) {                                                     \
+            __m256i w0 = _mm256_loadu_si256((const __m256i *)(q + b * QB));                \
+            __m256i w1 = _mm256_loadu_si256((const __m256i *)(q + k + b * QB));            \
+            __m256 s0 = _mm256_set_m128(_mm_set1_ps(sc[2 * b + 1]), _mm_set1_ps(sc[2 * b])); \
+            __m256 s1 = _mm256_set_m128(_mm_set1_ps(sc[2 * nb + 2 * b + 1]),               \
+                                        _mm_set1_ps(sc[2 * nb + 2 * b]));                  \
+            ROW32(0, a00, a01, DOT)                                                        \
+            ROW32(1, a10, a11, DOT)                                                        \
+            ROW32(2, a20, a21, DOT)                                                        \
+            ROW32(3, a30, a31, DOT)                                                        \
+        }                                                                                  \
+        y[0] = hsum256(a00); y[1] = hsum256(a01);                                          \
+        y[ldy] = hsum256(a10); y[ldy + 1] = hsum256(a11);                                  \
+        y[2 * ldy] = hsum256(a20); y[2 * ldy + 1] = hsum256(a21);                          \
+        y[3 * ldy] = hsum256(a30); y[3 * ldy + 1] = hsum256(a31);                          \
+    }
+#define ROW32(r, A0, A1, DOT)                                                              \
+    {                                                                                      \
+        __m256i x = _mm256_loadu_si256((const __m256i *)(xq + (int64_t)(r) * k + b * QB)); \
+        __m256 d = _mm256_set1_ps(dx[(int64_t)(r) * nb + b]);                              \
+        A0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(w0, x)), _mm256_mul_ps(d, s0), A0);    \
+        A1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(w1, x)), _mm256_mul_ps(d, s1), A1);    \
+    }
+#define DOT_U(w, x) _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+#define DOT_S(w, x) \
+    _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1))
+#define DOT_VNNI(w, x)                                                                     \
+    _mm256_dpbusd_avx_epi32(_mm256_sub_epi32(_mm256_setzero_si256(),                       \
+                                             _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), \
+                                                                     _mm256_set1_epi8((char)0x80), w)), \
+                            _mm256_xor_si256(x, _mm256_set1_epi8((char)0x80)), w)
+MICRO32_42(micro_avx2, AVX2_T, DOT_S)
+MICRO32_42(micro_avx2_u, AVX2_T, DOT_U)
+
 /* signed weights (Q8_0, Q6_K): maddubs(|q|, sign(xq, q)) */
 AVX2_T static void micro_avx2(int R, int C, const int8_t *xq, const float *dx, const int8_t *q,
                               const float *sc, int k, float *y, int64_t ldy) {
-    if (R == RB && C == CB) micro_avx2_rc(RB, CB, 0, xq, dx, q, sc, k, y, ldy);
+    if (R == RB && C == CB) micro_avx2_42(xq, dx, q, sc, k, y, ldy);
     else if (C == CB) micro_avx2_rc(R < 1 ? 1 : R, CB, 0, xq, dx, q, sc, k, y, ldy);
     else micro_avx2_rc(R, 1, 0, xq, dx, q, sc, k, y, ldy);
 }
@@ -423,7 +465,7 @@ AVX2_T static void micro_avx2(int R, int C, const int8_t *xq, const float *dx, c
 /* unsigned weights (q in 0..31: every other type): maddubs(q, xq) */
 AVX2_T static void micro_avx2_u(int R, int C, const int8_t *xq, const float *dx,
                                 const int8_t *q, const float *sc, int k, float *y, int64_t ldy) {
-    if (R == RB && C == CB) micro_avx2_rc(RB, CB, 1, xq, dx, q, sc, k, y, ldy);
+    if (R == RB && C == CB) micro_avx2_u_42(xq, dx, q, sc, k, y, ldy);
     else if (C == CB) micro_avx2_rc(R < 1 ? 1 : R, CB, 1, xq, dx, q, sc, k, y, ldy);
     else micro_avx2_rc(R, 1, 1, xq, dx, q, sc, k, y, ldy);
 }
@@ -711,6 +753,7 @@ int pcd_qgemm_int8(int type, const uint8_t *w, int n, int k, const int8_t *xq, c
  * float one; AVX-VNNI / AVX-512 VNNI fold the add into vpdpwssd. */
 
 #define SB 256
+#define RBK 4 /* rows per micro tile: 8 int32 accumulators in registers (of 16) */
 
 /* One K-quant weight row into u[k], sc16[k / 16], mi16[k / 16], d[k / 256], fm[k / 256]. */
 #define DECODE_K_BODY                                                                      \
@@ -839,7 +882,7 @@ static void microk_scalar(int R, int C, const int8_t *xq, const float *dx, const
         for (int c = 0; c < C; c++) {
             float acc[8] = {0};
             const int8_t *xr = xq + (int64_t)r * k, *wc = u + (int64_t)c * k;
-            const int16_t *sc = sc16 + (int64_t)c * (k / 16), *mi = mi16 + (int64_t)c * (k / 16);
+            const int16_t *sv = sc16 + (int64_t)c * (k / 2), *mi = mi16 + (int64_t)c * (k / 16);
             const int16_t *bs = bs16 + (int64_t)r * (k / 16);
             for (int s = 0; s < ns; s++) {
                 int32_t I[8] = {0};
@@ -850,7 +893,7 @@ static void microk_scalar(int R, int C, const int8_t *xq, const float *dx, const
                             int64_t o = (int64_t)s * SB + j * 32 + 4 * l + e;
                             p += (int32_t)wc[o] * xr[o];
                         }
-                        I[l] += p * sc[s * 16 + 2 * j + (l >> 2)];
+                        I[l] += p * sv[(s * 8 + j) * 16 + (l >> 2) * 8];
                     }
                 float t = dx[(int64_t)r * ns + s] * d[(int64_t)c * ns + s];
                 float tm = -(dx[(int64_t)r * ns + s] * fm[(int64_t)c * ns + s]);
@@ -891,6 +934,51 @@ AVX2_T static void decode_k_avx2(int type, const uint8_t *src, int k, int8_t *u,
 #define I512(r, c) _mm256_add_epi32(_mm512_castsi512_si256(iacc[r][c]), _mm512_extracti64x4_epi64(iacc[r][c], 1))
 #define KSTEP256 KSTEP(I256)
 
+/* The full 4 x 2 tile with its 8 accumulators in named registers (an array of them is
+ * kept on the stack by GCC, and every update then waits on a store). */
+#define MICROK256_42(NAME, TGT, ACC)                                                       \
+    TGT static void NAME##_42(const int8_t *xq, const float *dx, const int16_t *bs16,      \
+                              const int8_t *u, const int16_t *sc16, const int16_t *mi16,   \
+                              const float *d, const float *fm, int k, float *y,            \
+                              int64_t ldy) {                                               \
+        const int R = 4, C = 2, ns = k / SB;                                               \
+        __m256 facc[RBK][CB];                                                              \
+        for (int r = 0; r < R; r++)                                                        \
+            for (int c = 0; c < C; c++) facc[r][c] = _mm256_setzero_ps();                  \
+        for (int s = 0; s < ns; s++) {                                                     \
+            __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00;         \
+            __m256i a20 = a00, a21 = a00, a30 = a00, a31 = a00;                            \
+            for (int j = 0; j < 8; j++) {                                                  \
+                int64_t o = (int64_t)s * SB + j * 32, so = (int64_t)(s * 8 + j) * 16;     \
+                __m256i w0 = _mm256_loadu_si256((const __m256i *)(u + o));                 \
+                __m256i w1 = _mm256_loadu_si256((const __m256i *)(u + k + o));             \
+                __m256i S0 = _mm256_loadu_si256((const __m256i *)(sc16 + so));             \
+                __m256i S1 = _mm256_loadu_si256((const __m256i *)(sc16 + k / 2 + so));     \
+                __m256i x = _mm256_loadu_si256((const __m256i *)(xq + o));                 \
+                a00 = ACC(a00, _mm256_maddubs_epi16(w0, x), S0);                           \
+                a01 = ACC(a01, _mm256_maddubs_epi16(w1, x), S1);                           \
+                x = _mm256_loadu_si256((const __m256i *)(xq + k + o));                     \
+                a10 = ACC(a10, _mm256_maddubs_epi16(w0, x), S0);                           \
+                a11 = ACC(a11, _mm256_maddubs_epi16(w1, x), S1);                           \
+                x = _mm256_loadu_si256((const __m256i *)(xq + 2 * (int64_t)k + o));        \
+                a20 = ACC(a20, _mm256_maddubs_epi16(w0, x), S0);                           \
+                a21 = ACC(a21, _mm256_maddubs_epi16(w1, x), S1);                           \
+                x = _mm256_loadu_si256((const __m256i *)(xq + 3 * (int64_t)k + o));        \
+                a30 = ACC(a30, _mm256_maddubs_epi16(w0, x), S0);                           \
+                a31 = ACC(a31, _mm256_maddubs_epi16(w1, x), S1);                           \
+            }                                                                              \
+            __m256i iacc[RBK][CB] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};      \
+            KSTEP256                                                                       \
+        }                                                                                  \
+        for (int r = 0; r < R; r++)                                                        \
+            for (int c = 0; c < C; c++) y[(int64_t)r * ldy + c] = hsum256(facc[r][c]);     \
+    }
+
+#define ACC_AVX2(a, p, S) _mm256_add_epi32(a, _mm256_madd_epi16(p, S))
+#define ACC_VNNI(a, p, S) _mm256_dpwssd_avx_epi32(a, p, S)
+MICROK256_42(microk_avx2, AVX2_T, ACC_AVX2)
+MICROK256_42(microk_avxvnni, VNNI256_T, ACC_VNNI)
+
 /* V: 0 AVX2 (madd + add), 1 AVX-VNNI (vpdpwssd on 256 bits). */
 #define MICROK256(NAME, TGT, V)                                                            \
     TGT AI void NAME##_rc(const int R, const int C, const int8_t *xq, const float *dx,     \
@@ -898,11 +986,11 @@ AVX2_T static void decode_k_avx2(int type, const uint8_t *src, int k, int8_t *u,
                           const int16_t *mi16, const float *d, const float *fm, int k,     \
                           float *y, int64_t ldy) {                                         \
         int ns = k / SB;                                                                   \
-        __m256 facc[RB][CB];                                                               \
+        __m256 facc[RBK][CB];                                                               \
         for (int r = 0; r < R; r++)                                                        \
             for (int c = 0; c < C; c++) facc[r][c] = _mm256_setzero_ps();                  \
         for (int s = 0; s < ns; s++) {                                                     \
-            __m256i iacc[RB][CB];                                                          \
+            __m256i iacc[RBK][CB];                                                          \
             for (int r = 0; r < R; r++)                                                    \
                 for (int c = 0; c < C; c++) iacc[r][c] = _mm256_setzero_si256();           \
             for (int j = 0; j < 8; j++) {                                                  \
@@ -910,8 +998,8 @@ AVX2_T static void decode_k_avx2(int type, const uint8_t *src, int k, int8_t *u,
                 for (int c = 0; c < C; c++) {                                              \
                     w[c] = _mm256_loadu_si256(                                             \
                         (const __m256i *)(u + (int64_t)c * k + s * SB + j * 32));          \
-                    const int16_t *p = sc16 + (int64_t)c * (k / 16) + s * 16 + 2 * j;      \
-                    S[c] = _mm256_set_m128i(_mm_set1_epi16(p[1]), _mm_set1_epi16(p[0]));   \
+                    S[c] = _mm256_loadu_si256(                                             \
+                        (const __m256i *)(sc16 + (int64_t)c * (k / 2) + (s * 8 + j) * 16)); \
                 }                                                                          \
                 for (int r = 0; r < R; r++) {                                              \
                     __m256i x = _mm256_loadu_si256(                                        \
@@ -931,7 +1019,7 @@ AVX2_T static void decode_k_avx2(int type, const uint8_t *src, int k, int8_t *u,
     TGT static void NAME(int R, int C, const int8_t *xq, const float *dx, const int16_t *bs16, \
                          const int8_t *u, const int16_t *sc16, const int16_t *mi16,        \
                          const float *d, const float *fm, int k, float *y, int64_t ldy) {  \
-        if (R == RB && C == CB) NAME##_rc(RB, CB, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy); \
+        if (R == 4 && C == 2) NAME##_42(xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);   \
         else if (C == CB) NAME##_rc(R, CB, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy); \
         else NAME##_rc(R, 1, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);               \
     }
@@ -950,22 +1038,18 @@ VNNI512_T AI void microk_avx512_rc(const int R, const int C, const int8_t *xq, c
                                    const int16_t *mi16, const float *d, const float *fm, int k,
                                    float *y, int64_t ldy) {
     int ns = k / SB;
-    __m256 facc[RB][CB];
+    __m256 facc[RBK][CB];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) facc[r][c] = _mm256_setzero_ps();
-    const __m512i idx = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2,
-                                         1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     for (int s = 0; s < ns; s++) {
-        __m512i iacc[RB][CB];
+        __m512i iacc[RBK][CB];
         for (int r = 0; r < R; r++)
             for (int c = 0; c < C; c++) iacc[r][c] = _mm512_setzero_si512();
         for (int j = 0; j < 8; j += 2) {
             __m512i w[CB], S[CB];
             for (int c = 0; c < C; c++) {
                 w[c] = _mm512_loadu_si512((const void *)(u + (int64_t)c * k + s * SB + j * 32));
-                const int16_t *p = sc16 + (int64_t)c * (k / 16) + s * 16 + 2 * j;
-                S[c] = _mm512_permutexvar_epi16(idx, _mm512_castsi128_si512(
-                                                         _mm_loadl_epi64((const __m128i *)p)));
+                S[c] = _mm512_loadu_si512((const void *)(sc16 + (int64_t)c * (k / 2) + (s * 8 + j) * 16));
             }
             for (int r = 0; r < R; r++) {
                 __m512i x = _mm512_loadu_si512((const void *)(xq + (int64_t)r * k + s * SB + j * 32));
@@ -983,7 +1067,7 @@ VNNI512_T static void microk_avx512(int R, int C, const int8_t *xq, const float 
                                     const int16_t *bs16, const int8_t *u, const int16_t *sc16,
                                     const int16_t *mi16, const float *d, const float *fm, int k,
                                     float *y, int64_t ldy) {
-    if (R == RB && C == CB) microk_avx512_rc(RB, CB, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);
+    if (R == RBK && C == CB) microk_avx512_rc(RBK, CB, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);
     else if (C == CB) microk_avx512_rc(R, CB, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);
     else microk_avx512_rc(R, 1, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);
 }
@@ -1007,6 +1091,7 @@ typedef struct {
 
 static size_t panel_k_bytes(int k) {
     return (size_t)NC * k + (size_t)NC * (k / 16) * 2 * sizeof(int16_t) +
+           (size_t)NC * (k / 2) * sizeof(int16_t) +
            (size_t)NC * (k / SB) * 2 * sizeof(float) + 64;
 }
 
@@ -1019,19 +1104,25 @@ static void gemm_k_task(void *ctx, int t, void *scratch) {
     int16_t *mi16 = sc16 + (size_t)NC * (k / 16);        /* NC * k / 16 */
     float *d = (float *)(mi16 + (size_t)NC * (k / 16));  /* NC * ns */
     float *fm = d + (size_t)NC * ns;                     /* NC * ns */
+    int16_t *sv = (int16_t *)(fm + (size_t)NC * ns);     /* NC * k / 2: scales by lane */
     for (int c = 0; c < nc; c++)
         j->decode(j->type, j->w + (int64_t)(c0 + c) * j->rb, k, u + (int64_t)c * k,
                   sc16 + (int64_t)c * (k / 16), mi16 + (int64_t)c * (k / 16),
                   d + (int64_t)c * ns, fm + (int64_t)c * ns);
-    for (int r0 = 0; r0 < j->rows; r0 += RB) {
-        int R = j->rows - r0 < RB ? j->rows - r0 : RB;
+    /* the scales as the madd wants them: per sub-block of 32, 8 x sc16[2j], 8 x sc16[2j+1] */
+    for (int c = 0; c < nc; c++)
+        for (int b = 0; b < k / 32; b++)
+            for (int i = 0; i < 16; i++)
+                sv[(int64_t)c * (k / 2) + b * 16 + i] = sc16[(int64_t)c * (k / 16) + 2 * b + i / 8];
+    for (int r0 = 0; r0 < j->rows; r0 += RBK) {
+        int R = j->rows - r0 < RBK ? j->rows - r0 : RBK;
         const int8_t *xr = j->xq + (int64_t)r0 * k;
         const float *dr = j->dx + (int64_t)r0 * ns;
         float *yr = j->y + (int64_t)r0 * j->ldy + c0;
         for (int c = 0; c < nc; c += CB) {
             int C = nc - c < CB ? nc - c : CB;
             j->micro(R, C, xr, dr, j->bs16 + (int64_t)r0 * (k / 16), u + (int64_t)c * k,
-                     sc16 + (int64_t)c * (k / 16), mi16 + (int64_t)c * (k / 16),
+                     sv + (int64_t)c * (k / 2), mi16 + (int64_t)c * (k / 16),
                      d + (int64_t)c * ns, fm + (int64_t)c * ns, k, yr + c, j->ldy);
         }
     }
