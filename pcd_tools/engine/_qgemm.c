@@ -223,23 +223,42 @@ __attribute__((target("avx2,fma"))) static void decode_row_avx2(int type, const 
 
 typedef void (*decode_t)(int, const uint8_t *, int, int8_t *, float *, float *);
 
-/* Dequantize rows [r0, r1) of a matrix (row bytes `rb`) into float32 out (ld k). */
-void pcd_qgemm_dequantize(int type, const uint8_t *w, int64_t rb, int k, int r0, int r1,
-                          float *out) {
-    int nb = k / QB;
-    int8_t *q = malloc((size_t)k);
-    float *sc = malloc(sizeof(float) * 2 * nb), *mn = malloc(sizeof(float) * nb);
-    if (!q || !sc || !mn) goto done;
-    for (int r = r0; r < r1; r++) {
-        decode_row_generic(type, w + (int64_t)r * rb, k, q, sc, mn);
-        float *o = out + (int64_t)(r - r0) * k;
-        for (int e = 0; e < k; e++) o[e] = sc[e / 16] * (float)q[e] + mn[e / QB];
-    }
-done:
-    free(q);
-    free(sc);
+/* Dequantize rows [r0, r1) of a matrix (row bytes `rb`) into float32 out (ld k):
+ * w = sc[e / 16] * q + mn[e / 32], two roundings (as gguf's numpy dequantization). */
+#define DEQ_BODY                                                                           \
+    int nb = k / QB;                                                                       \
+    int8_t *q = malloc((size_t)k);                                                         \
+    float *sc = malloc(sizeof(float) * 2 * nb), *mn = malloc(sizeof(float) * nb);          \
+    if (q && sc && mn)                                                                     \
+        for (int r = r0; r < r1; r++) {                                                    \
+            DECODE(type, w + (int64_t)r * rb, k, q, sc, mn);                               \
+            float *o = out + (int64_t)(r - r0) * k;                                        \
+            for (int b = 0; b < nb; b++)                                                   \
+                for (int h = 0; h < 2; h++) {                                              \
+                    float s = sc[2 * b + h], m = mn[b];                                    \
+                    const int8_t *qb = q + b * QB + h * 16;                                \
+                    float *ob = o + b * QB + h * 16;                                       \
+                    for (int e = 0; e < 16; e++) ob[e] = s * (float)qb[e] + m;             \
+                }                                                                          \
+        }                                                                                  \
+    free(q);                                                                               \
+    free(sc);                                                                              \
     free(mn);
+
+#define DECODE decode_row_generic
+static void dequantize_generic(int type, const uint8_t *w, int64_t rb, int k, int r0, int r1,
+                               float *out) {
+    DEQ_BODY
 }
+#undef DECODE
+#if X86
+#define DECODE decode_row_avx2
+__attribute__((target("avx2,fma"))) static void dequantize_avx2(int type, const uint8_t *w, int64_t rb, int k, int r0,
+                                   int r1, float *out) {
+    DEQ_BODY
+}
+#undef DECODE
+#endif
 
 /* ---------------------------------------------------------------- thread pool */
 
@@ -731,6 +750,18 @@ int pcd_qgemm_int8(int type, const uint8_t *w, int n, int k, const int8_t *xq, c
 #endif
     int ntasks = (n + NC - 1) / NC;
     return run_parallel(gemm_task, &j, ntasks, panel_bytes(k), threads);
+}
+
+/* Dequantize rows [r0, r1) into out (ld k), with the AVX2 decoder where the CPU has it. */
+void pcd_qgemm_dequantize(int type, const uint8_t *w, int64_t rb, int k, int r0, int r1,
+                          float *out) {
+#if X86
+    if (have(PATH_AVX2)) {
+        dequantize_avx2(type, w, rb, k, r0, r1, out);
+        return;
+    }
+#endif
+    dequantize_generic(type, w, rb, k, r0, r1, out);
 }
 
 /* ---------------------------------------------------------------- K-quant mode */

@@ -310,13 +310,31 @@ class QuantizedMatrix:
             raise NativeBuildError(f"_qgemm.c returned {rc} for a validated call")
         return y.reshape(*lead, self.n)
 
-    def dequantize(self) -> np.ndarray:
+    def dequantize(self, out: np.ndarray | None = None) -> np.ndarray:
         """Return W as dense float32 ``[n, k]`` (the reference, and the scratch route).
 
+        Args:
+            out: A C-contiguous float32 ``[n, k]`` buffer to write into (a reused
+                scratch), else a new array.
+
         Returns:
-            float32 ``[n, k]``.
+            float32 ``[n, k]``: `out` when given.
+
+        Raises:
+            InvalidArgumentError: `out` of another shape, dtype or layout.
         """
-        out = np.empty((self.n, self.k), dtype=np.float32)
+        if out is None:
+            out = np.empty((self.n, self.k), dtype=np.float32)
+        elif (
+            not isinstance(out, np.ndarray)
+            or out.shape != (self.n, self.k)
+            or out.dtype != np.float32
+            or not out.flags.c_contiguous
+            or not out.flags.writeable
+        ):
+            raise InvalidArgumentError(
+                f"out must be a writeable C-contiguous float32 array of shape {(self.n, self.k)}"
+            )
         rb = self.raw.nbytes // self.n
         _library().pcd_qgemm_dequantize(
             self.ggml_type, self.raw.ctypes.data, rb, self.k, 0, self.n, out.ctypes.data

@@ -87,6 +87,11 @@ def test_dequantize_matches_gguf(name):
     raw = weights(name, 24, 512, rng)
     m = qgemm.prepare(raw, name, (24, 512))
     np.testing.assert_allclose(m.dequantize(), dequant(raw, name), rtol=1e-6, atol=0)
+    scratch = np.full((24, 512), np.nan, np.float32)
+    assert m.dequantize(out=scratch) is scratch
+    np.testing.assert_array_equal(scratch, m.dequantize())
+    with pytest.raises(InvalidArgumentError, match="shape"):
+        m.dequantize(out=np.empty((512, 24), np.float32))
 
 
 @pytest.mark.parametrize("path", INT8_PATHS)
