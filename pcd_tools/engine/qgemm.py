@@ -23,19 +23,24 @@ Modes:
 Supported weight types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K (rows whose
 length is a multiple of the type's block: 32, or 256 for the K-quants).
 
-Which route won, and why (2-core AMD EPYC, AVX2 + FMA, no AVX-512, no VNNI, shared
-machine; `python benchmarks/qgemm.py`; the numbers are in BENCHMARKS.md, "Quantized
-GEMM kernels"). See BENCHMARKS.md for the table; in short: on this AVX2-only machine the
-int8 kernel does not beat float32 sgemm over already-dense weights, because
-``vpmaddubsw`` + ``vpmaddwd`` + the float scaling per block of 32 cost about as many
-instructions per multiply-add as FMA does; it beats dequantize + sgemm (the per-matrix
-scratch route of issue 30) and keeps memory at the file's size. On AVX-512 VNNI CPUs
-(Zen 4/5) one ``vpdpbusd`` does 64 multiply-adds against 16 for an FMA, which is where
-the int8 route is expected to win (not measurable here). oneDNN (pip ``onednn``
-2026.1) ships only ``libdnnl.so`` without Python bindings and has no GGUF block
-formats, so it would need its own repacking and a ctypes binding of its C API; ggml has
-no binary wheel with a usable Python binding on PyPI (``llama-cpp-python`` builds from
-source), so neither was measured.
+Which route won, and why (BENCHMARKS.md, "Quantized GEMM kernels"; `python
+benchmarks/qgemm.py`). On this session's 2-core AMD EPYC (Zen 3: AVX2 + FMA, no AVX-512,
+no VNNI; shared, so compared by CPU time on one thread, 512 rows, Qwen2.5-1.5B and
+SmolLM2-135M shapes), dequantize + float32 sgemm (issue 30's per-matrix scratch) won:
+0.90-0.95x of sgemm over dense weights, as dequantizing costs 2-5% of one 512-row GEMM.
+The int8 kernels ran at 0.61-0.81x of sgemm with activations per 32 and 0.73-0.89x with
+``act_block=256`` (K-quants), at the file's memory size. The reason is the AVX2 bound:
+``vpmaddubsw + vpmaddwd + vpaddd`` reach 74-78 G multiply-adds per CPU-second against
+62-64 for ``vfmadd231ps`` in a register-only loop here, so int8 can be at most ~1.2x
+float32 before its per-block scaling (5 instructions per 32 multiply-adds per 32-block
+against 4 FMAs; 3 integer ones in the K-quant mode). int8 is expected to win with
+AVX-512 VNNI / AVX-VNNI (``vpdpbusd``: 64 multiply-adds in one instruction); those
+kernels and the AVX-512 BF16 route are written and compile-checked but could not run
+here. oneDNN (pip ``onednn`` 2026.1) is a SYCL build: with its Intel runtimes
+(tbb, intel-cmplr-lib-rt, intel-sycl-rt, intel-opencl-rt) its matmul primitives were
+created and then crashed in the OpenCL CPU runtime on first execution on this AMD CPU;
+it also has no GGUF block formats. ggml has no binary wheel with a binding
+(llama-cpp-python builds from source), so it was not measured.
 """
 
 from __future__ import annotations
