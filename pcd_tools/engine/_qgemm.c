@@ -1,0 +1,1269 @@
+/* y = x @ W^T with W in a GGUF block encoding and x float32: int8 and bf16 kernels.
+ *
+ * int8 route (as llama.cpp computes it): each activation row is quantized per block of
+ * 32 (Q8_0 style: dx = max|x| / 127, xq = round(x / dx), xs = dx * sum(xq)). The weights
+ * stay in the file's blocks; each task decodes a panel of NC output columns into int8
+ * quants (q), two float scales per block of 32 (one per half of 16: Q6_K's sub-blocks)
+ * and a float minimum per block (Q4_1, Q5_1, Q4_K, Q5_K), so that
+ *     w[e] = sc[half(e)] * q[e] + mn        (q in [-128, 127])
+ * The panel is reused by every row, so decoding costs 1/rows of the arithmetic.
+ * Per (row, column, block) the kernel takes int32 dot products of 4-byte groups
+ * (8 lanes per block: lane l holds bytes 4l..4l+3), converts them to float and adds
+ * lane * (dx * sc[half]) into 8 float lanes. The lanes are summed in a fixed tree, then
+ *     y += sum_b mn[b] * xs[b]      (one fma per block, in block order).
+ * Integer products:
+ *   - AVX2: maddubs(|q|, sign(xq, q)) then madd with ones (the sign trick: |q| <= 128
+ *     and |xq| <= 127, so the int16 pairs cannot saturate);
+ *   - AVX-VNNI / AVX-512 VNNI: dpbusd(xq + 128, q) started from -128 * sum(q) per lane.
+ * The scalar path, AVX2 and AVX-VNNI give bit-identical results (same integer lanes,
+ * same float operations in the same order); AVX-512 VNNI holds two blocks per register
+ * (16 lanes), so its float sums are ordered differently (equal within rounding).
+ *
+ * K-quant mode (Q4_K, Q5_K, Q6_K with activations per 256, as llama.cpp's Q8_K): see
+ * "K-quant mode" below.
+ *
+ * bf16 route (AVX-512 BF16 only): activations rounded to bf16, the panel dequantized to
+ * bf16, products with dpbf16_ps into float32.
+ *
+ * Work: tasks are panels of NC columns, taken from an atomic counter by `threads` POSIX
+ * threads (the caller's thread is one), as in _cpu_kernels.c. Built and loaded by
+ * pcd_tools.engine.qgemm through native.compile_c.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define X86 1
+#else
+#define X86 0
+#endif
+
+#define QB 32
+#define NC 16 /* output columns per panel (task) */
+#define RB 4  /* rows per micro tile */
+#define CB 2  /* columns per micro tile */
+
+/* GGML type ids (ggml.h) */
+enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
+       T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_BF16 = 30 };
+
+enum { PATH_AUTO = 0, PATH_SCALAR = 1, PATH_AVX2 = 2, PATH_AVXVNNI = 3, PATH_AVX512VNNI = 4,
+       PATH_AVX512BF16 = 5 };
+
+/* ---------------------------------------------------------------- blocks and decode */
+
+static float h2f(const uint8_t *p) {
+    uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0) {
+        if (man == 0) {
+            u = sign;
+        } else { /* subnormal: normalise */
+            exp = 127 - 15 + 1;
+            while (!(man & 0x400)) { man <<= 1; exp--; }
+            man &= 0x3ff;
+            u = sign | (exp << 23) | (man << 13);
+        }
+    } else if (exp == 31) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else {
+        u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Bytes and elements of one block of `type`; 0 if the type is not supported. */
+int pcd_qgemm_block(int type, int *elems) {
+    int e = 32, b = 0;
+    switch (type) {
+    case T_Q4_0: b = 18; break;
+    case T_Q4_1: b = 20; break;
+    case T_Q5_0: b = 22; break;
+    case T_Q5_1: b = 24; break;
+    case T_Q8_0: b = 34; break;
+    case T_Q4_K: b = 144; e = 256; break;
+    case T_Q5_K: b = 176; e = 256; break;
+    case T_Q6_K: b = 210; e = 256; break;
+    default: b = 0;
+    }
+    if (elems) *elems = e;
+    return b;
+}
+
+/* 1 if the decoded w has a float minimum per block (y needs the xs pass): the types with
+ * a minimum, and Q4_0 / Q5_0, decoded unsigned (q in 0..31) with -8 d / -16 d as minimum. */
+static int has_min(int type) { return type != T_Q8_0 && type != T_Q6_K; }
+
+static void k4_scale_min(int j, const uint8_t *s, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* One weight row (k elements, its blocks at `src`) into q[k], sc[2 * k / 32], mn[k / 32]. */
+#define DECODE_BODY                                                                        \
+    int nb = k / QB;                                                                       \
+    switch (type) {                                                                        \
+    case T_Q4_0: case T_Q4_1:                                                              \
+        for (int b = 0; b < nb; b++) {                                                     \
+            const uint8_t *blk = src + (int64_t)b * (type == T_Q4_0 ? 18 : 20);            \
+            const uint8_t *qs = blk + (type == T_Q4_0 ? 2 : 4);                            \
+            int8_t *o = q + b * QB;                                                        \
+            for (int j = 0; j < 16; j++) {                                                 \
+                o[j] = (int8_t)(qs[j] & 15);                                               \
+                o[j + 16] = (int8_t)(qs[j] >> 4);                                          \
+            }                                                                              \
+            float d = h2f(blk);                                                            \
+            sc[2 * b] = sc[2 * b + 1] = d;                                                 \
+            mn[b] = type == T_Q4_0 ? -8.0f * d : h2f(blk + 2);                             \
+        }                                                                                  \
+        break;                                                                             \
+    case T_Q5_0: case T_Q5_1:                                                              \
+        for (int b = 0; b < nb; b++) {                                                     \
+            const uint8_t *blk = src + (int64_t)b * (type == T_Q5_0 ? 22 : 24);            \
+            const uint8_t *qhp = blk + (type == T_Q5_0 ? 2 : 4);                           \
+            const uint8_t *qs = qhp + 4;                                                   \
+            uint32_t qh = (uint32_t)qhp[0] | ((uint32_t)qhp[1] << 8) |                     \
+                          ((uint32_t)qhp[2] << 16) | ((uint32_t)qhp[3] << 24);             \
+            int8_t *o = q + b * QB;                                                        \
+            for (int j = 0; j < 16; j++) {                                                 \
+                o[j] = (int8_t)((qs[j] & 15) | (((qh >> j) & 1) << 4));                    \
+                o[j + 16] = (int8_t)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));        \
+            }                                                                              \
+            float d = h2f(blk);                                                            \
+            sc[2 * b] = sc[2 * b + 1] = d;                                                 \
+            mn[b] = type == T_Q5_0 ? -16.0f * d : h2f(blk + 2);                            \
+        }                                                                                  \
+        break;                                                                             \
+    case T_Q8_0:                                                                           \
+        for (int b = 0; b < nb; b++) {                                                     \
+            const uint8_t *blk = src + (int64_t)b * 34;                                    \
+            memcpy(q + b * QB, blk + 2, QB);                                               \
+            sc[2 * b] = sc[2 * b + 1] = h2f(blk);                                          \
+            mn[b] = 0.0f;                                                                  \
+        }                                                                                  \
+        break;                                                                             \
+    case T_Q4_K: case T_Q5_K:                                                              \
+        for (int s = 0; s < k / 256; s++) {                                                \
+            const uint8_t *blk = src + (int64_t)s * (type == T_Q4_K ? 144 : 176);          \
+            float d = h2f(blk), dmin = h2f(blk + 2);                                       \
+            const uint8_t *scales = blk + 4;                                               \
+            const uint8_t *qh = blk + 16;                                                  \
+            const uint8_t *qs = blk + (type == T_Q4_K ? 16 : 48);                          \
+            for (int j = 0; j < 4; j++) { /* 64 elements: low nibbles, then high */        \
+                int8_t *o = q + s * 256 + j * 64;                                          \
+                if (type == T_Q4_K) {                                                      \
+                    for (int l = 0; l < 32; l++) {                                         \
+                        o[l] = (int8_t)(qs[l] & 15);                                       \
+                        o[l + 32] = (int8_t)(qs[l] >> 4);                                  \
+                    }                                                                      \
+                } else {                                                                   \
+                    int u1 = 1 << (2 * j), u2 = 2 << (2 * j);                              \
+                    for (int l = 0; l < 32; l++) {                                         \
+                        o[l] = (int8_t)((qs[l] & 15) + ((qh[l] & u1) ? 16 : 0));           \
+                        o[l + 32] = (int8_t)((qs[l] >> 4) + ((qh[l] & u2) ? 16 : 0));      \
+                    }                                                                      \
+                }                                                                          \
+                qs += 32;                                                                  \
+                for (int h = 0; h < 2; h++) {                                              \
+                    int c, m, bb = s * 8 + j * 2 + h;                                      \
+                    k4_scale_min(j * 2 + h, scales, &c, &m);                               \
+                    sc[2 * bb] = sc[2 * bb + 1] = d * (float)c;                            \
+                    mn[bb] = -(dmin * (float)m);                                           \
+                }                                                                          \
+            }                                                                              \
+        }                                                                                  \
+        break;                                                                             \
+    case T_Q6_K:                                                                           \
+        for (int s = 0; s < k / 256; s++) {                                                \
+            const uint8_t *blk = src + (int64_t)s * 210;                                   \
+            const uint8_t *ql = blk, *qh = blk + 128;                                      \
+            const int8_t *scs = (const int8_t *)(blk + 192);                               \
+            float d = h2f(blk + 208);                                                      \
+            for (int n = 0; n < 2; n++) {                                                  \
+                int8_t *o = q + s * 256 + n * 128;                                         \
+                for (int l = 0; l < 32; l++) {                                             \
+                    o[l] = (int8_t)(((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) - 32);      \
+                    o[l + 32] = (int8_t)(((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32); \
+                    o[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32); \
+                    o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32); \
+                }                                                                          \
+                /* element e of this 128 has scale scs[e / 16] */                          \
+                for (int h = 0; h < 8; h++) sc[(s * 256 + n * 128) / 16 + h] = d * (float)scs[h]; \
+                for (int bb = 0; bb < 4; bb++) mn[(s * 256 + n * 128) / 32 + bb] = 0.0f;   \
+                ql += 64;                                                                  \
+                qh += 32;                                                                  \
+                scs += 8;                                                                  \
+            }                                                                              \
+        }                                                                                  \
+        break;                                                                             \
+    }
+
+static void decode_row_generic(int type, const uint8_t *src, int k, int8_t *q, float *sc,
+                               float *mn) {
+    DECODE_BODY
+}
+
+#if X86
+__attribute__((target("avx2,fma"))) static void decode_row_avx2(int type, const uint8_t *src,
+                                                                 int k, int8_t *q, float *sc,
+                                                                 float *mn) {
+    DECODE_BODY
+}
+#endif
+
+typedef void (*decode_t)(int, const uint8_t *, int, int8_t *, float *, float *);
+
+/* Dequantize rows [r0, r1) of a matrix (row bytes `rb`) into float32 out (ld k):
+ * w = sc[e / 16] * q + mn[e / 32], two roundings (as gguf's numpy dequantization). */
+#define DEQ_BODY                                                                           \
+    int nb = k / QB;                                                                       \
+    int8_t *q = malloc((size_t)k);                                                         \
+    float *sc = malloc(sizeof(float) * 2 * nb), *mn = malloc(sizeof(float) * nb);          \
+    if (q && sc && mn)                                                                     \
+        for (int r = r0; r < r1; r++) {                                                    \
+            DECODE(type, w + (int64_t)r * rb, k, q, sc, mn);                               \
+            float *o = out + (int64_t)(r - r0) * k;                                        \
+            for (int b = 0; b < nb; b++)                                                   \
+                for (int h = 0; h < 2; h++) {                                              \
+                    float s = sc[2 * b + h], m = mn[b];                                    \
+                    const int8_t *qb = q + b * QB + h * 16;                                \
+                    float *ob = o + b * QB + h * 16;                                       \
+                    for (int e = 0; e < 16; e++) ob[e] = s * (float)qb[e] + m;             \
+                }                                                                          \
+        }                                                                                  \
+    free(q);                                                                               \
+    free(sc);                                                                              \
+    free(mn);
+
+#define DECODE decode_row_generic
+static void dequantize_generic(int type, const uint8_t *w, int64_t rb, int k, int r0, int r1,
+                               float *out) {
+    DEQ_BODY
+}
+#undef DECODE
+#if X86
+#define DECODE decode_row_avx2
+__attribute__((target("avx2,fma"))) static void dequantize_avx2(int type, const uint8_t *w, int64_t rb, int k, int r0,
+                                   int r1, float *out) {
+    DEQ_BODY
+}
+#undef DECODE
+#endif
+
+/* ---------------------------------------------------------------- thread pool */
+
+typedef struct {
+    void (*fn)(void *, int, void *);
+    void *ctx;
+    int ntasks;
+    size_t scratch_bytes;
+    int next;
+    int failed;
+} pool_t;
+
+static void *pool_worker(void *arg) {
+    pool_t *p = (pool_t *)arg;
+    void *scratch = p->scratch_bytes ? aligned_alloc(64, (p->scratch_bytes + 63) & ~(size_t)63) : 0;
+    if (p->scratch_bytes && !scratch) {
+        __atomic_store_n(&p->failed, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    for (;;) {
+        int t = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED);
+        if (t >= p->ntasks) break;
+        p->fn(p->ctx, t, scratch);
+    }
+    free(scratch);
+    return 0;
+}
+
+static int run_parallel(void (*fn)(void *, int, void *), void *ctx, int ntasks,
+                        size_t scratch_bytes, int threads) {
+    pool_t p = {fn, ctx, ntasks, scratch_bytes, 0, 0};
+    if (threads > ntasks) threads = ntasks;
+    if (threads > 64) threads = 64;
+    if (threads < 1) threads = 1;
+    pthread_t tids[64];
+    int started = 0;
+    for (int i = 1; i < threads; i++) {
+        if (pthread_create(&tids[started], 0, pool_worker, &p) != 0) break;
+        started++;
+    }
+    pool_worker(&p);
+    for (int i = 0; i < started; i++) pthread_join(tids[i], 0);
+    /* tasks no thread could run (every scratch allocation failed) */
+    return __atomic_load_n(&p.next, __ATOMIC_RELAXED) < ntasks ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- activations */
+
+/* Row r of x (k floats) -> xq (int8), dx and xs per block of 32. */
+static void quantize_row(const float *x, int k, int8_t *xq, float *dx, float *xs) {
+    for (int b = 0; b < k / QB; b++) {
+        const float *v = x + b * QB;
+        float amax = 0.0f;
+        for (int j = 0; j < QB; j++) {
+            float a = fabsf(v[j]);
+            amax = a > amax ? a : amax;
+        }
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < QB; j++) {
+            int qv = (int)roundf(v[j] * id);
+            qv = qv > 127 ? 127 : (qv < -127 ? -127 : qv);
+            xq[b * QB + j] = (int8_t)qv;
+            sum += qv;
+        }
+        dx[b] = d;
+        xs[b] = d * (float)sum;
+    }
+}
+
+typedef struct {
+    const float *x;
+    int64_t ldx;
+    int k, rows, per_task;
+    int8_t *xq;
+    float *dx, *xs;
+} qjob_t;
+
+static void quantize_task(void *ctx, int t, void *scratch) {
+    (void)scratch;
+    qjob_t *j = (qjob_t *)ctx;
+    int nb = j->k / QB;
+    int r1 = (t + 1) * j->per_task;
+    if (r1 > j->rows) r1 = j->rows;
+    for (int r = t * j->per_task; r < r1; r++)
+        quantize_row(j->x + (int64_t)r * j->ldx, j->k, j->xq + (int64_t)r * j->k,
+                     j->dx + (int64_t)r * nb, j->xs + (int64_t)r * nb);
+}
+
+/* Quantize `rows` rows of x (row stride ldx floats) into xq [rows, k], dx and xs
+ * [rows, k / 32]. Returns 0, 1 if threads failed, 2 if k is not a multiple of 32. */
+int pcd_qgemm_quantize(const float *x, int64_t ldx, int rows, int k, int8_t *xq, float *dx,
+                       float *xs, int threads) {
+    if (k % QB) return 2;
+    qjob_t j = {x, ldx, k, rows, 16, xq, dx, xs};
+    int ntasks = (rows + 15) / 16;
+    return ntasks ? run_parallel(quantize_task, &j, ntasks, 0, threads) : 0;
+}
+
+/* ---------------------------------------------------------------- micro kernels */
+
+/* Every micro kernel computes, for rows [0, R) of xq (ld k) and columns [0, C) of the
+ * panel (q ld k, sc ld 2 nb), y[r * ldy + c] = the dot part (no minimum). */
+
+/* lane tree shared by every path: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) */
+static inline float tree8(const float *l) {
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+static void micro_scalar(int R, int C, const int8_t *xq, const float *dx, const int8_t *q,
+                         const float *sc, int k, float *y, int64_t ldy) {
+    int nb = k / QB;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            float acc[8] = {0};
+            const int8_t *xr = xq + (int64_t)r * k, *wc = q + (int64_t)c * k;
+            const float *sr = sc + (int64_t)c * 2 * nb;
+            for (int b = 0; b < nb; b++) {
+                float d = dx[(int64_t)r * nb + b];
+                for (int l = 0; l < 8; l++) {
+                    int32_t s = 0;
+                    for (int e = 0; e < 4; e++) s += (int32_t)xr[b * QB + 4 * l + e] * wc[b * QB + 4 * l + e];
+                    float t = d * sr[2 * b + (l >> 2)];
+                    acc[l] = fmaf((float)s, t, acc[l]);
+                }
+            }
+            y[(int64_t)r * ldy + c] = tree8(acc);
+        }
+}
+
+#if X86
+#define AVX2_T __attribute__((target("avx2,fma")))
+#define AI static inline __attribute__((always_inline))
+
+AVX2_T AI float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2_T AI void micro_avx2_rc(const int R, const int C, const int U, const int8_t *xq,
+                             const float *dx, const int8_t *q, const float *sc, int k, float *y,
+                             int64_t ldy) {
+    int nb = k / QB;
+    __m256 acc[RB][CB];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int b = 0; b < nb; b++) {
+        __m256i w[CB], aw[CB];
+        __m256 s[CB];
+        for (int c = 0; c < C; c++) {
+            w[c] = _mm256_loadu_si256((const __m256i *)(q + (int64_t)c * k + b * QB));
+            aw[c] = U ? w[c] : _mm256_abs_epi8(w[c]);
+            const float *p = sc + (int64_t)c * 2 * nb + 2 * b;
+            s[c] = _mm256_set_m128(_mm_set1_ps(p[1]), _mm_set1_ps(p[0]));
+        }
+        for (int r = 0; r < R; r++) {
+            __m256i x = _mm256_loadu_si256((const __m256i *)(xq + (int64_t)r * k + b * QB));
+            __m256 d = _mm256_set1_ps(dx[(int64_t)r * nb + b]);
+            for (int c = 0; c < C; c++) {
+                __m256i p = _mm256_maddubs_epi16(aw[c], U ? x : _mm256_sign_epi8(x, w[c]));
+                __m256i i = _mm256_madd_epi16(p, ones);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(d, s[c]), acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) y[(int64_t)r * ldy + c] = hsum256(acc[r][c]);
+}
+
+/* The full 4 x 2 tile with its 8 accumulators in named registers. DOT(w, x): the 8
+ * int32 lanes of one block. */
+#define MICRO32_42(NAME, TGT, DOT)                                                         \
+    TGT static void NAME##_42(const int8_t *xq, const float *dx, const int8_t *q,          \
+                              const float *sc, int k, float *y, int64_t ldy) {             \
+        int nb = k / QB;                                                                   \
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;                 \
+        __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;                                 \
+        for (int b = 0; b < nb; b++) {                                                     \
+            __m256i w0 = _mm256_loadu_si256((const __m256i *)(q + b * QB));                \
+            __m256i w1 = _mm256_loadu_si256((const __m256i *)(q + k + b * QB));            \
+            __m256 s0 = _mm256_set_m128(_mm_set1_ps(sc[2 * b + 1]), _mm_set1_ps(sc[2 * b])); \
+            __m256 s1 = _mm256_set_m128(_mm_set1_ps(sc[2 * nb + 2 * b + 1]),               \
+                                        _mm_set1_ps(sc[2 * nb + 2 * b]));                  \
+            ROW32(0, a00, a01, DOT)                                                        \
+            ROW32(1, a10, a11, DOT)                                                        \
+            ROW32(2, a20, a21, DOT)                                                        \
+            ROW32(3, a30, a31, DOT)                                                        \
+        }                                                                                  \
+        y[0] = hsum256(a00); y[1] = hsum256(a01);                                          \
+        y[ldy] = hsum256(a10); y[ldy + 1] = hsum256(a11);                                  \
+        y[2 * ldy] = hsum256(a20); y[2 * ldy + 1] = hsum256(a21);                          \
+        y[3 * ldy] = hsum256(a30); y[3 * ldy + 1] = hsum256(a31);                          \
+    }
+#define ROW32(r, A0, A1, DOT)                                                              \
+    {                                                                                      \
+        __m256i x = _mm256_loadu_si256((const __m256i *)(xq + (int64_t)(r) * k + b * QB)); \
+        __m256 d = _mm256_set1_ps(dx[(int64_t)(r) * nb + b]);                              \
+        A0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(w0, x)), _mm256_mul_ps(d, s0), A0);    \
+        A1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(w1, x)), _mm256_mul_ps(d, s1), A1);    \
+    }
+#define DOT_U(w, x) _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+#define DOT_S(w, x) \
+    _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1))
+#define DOT_VNNI(w, x)                                                                     \
+    _mm256_dpbusd_avx_epi32(_mm256_sub_epi32(_mm256_setzero_si256(),                       \
+                                             _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), \
+                                                                     _mm256_set1_epi8((char)0x80), w)), \
+                            _mm256_xor_si256(x, _mm256_set1_epi8((char)0x80)), w)
+MICRO32_42(micro_avx2, AVX2_T, DOT_S)
+MICRO32_42(micro_avx2_u, AVX2_T, DOT_U)
+
+/* signed weights (Q8_0, Q6_K): maddubs(|q|, sign(xq, q)) */
+AVX2_T static void micro_avx2(int R, int C, const int8_t *xq, const float *dx, const int8_t *q,
+                              const float *sc, int k, float *y, int64_t ldy) {
+    if (R == RB && C == CB) micro_avx2_42(xq, dx, q, sc, k, y, ldy);
+    else if (C == CB) micro_avx2_rc(R < 1 ? 1 : R, CB, 0, xq, dx, q, sc, k, y, ldy);
+    else micro_avx2_rc(R, 1, 0, xq, dx, q, sc, k, y, ldy);
+}
+
+/* unsigned weights (q in 0..31: every other type): maddubs(q, xq) */
+AVX2_T static void micro_avx2_u(int R, int C, const int8_t *xq, const float *dx,
+                                const int8_t *q, const float *sc, int k, float *y, int64_t ldy) {
+    if (R == RB && C == CB) micro_avx2_u_42(xq, dx, q, sc, k, y, ldy);
+    else if (C == CB) micro_avx2_rc(R < 1 ? 1 : R, CB, 1, xq, dx, q, sc, k, y, ldy);
+    else micro_avx2_rc(R, 1, 1, xq, dx, q, sc, k, y, ldy);
+}
+
+/* AVX-VNNI (VEX, 256-bit): same lanes and float operations as AVX2. */
+#define VNNI256_T __attribute__((target("avx2,fma,avxvnni")))
+VNNI256_T AI void micro_avxvnni_rc(const int R, const int C, const int8_t *xq, const float *dx,
+                                   const int8_t *q, const float *sc, int k, float *y,
+                                   int64_t ldy) {
+    int nb = k / QB;
+    __m256 acc[RB][CB];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+    for (int b = 0; b < nb; b++) {
+        __m256i w[CB], base[CB];
+        __m256 s[CB];
+        for (int c = 0; c < C; c++) {
+            w[c] = _mm256_loadu_si256((const __m256i *)(q + (int64_t)c * k + b * QB));
+            base[c] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                       _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), bias, w[c]));
+            const float *p = sc + (int64_t)c * 2 * nb + 2 * b;
+            s[c] = _mm256_set_m128(_mm_set1_ps(p[1]), _mm_set1_ps(p[0]));
+        }
+        for (int r = 0; r < R; r++) {
+            __m256i x = _mm256_xor_si256(
+                _mm256_loadu_si256((const __m256i *)(xq + (int64_t)r * k + b * QB)), bias);
+            __m256 d = _mm256_set1_ps(dx[(int64_t)r * nb + b]);
+            for (int c = 0; c < C; c++) {
+                __m256i i = _mm256_dpbusd_avx_epi32(base[c], x, w[c]);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(d, s[c]), acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) y[(int64_t)r * ldy + c] = hsum256(acc[r][c]);
+}
+
+VNNI256_T static void micro_avxvnni(int R, int C, const int8_t *xq, const float *dx,
+                                    const int8_t *q, const float *sc, int k, float *y,
+                                    int64_t ldy) {
+    if (R == RB && C == CB) micro_avxvnni_rc(RB, CB, xq, dx, q, sc, k, y, ldy);
+    else if (C == CB) micro_avxvnni_rc(R < 1 ? 1 : R, CB, xq, dx, q, sc, k, y, ldy);
+    else micro_avxvnni_rc(R, 1, xq, dx, q, sc, k, y, ldy);
+}
+
+/* AVX-512 VNNI: two blocks per register (lanes 0-7 block b, 8-15 block b + 1). */
+#define VNNI512_T __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+VNNI512_T AI void micro_avx512vnni_rc(const int R, const int C, const int8_t *xq,
+                                      const float *dx, const int8_t *q, const float *sc, int k,
+                                      float *y, int64_t ldy) {
+    int nb = k / QB;
+    __m512 acc[RB][CB];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const __m512i half = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __m512i dsel = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        __m512i w[CB], base[CB];
+        __m512 s[CB];
+        for (int c = 0; c < C; c++) {
+            w[c] = _mm512_loadu_si512((const void *)(q + (int64_t)c * k + b * QB));
+            base[c] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, w[c]));
+            __m128 p = _mm_loadu_ps(sc + (int64_t)c * 2 * nb + 2 * b);
+            s[c] = _mm512_permutexvar_ps(half, _mm512_castps128_ps512(p));
+        }
+        for (int r = 0; r < R; r++) {
+            __m512i x = _mm512_xor_si512(
+                _mm512_loadu_si512((const void *)(xq + (int64_t)r * k + b * QB)), bias);
+            __m128 dd = _mm_castpd_ps(_mm_load_sd((const double *)(dx + (int64_t)r * nb + b)));
+            __m512 d = _mm512_permutexvar_ps(dsel, _mm512_castps128_ps512(dd));
+            for (int c = 0; c < C; c++) {
+                __m512i i = _mm512_dpbusd_epi32(base[c], x, w[c]);
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(d, s[c]), acc[r][c]);
+            }
+        }
+    }
+    float tail[RB][CB] = {{0}};
+    if (b < nb) { /* last odd block: 256-bit */
+        const __m256i bias8 = _mm256_set1_epi8((char)0x80);
+        for (int c = 0; c < C; c++) {
+            __m256i w = _mm256_loadu_si256((const __m256i *)(q + (int64_t)c * k + b * QB));
+            __m256i base = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                            _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias8, w));
+            const float *p = sc + (int64_t)c * 2 * nb + 2 * b;
+            __m256 s = _mm256_set_m128(_mm_set1_ps(p[1]), _mm_set1_ps(p[0]));
+            for (int r = 0; r < R; r++) {
+                __m256i x = _mm256_xor_si256(
+                    _mm256_loadu_si256((const __m256i *)(xq + (int64_t)r * k + b * QB)), bias8);
+                __m256 d = _mm256_set1_ps(dx[(int64_t)r * nb + b]);
+                __m256i i = _mm256_dpbusd_epi32(base, x, w);
+                tail[r][c] = hsum256(_mm256_mul_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(d, s)));
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            __m256 v = _mm256_add_ps(_mm512_castps512_ps256(acc[r][c]),
+                                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][c]), 1)));
+            y[(int64_t)r * ldy + c] = hsum256(v) + tail[r][c];
+        }
+}
+
+VNNI512_T static void micro_avx512vnni(int R, int C, const int8_t *xq, const float *dx,
+                                       const int8_t *q, const float *sc, int k, float *y,
+                                       int64_t ldy) {
+    if (R == RB && C == CB) micro_avx512vnni_rc(RB, CB, xq, dx, q, sc, k, y, ldy);
+    else if (C == CB) micro_avx512vnni_rc(R < 1 ? 1 : R, CB, xq, dx, q, sc, k, y, ldy);
+    else micro_avx512vnni_rc(R, 1, xq, dx, q, sc, k, y, ldy);
+}
+#endif
+
+typedef void (*micro_t)(int, int, const int8_t *, const float *, const int8_t *, const float *,
+                        int, float *, int64_t);
+
+/* ---------------------------------------------------------------- minimum pass */
+
+/* y[r, c] += sum_b mn[c][b] * xs[r][b], one fma per block in block order (every path). */
+static void min_pass_scalar(int R, int C, const float *xs, const float *mn, int nb, float *y,
+                            int64_t ldy) {
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            float a = y[(int64_t)r * ldy + c];
+            for (int b = 0; b < nb; b++) a = fmaf(mn[(int64_t)c * nb + b], xs[(int64_t)r * nb + b], a);
+            y[(int64_t)r * ldy + c] = a;
+        }
+}
+
+#if X86
+/* The same, 8 columns at a time from a transposed copy of mn (mnT[b][c], NC wide). */
+AVX2_T static void min_pass_avx2(int R, int C, const float *xs, const float *mnT, int nb,
+                                 float *y, int64_t ldy) {
+    if (C != NC) {
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < C; c++) {
+                float a = y[(int64_t)r * ldy + c];
+                for (int b = 0; b < nb; b++) a = fmaf(mnT[(int64_t)b * NC + c], xs[(int64_t)r * nb + b], a);
+                y[(int64_t)r * ldy + c] = a;
+            }
+        return;
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < NC; c += 8) {
+            __m256 a = _mm256_loadu_ps(y + (int64_t)r * ldy + c);
+            for (int b = 0; b < nb; b++)
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(mnT + (int64_t)b * NC + c),
+                                    _mm256_set1_ps(xs[(int64_t)r * nb + b]), a);
+            _mm256_storeu_ps(y + (int64_t)r * ldy + c, a);
+        }
+}
+#endif
+
+/* ---------------------------------------------------------------- int8 driver */
+
+typedef struct {
+    int type, k, n, rows;
+    const uint8_t *w;
+    int64_t rb; /* bytes per weight row */
+    const int8_t *xq;
+    const float *dx, *xs;
+    float *y;
+    int64_t ldy;
+    decode_t decode;
+    micro_t micro;
+    int vec_min;
+} gjob_t;
+
+static void gemm_task(void *ctx, int t, void *scratch) {
+    gjob_t *j = (gjob_t *)ctx;
+    int k = j->k, nb = k / QB;
+    int c0 = t * NC, nc = j->n - c0 < NC ? j->n - c0 : NC;
+    int8_t *q = (int8_t *)scratch;                    /* NC * k */
+    float *sc = (float *)(q + (size_t)NC * k);        /* NC * 2 nb */
+    float *mn = sc + (size_t)NC * 2 * nb;             /* NC * nb */
+    float *mnT = mn + (size_t)NC * nb;                /* nb * NC */
+    for (int c = 0; c < nc; c++)
+        j->decode(j->type, j->w + (int64_t)(c0 + c) * j->rb, k, q + (int64_t)c * k,
+                  sc + (int64_t)c * 2 * nb, mn + (int64_t)c * nb);
+    int mins = has_min(j->type);
+    if (mins && j->vec_min)
+        for (int c = 0; c < nc; c++)
+            for (int b = 0; b < nb; b++) mnT[(int64_t)b * NC + c] = mn[(int64_t)c * nb + b];
+    for (int r0 = 0; r0 < j->rows; r0 += RB) {
+        int R = j->rows - r0 < RB ? j->rows - r0 : RB;
+        const int8_t *xr = j->xq + (int64_t)r0 * k;
+        const float *dr = j->dx + (int64_t)r0 * nb;
+        float *yr = j->y + (int64_t)r0 * j->ldy + c0;
+        for (int c = 0; c < nc; c += CB) {
+            int C = nc - c < CB ? nc - c : CB;
+            j->micro(R, C, xr, dr, q + (int64_t)c * k, sc + (int64_t)c * 2 * nb, k, yr + c, j->ldy);
+        }
+        if (mins) {
+#if X86
+            if (j->vec_min) {
+                min_pass_avx2(R, nc, j->xs + (int64_t)r0 * nb, mnT, nb, yr, j->ldy);
+                continue;
+            }
+#endif
+            min_pass_scalar(R, nc, j->xs + (int64_t)r0 * nb, mn, nb, yr, j->ldy);
+        }
+    }
+}
+
+static int have(int path) {
+#if X86
+    __builtin_cpu_init();
+    switch (path) {
+    case PATH_SCALAR: return 1;
+    case PATH_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case PATH_AVXVNNI:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("avxvnni");
+    case PATH_AVX512VNNI:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+               __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case PATH_AVX512BF16:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
+               __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return 0;
+#else
+    return path == PATH_SCALAR;
+#endif
+}
+
+/* 1 if this CPU runs `path` (PATH_*); PATH_AUTO: the int8 path auto picks. */
+int pcd_qgemm_has_path(int path) {
+    if (path != PATH_AUTO) return have(path);
+    if (have(PATH_AVX512VNNI)) return PATH_AVX512VNNI;
+    if (have(PATH_AVXVNNI)) return PATH_AVXVNNI;
+    if (have(PATH_AVX2)) return PATH_AVX2;
+    return PATH_SCALAR;
+}
+
+/* Bytes of scratch each thread needs for a panel of k. */
+static size_t panel_bytes(int k) {
+    int nb = k / QB;
+    return (size_t)NC * k + sizeof(float) * ((size_t)NC * 2 * nb + 2 * (size_t)NC * nb) + 64;
+}
+
+/* y[rows, n] (ld ldy) = dequant(w)[n, k] applied to the quantized rows (xq, dx, xs from
+ * pcd_qgemm_quantize). Returns 0; 1 threads failed; 2 bad type or k; 3 path unavailable. */
+int pcd_qgemm_int8(int type, const uint8_t *w, int n, int k, const int8_t *xq, const float *dx,
+                   const float *xs, int rows, float *y, int64_t ldy, int path, int threads) {
+    int elems, bb = pcd_qgemm_block(type, &elems);
+    if (!bb || k % elems) return 2;
+    if (path == PATH_AUTO) path = pcd_qgemm_has_path(PATH_AUTO);
+    if (path == PATH_AVX512BF16 || !have(path)) return 3;
+    gjob_t j = {type, k, n, rows, w, (int64_t)(k / elems) * bb, xq, dx, xs, y, ldy,
+                decode_row_generic, micro_scalar, 0};
+#if X86
+    if (path != PATH_SCALAR) {
+        j.decode = decode_row_avx2;
+        j.vec_min = 1;
+        j.micro = path == PATH_AVXVNNI ? micro_avxvnni : path == PATH_AVX512VNNI ? micro_avx512vnni
+                  : has_min(type) ? micro_avx2_u : micro_avx2;
+    }
+#endif
+    int ntasks = (n + NC - 1) / NC;
+    return run_parallel(gemm_task, &j, ntasks, panel_bytes(k), threads);
+}
+
+/* Dequantize rows [r0, r1) into out (ld k), with the AVX2 decoder where the CPU has it. */
+void pcd_qgemm_dequantize(int type, const uint8_t *w, int64_t rb, int k, int r0, int r1,
+                          float *out) {
+#if X86
+    if (have(PATH_AVX2)) {
+        dequantize_avx2(type, w, rb, k, r0, r1, out);
+        return;
+    }
+#endif
+    dequantize_generic(type, w, rb, k, r0, r1, out);
+}
+
+/* ---------------------------------------------------------------- K-quant mode */
+
+/* Q4_K, Q5_K and Q6_K hold integer sub-block scales under one float per 256 values, so
+ * with activations quantized per 256 (one dx per superblock, as llama.cpp's Q8_K) the
+ * sub-block scales fold into the integer sums and the float work is one fma per 256
+ * values instead of one per 32. Per column, a superblock s decodes to
+ *     w[e] = d[s] * sc16[e / 16] * u[e] - fm[s] * mi16[e / 16]    (u in 0..63)
+ * Q4_K / Q5_K: u = q, sc16 = the 6-bit scale, mi16 = the 6-bit minimum, fm = dmin.
+ * Q6_K: u = q + 32, sc16 = the int8 scale, mi16 = 32 * sc16, fm = d.
+ * Per (row, column, superblock), lane l (bytes 4l..4l+3 of each sub-block of 32) holds
+ *     I[l] = sum_j sc16[2j + l / 4] * sum_e u * xq        (int32, exact)
+ *     M[l] = bs16[2l] * mi16[2l] + bs16[2l + 1] * mi16[2l + 1]
+ * (bs16: the activations' int sums per 16), then
+ *     acc[l] = fma((float)I[l], dx * d, acc[l]); acc[l] = fma((float)M[l], -(dx * fm), acc[l])
+ * and y = tree8(acc). Every path computes exactly these integers and float operations in
+ * this order, so every path (AVX-512 included) gives bit-identical results. AVX2 spends
+ * 3 integer instructions per 32 multiply-adds (maddubs, madd with the scales, add) and no
+ * float one; AVX-VNNI / AVX-512 VNNI fold the add into vpdpwssd. */
+
+#define SB 256
+#define RBK 4 /* rows per micro tile: 8 int32 accumulators in registers (of 16) */
+
+/* One K-quant weight row into u[k], sc16[k / 16], mi16[k / 16], d[k / 256], fm[k / 256]. */
+#define DECODE_K_BODY                                                                      \
+    for (int s = 0; s < k / SB; s++) {                                                     \
+        int8_t *o = u + s * SB;                                                            \
+        int16_t *scs = sc16 + s * 16, *mis = mi16 + s * 16;                                \
+        if (type == T_Q6_K) {                                                              \
+            const uint8_t *blk = src + (int64_t)s * 210;                                   \
+            const uint8_t *ql = blk, *qh = blk + 128;                                      \
+            const int8_t *sc8 = (const int8_t *)(blk + 192);                               \
+            d[s] = fm[s] = h2f(blk + 208);                                                 \
+            for (int n = 0; n < 2; n++) {                                                  \
+                int8_t *on = o + n * 128;                                                  \
+                for (int l = 0; l < 32; l++) {                                             \
+                    on[l] = (int8_t)((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4));            \
+                    on[l + 32] = (int8_t)((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4));  \
+                    on[l + 64] = (int8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));       \
+                    on[l + 96] = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));  \
+                }                                                                          \
+                ql += 64;                                                                  \
+                qh += 32;                                                                  \
+            }                                                                              \
+            for (int h = 0; h < 16; h++) {                                                 \
+                scs[h] = sc8[h];                                                           \
+                mis[h] = (int16_t)(32 * sc8[h]);                                           \
+            }                                                                              \
+        } else {                                                                           \
+            const uint8_t *blk = src + (int64_t)s * (type == T_Q4_K ? 144 : 176);          \
+            d[s] = h2f(blk);                                                               \
+            fm[s] = h2f(blk + 2);                                                          \
+            const uint8_t *scales = blk + 4, *qh = blk + 16;                               \
+            const uint8_t *qs = blk + (type == T_Q4_K ? 16 : 48);                          \
+            for (int j = 0; j < 4; j++) {                                                  \
+                int8_t *oj = o + j * 64;                                                   \
+                if (type == T_Q4_K) {                                                      \
+                    for (int l = 0; l < 32; l++) {                                         \
+                        oj[l] = (int8_t)(qs[l] & 15);                                      \
+                        oj[l + 32] = (int8_t)(qs[l] >> 4);                                 \
+                    }                                                                      \
+                } else {                                                                   \
+                    int u1 = 1 << (2 * j), u2 = 2 << (2 * j);                              \
+                    for (int l = 0; l < 32; l++) {                                         \
+                        oj[l] = (int8_t)((qs[l] & 15) + ((qh[l] & u1) ? 16 : 0));          \
+                        oj[l + 32] = (int8_t)((qs[l] >> 4) + ((qh[l] & u2) ? 16 : 0));     \
+                    }                                                                      \
+                }                                                                          \
+                qs += 32;                                                                  \
+            }                                                                              \
+            for (int j = 0; j < 8; j++) {                                                  \
+                int c, m;                                                                  \
+                k4_scale_min(j, scales, &c, &m);                                           \
+                scs[2 * j] = scs[2 * j + 1] = (int16_t)c;                                  \
+                mis[2 * j] = mis[2 * j + 1] = (int16_t)m;                                  \
+            }                                                                              \
+        }                                                                                  \
+    }
+
+static void decode_k_generic(int type, const uint8_t *src, int k, int8_t *u, int16_t *sc16,
+                             int16_t *mi16, float *d, float *fm) {
+    DECODE_K_BODY
+}
+
+/* Activations per 256: xq, dx [k / 256], bs16 [k / 16] (int sums per 16). */
+static void quantize_row_k(const float *x, int k, int8_t *xq, float *dx, int16_t *bs16) {
+    for (int s = 0; s < k / SB; s++) {
+        const float *v = x + s * SB;
+        float amax = 0.0f;
+        for (int j = 0; j < SB; j++) {
+            float a = fabsf(v[j]);
+            amax = a > amax ? a : amax;
+        }
+        float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        for (int h = 0; h < 16; h++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) {
+                int qv = (int)roundf(v[h * 16 + j] * id);
+                qv = qv > 127 ? 127 : (qv < -127 ? -127 : qv);
+                xq[s * SB + h * 16 + j] = (int8_t)qv;
+                sum += qv;
+            }
+            bs16[s * 16 + h] = (int16_t)sum; /* |sum| <= 16 * 127 */
+        }
+        dx[s] = dd;
+    }
+}
+
+typedef struct {
+    const float *x;
+    int64_t ldx;
+    int k, rows, per_task;
+    int8_t *xq;
+    float *dx;
+    int16_t *bs16;
+} qkjob_t;
+
+static void quantize_k_task(void *ctx, int t, void *scratch) {
+    (void)scratch;
+    qkjob_t *j = (qkjob_t *)ctx;
+    int r1 = (t + 1) * j->per_task;
+    if (r1 > j->rows) r1 = j->rows;
+    for (int r = t * j->per_task; r < r1; r++)
+        quantize_row_k(j->x + (int64_t)r * j->ldx, j->k, j->xq + (int64_t)r * j->k,
+                       j->dx + (int64_t)r * (j->k / SB), j->bs16 + (int64_t)r * (j->k / 16));
+}
+
+/* As pcd_qgemm_quantize, per 256: xq [rows, k], dx [rows, k / 256],  bs16 [rows, k / 16]
+ * Returns 0, 1 if threads failed, 2 if k is not a multiple of 256. */
+int pcd_qgemm_quantize_k(const float *x, int64_t ldx, int rows, int k, int8_t *xq, float *dx,
+                         int16_t *bs16, int threads) {
+    if (k % SB) return 2;
+    qkjob_t j = {x, ldx, k, rows, 16, xq, dx, bs16};
+    int ntasks = (rows + 15) / 16;
+    return ntasks ? run_parallel(quantize_k_task, &j, ntasks, 0, threads) : 0;
+}
+
+/* K micro kernels: y[r * ldy + c] = tree8 of the lanes (no minimum), R x C tile. */
+typedef void (*microk_t)(int, int, const int8_t *, const float *, const int16_t *,
+                         const int8_t *, const int16_t *, const int16_t *, const float *,
+                         const float *, int, float *, int64_t);
+
+static void microk_scalar(int R, int C, const int8_t *xq, const float *dx, const int16_t *bs16,
+                          const int8_t *u, const int16_t *sc16, const int16_t *mi16,
+                          const float *d, const float *fm, int k, float *y, int64_t ldy) {
+    int ns = k / SB;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            float acc[8] = {0};
+            const int8_t *xr = xq + (int64_t)r * k, *wc = u + (int64_t)c * k;
+            const int16_t *sv = sc16 + (int64_t)c * (k / 2), *mi = mi16 + (int64_t)c * (k / 16);
+            const int16_t *bs = bs16 + (int64_t)r * (k / 16);
+            for (int s = 0; s < ns; s++) {
+                int32_t I[8] = {0};
+                for (int j = 0; j < 8; j++)
+                    for (int l = 0; l < 8; l++) {
+                        int32_t p = 0;
+                        for (int e = 0; e < 4; e++) {
+                            int64_t o = (int64_t)s * SB + j * 32 + 4 * l + e;
+                            p += (int32_t)wc[o] * xr[o];
+                        }
+                        I[l] += p * sv[(s * 8 + j) * 16 + (l >> 2) * 8];
+                    }
+                float t = dx[(int64_t)r * ns + s] * d[(int64_t)c * ns + s];
+                float tm = -(dx[(int64_t)r * ns + s] * fm[(int64_t)c * ns + s]);
+                for (int l = 0; l < 8; l++) {
+                    int32_t m = (int32_t)bs[s * 16 + 2 * l] * mi[s * 16 + 2 * l] +
+                                (int32_t)bs[s * 16 + 2 * l + 1] * mi[s * 16 + 2 * l + 1];
+                    acc[l] = fmaf((float)I[l], t, acc[l]);
+                    acc[l] = fmaf((float)m, tm, acc[l]);
+                }
+            }
+            y[(int64_t)r * ldy + c] = tree8(acc);
+        }
+}
+
+#if X86
+AVX2_T static void decode_k_avx2(int type, const uint8_t *src, int k, int8_t *u, int16_t *sc16,
+                                 int16_t *mi16, float *d, float *fm) {
+    DECODE_K_BODY
+}
+
+/* End of superblock s: the lanes into the float sums, then the minimum's lanes
+ * (madd(bs16, mi16): lane l = bs[2l] mi[2l] + bs[2l+1] mi[2l+1]). I8(r, c) is the
+ * superblock's 8 int32 lanes. */
+#define KSTEP(I8)                                                                          \
+    for (int r = 0; r < R; r++) {                                                          \
+        __m256i bs = _mm256_loadu_si256((const __m256i *)(bs16 + (int64_t)r * (k / 16) + s * 16)); \
+        for (int c = 0; c < C; c++) {                                                      \
+            float dxs = dx[(int64_t)r * ns + s];                                           \
+            __m256 t = _mm256_set1_ps(dxs * d[(int64_t)c * ns + s]);                       \
+            __m256 tm = _mm256_set1_ps(-(dxs * fm[(int64_t)c * ns + s]));                  \
+            __m256i mi = _mm256_loadu_si256(                                               \
+                (const __m256i *)(mi16 + (int64_t)c * (k / 16) + s * 16));                 \
+            facc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I8(r, c)), t, facc[r][c]);     \
+            facc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mi)), tm, facc[r][c]); \
+        }                                                                                  \
+    }
+#define I256(r, c) iacc[r][c]
+#define I512(r, c) _mm256_add_epi32(_mm512_castsi512_si256(iacc[r][c]), _mm512_extracti64x4_epi64(iacc[r][c], 1))
+#define KSTEP256 KSTEP(I256)
+
+/* The full 4 x 2 tile with its 8 accumulators in named registers (an array of them is
+ * kept on the stack by GCC, and every update then waits on a store). */
+#define MICROK256_42(NAME, TGT, ACC)                                                       \
+    TGT static void NAME##_42(const int8_t *xq, const float *dx, const int16_t *bs16,      \
+                              const int8_t *u, const int16_t *sc16, const int16_t *mi16,   \
+                              const float *d, const float *fm, int k, float *y,            \
+                              int64_t ldy) {                                               \
+        const int R = 4, C = 2, ns = k / SB;                                               \
+        __m256 facc[RBK][CB];                                                              \
+        for (int r = 0; r < R; r++)                                                        \
+            for (int c = 0; c < C; c++) facc[r][c] = _mm256_setzero_ps();                  \
+        for (int s = 0; s < ns; s++) {                                                     \
+            __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00;         \
+            __m256i a20 = a00, a21 = a00, a30 = a00, a31 = a00;                            \
+            for (int j = 0; j < 8; j++) {                                                  \
+                int64_t o = (int64_t)s * SB + j * 32, so = (int64_t)(s * 8 + j) * 16;     \
+                __m256i w0 = _mm256_loadu_si256((const __m256i *)(u + o));                 \
+                __m256i w1 = _mm256_loadu_si256((const __m256i *)(u + k + o));             \
+                __m256i S0 = _mm256_loadu_si256((const __m256i *)(sc16 + so));             \
+                __m256i S1 = _mm256_loadu_si256((const __m256i *)(sc16 + k / 2 + so));     \
+                __m256i x = _mm256_loadu_si256((const __m256i *)(xq + o));                 \
+                INREG(w0); INREG(w1); INREG(S0); INREG(S1); INREG(x);                      \
+                a00 = ACC(a00, _mm256_maddubs_epi16(w0, x), S0);                           \
+                a01 = ACC(a01, _mm256_maddubs_epi16(w1, x), S1);                           \
+                x = _mm256_loadu_si256((const __m256i *)(xq + k + o));                     \
+                INREG(x);                                                                      \
+                a10 = ACC(a10, _mm256_maddubs_epi16(w0, x), S0);                           \
+                a11 = ACC(a11, _mm256_maddubs_epi16(w1, x), S1);                           \
+                x = _mm256_loadu_si256((const __m256i *)(xq + 2 * (int64_t)k + o));        \
+                INREG(x);                                                                      \
+                a20 = ACC(a20, _mm256_maddubs_epi16(w0, x), S0);                           \
+                a21 = ACC(a21, _mm256_maddubs_epi16(w1, x), S1);                           \
+                x = _mm256_loadu_si256((const __m256i *)(xq + 3 * (int64_t)k + o));        \
+                INREG(x);                                                                      \
+                a30 = ACC(a30, _mm256_maddubs_epi16(w0, x), S0);                           \
+                a31 = ACC(a31, _mm256_maddubs_epi16(w1, x), S1);                           \
+            }                                                                              \
+            __m256i iacc[RBK][CB] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};      \
+            KSTEP256                                                                       \
+        }                                                                                  \
+        for (int r = 0; r < R; r++)                                                        \
+            for (int c = 0; c < C; c++) y[(int64_t)r * ldy + c] = hsum256(facc[r][c]);     \
+    }
+
+/* keeps a loaded vector in a register: GCC otherwise folds each use into a memory
+ * operand, and the loop then makes 18 loads per 8 products instead of 8 */
+#define INREG(v) __asm__("" : "+x"(v))
+#define ACC_AVX2(a, p, S) _mm256_add_epi32(a, _mm256_madd_epi16(p, S))
+#define ACC_VNNI(a, p, S) _mm256_dpwssd_avx_epi32(a, p, S)
+MICROK256_42(microk_avx2, AVX2_T, ACC_AVX2)
+MICROK256_42(microk_avxvnni, VNNI256_T, ACC_VNNI)
+
+/* V: 0 AVX2 (madd + add), 1 AVX-VNNI (vpdpwssd on 256 bits). */
+#define MICROK256(NAME, TGT, V)                                                            \
+    TGT AI void NAME##_rc(const int R, const int C, const int8_t *xq, const float *dx,     \
+                          const int16_t *bs16, const int8_t *u, const int16_t *sc16,       \
+                          const int16_t *mi16, const float *d, const float *fm, int k,     \
+                          float *y, int64_t ldy) {                                         \
+        int ns = k / SB;                                                                   \
+        __m256 facc[RBK][CB];                                                               \
+        for (int r = 0; r < R; r++)                                                        \
+            for (int c = 0; c < C; c++) facc[r][c] = _mm256_setzero_ps();                  \
+        for (int s = 0; s < ns; s++) {                                                     \
+            __m256i iacc[RBK][CB];                                                          \
+            for (int r = 0; r < R; r++)                                                    \
+                for (int c = 0; c < C; c++) iacc[r][c] = _mm256_setzero_si256();           \
+            for (int j = 0; j < 8; j++) {                                                  \
+                __m256i w[CB], S[CB];                                                      \
+                for (int c = 0; c < C; c++) {                                              \
+                    w[c] = _mm256_loadu_si256(                                             \
+                        (const __m256i *)(u + (int64_t)c * k + s * SB + j * 32));          \
+                    S[c] = _mm256_loadu_si256(                                             \
+                        (const __m256i *)(sc16 + (int64_t)c * (k / 2) + (s * 8 + j) * 16)); \
+                }                                                                          \
+                for (int r = 0; r < R; r++) {                                              \
+                    __m256i x = _mm256_loadu_si256(                                        \
+                        (const __m256i *)(xq + (int64_t)r * k + s * SB + j * 32));         \
+                    for (int c = 0; c < C; c++) {                                          \
+                        __m256i pr = _mm256_maddubs_epi16(w[c], x);                        \
+                        if (V) iacc[r][c] = DPWSSD256(iacc[r][c], pr, S[c]);               \
+                        else iacc[r][c] = _mm256_add_epi32(iacc[r][c], _mm256_madd_epi16(pr, S[c])); \
+                    }                                                                      \
+                }                                                                          \
+            }                                                                              \
+            KSTEP256                                                                       \
+        }                                                                                  \
+        for (int r = 0; r < R; r++)                                                        \
+            for (int c = 0; c < C; c++) y[(int64_t)r * ldy + c] = hsum256(facc[r][c]);     \
+    }                                                                                      \
+    TGT static void NAME(int R, int C, const int8_t *xq, const float *dx, const int16_t *bs16, \
+                         const int8_t *u, const int16_t *sc16, const int16_t *mi16,        \
+                         const float *d, const float *fm, int k, float *y, int64_t ldy) {  \
+        if (R == 4 && C == 2) NAME##_42(xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);   \
+        else if (C == CB) NAME##_rc(R, CB, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy); \
+        else NAME##_rc(R, 1, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);               \
+    }
+
+#define DPWSSD256(a, b, c) _mm256_add_epi32(a, _mm256_madd_epi16(b, c))
+MICROK256(microk_avx2, AVX2_T, 0)
+#undef DPWSSD256
+#define DPWSSD256(a, b, c) _mm256_dpwssd_avx_epi32(a, b, c)
+MICROK256(microk_avxvnni, VNNI256_T, 1)
+#undef DPWSSD256
+
+/* AVX-512: two sub-blocks per register; the 16 int lanes fold to 8 (exact) before the
+ * float step, so the floats are those of the 256-bit paths. */
+VNNI512_T AI void microk_avx512_rc(const int R, const int C, const int8_t *xq, const float *dx,
+                                   const int16_t *bs16, const int8_t *u, const int16_t *sc16,
+                                   const int16_t *mi16, const float *d, const float *fm, int k,
+                                   float *y, int64_t ldy) {
+    int ns = k / SB;
+    __m256 facc[RBK][CB];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) facc[r][c] = _mm256_setzero_ps();
+    for (int s = 0; s < ns; s++) {
+        __m512i iacc[RBK][CB];
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < C; c++) iacc[r][c] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j += 2) {
+            __m512i w[CB], S[CB];
+            for (int c = 0; c < C; c++) {
+                w[c] = _mm512_loadu_si512((const void *)(u + (int64_t)c * k + s * SB + j * 32));
+                S[c] = _mm512_loadu_si512((const void *)(sc16 + (int64_t)c * (k / 2) + (s * 8 + j) * 16));
+            }
+            for (int r = 0; r < R; r++) {
+                __m512i x = _mm512_loadu_si512((const void *)(xq + (int64_t)r * k + s * SB + j * 32));
+                for (int c = 0; c < C; c++)
+                    iacc[r][c] = _mm512_dpwssd_epi32(iacc[r][c], _mm512_maddubs_epi16(w[c], x), S[c]);
+            }
+        }
+        KSTEP(I512)
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) y[(int64_t)r * ldy + c] = hsum256(facc[r][c]);
+}
+
+VNNI512_T static void microk_avx512(int R, int C, const int8_t *xq, const float *dx,
+                                    const int16_t *bs16, const int8_t *u, const int16_t *sc16,
+                                    const int16_t *mi16, const float *d, const float *fm, int k,
+                                    float *y, int64_t ldy) {
+    if (R == RBK && C == CB) microk_avx512_rc(RBK, CB, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);
+    else if (C == CB) microk_avx512_rc(R, CB, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);
+    else microk_avx512_rc(R, 1, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);
+}
+#endif
+
+typedef void (*decodek_t)(int, const uint8_t *, int, int8_t *, int16_t *, int16_t *, float *,
+                          float *);
+
+typedef struct {
+    int type, k, n, rows;
+    const uint8_t *w;
+    int64_t rb;
+    const int8_t *xq;
+    const float *dx;
+    const int16_t *bs16;
+    float *y;
+    int64_t ldy;
+    decodek_t decode;
+    microk_t micro;
+} kjob_t;
+
+static size_t panel_k_bytes(int k) {
+    return (size_t)NC * k + (size_t)NC * (k / 16) * 2 * sizeof(int16_t) +
+           (size_t)NC * (k / 2) * sizeof(int16_t) +
+           (size_t)NC * (k / SB) * 2 * sizeof(float) + 64;
+}
+
+static void gemm_k_task(void *ctx, int t, void *scratch) {
+    kjob_t *j = (kjob_t *)ctx;
+    int k = j->k, ns = k / SB;
+    int c0 = t * NC, nc = j->n - c0 < NC ? j->n - c0 : NC;
+    int8_t *u = (int8_t *)scratch;                       /* NC * k */
+    int16_t *sc16 = (int16_t *)(u + (size_t)NC * k);     /* NC * k / 16 */
+    int16_t *mi16 = sc16 + (size_t)NC * (k / 16);        /* NC * k / 16 */
+    float *d = (float *)(mi16 + (size_t)NC * (k / 16));  /* NC * ns */
+    float *fm = d + (size_t)NC * ns;                     /* NC * ns */
+    int16_t *sv = (int16_t *)(fm + (size_t)NC * ns);     /* NC * k / 2: scales by lane */
+    for (int c = 0; c < nc; c++)
+        j->decode(j->type, j->w + (int64_t)(c0 + c) * j->rb, k, u + (int64_t)c * k,
+                  sc16 + (int64_t)c * (k / 16), mi16 + (int64_t)c * (k / 16),
+                  d + (int64_t)c * ns, fm + (int64_t)c * ns);
+    /* the scales as the madd wants them: per sub-block of 32, 8 x sc16[2j], 8 x sc16[2j+1] */
+    for (int c = 0; c < nc; c++)
+        for (int b = 0; b < k / 32; b++)
+            for (int i = 0; i < 16; i++)
+                sv[(int64_t)c * (k / 2) + b * 16 + i] = sc16[(int64_t)c * (k / 16) + 2 * b + i / 8];
+    for (int r0 = 0; r0 < j->rows; r0 += RBK) {
+        int R = j->rows - r0 < RBK ? j->rows - r0 : RBK;
+        const int8_t *xr = j->xq + (int64_t)r0 * k;
+        const float *dr = j->dx + (int64_t)r0 * ns;
+        float *yr = j->y + (int64_t)r0 * j->ldy + c0;
+        for (int c = 0; c < nc; c += CB) {
+            int C = nc - c < CB ? nc - c : CB;
+            j->micro(R, C, xr, dr, j->bs16 + (int64_t)r0 * (k / 16), u + (int64_t)c * k,
+                     sv + (int64_t)c * (k / 2), mi16 + (int64_t)c * (k / 16),
+                     d + (int64_t)c * ns, fm + (int64_t)c * ns, k, yr + c, j->ldy);
+        }
+    }
+}
+
+/* y = the K-quant matrix applied to activations from pcd_qgemm_quantize_k. Returns 0; 1
+ * threads failed; 2 not a K-quant type or k not a multiple of 256; 3 path unavailable. */
+int pcd_qgemm_int8_k(int type, const uint8_t *w, int n, int k, const int8_t *xq,
+                     const float *dx, const int16_t *bs16, int rows, float *y, int64_t ldy,
+                     int path, int threads) {
+    if ((type != T_Q4_K && type != T_Q5_K && type != T_Q6_K) || k % SB) return 2;
+    int bb = pcd_qgemm_block(type, 0);
+    if (path == PATH_AUTO) path = pcd_qgemm_has_path(PATH_AUTO);
+    if (path == PATH_AVX512BF16 || !have(path)) return 3;
+    kjob_t j = {type, k, n, rows, w, (int64_t)(k / SB) * bb, xq, dx, bs16, y, ldy,
+                decode_k_generic, microk_scalar};
+#if X86
+    if (path != PATH_SCALAR) {
+        j.decode = decode_k_avx2;
+        j.micro = path == PATH_AVX2 ? microk_avx2 : path == PATH_AVXVNNI ? microk_avxvnni : microk_avx512;
+    }
+#endif
+    return run_parallel(gemm_k_task, &j, (n + NC - 1) / NC, panel_k_bytes(k), threads);
+}
+
+/* ---------------------------------------------------------------- bf16 route */
+
+#if X86
+#define BF16_T __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")))
+
+/* x [rows, k] float32 -> bf16 (round to nearest even), k a multiple of 32. */
+BF16_T static void to_bf16_row(const float *x, int k, uint16_t *out) {
+    for (int e = 0; e < k; e += 32) {
+        __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + e + 16), _mm512_loadu_ps(x + e));
+        _mm512_storeu_si512((void *)(out + e), (__m512i)v);
+    }
+}
+
+typedef struct {
+    int type, k, n, rows;
+    const uint8_t *w;
+    int64_t rb;
+    const uint16_t *xb;
+    float *y;
+    int64_t ldy;
+} bjob_t;
+
+BF16_T static void bf16_task(void *ctx, int t, void *scratch) {
+    bjob_t *j = (bjob_t *)ctx;
+    int k = j->k, nb = k / QB;
+    int c0 = t * NC, nc = j->n - c0 < NC ? j->n - c0 : NC;
+    uint16_t *wb = (uint16_t *)scratch;                 /* NC * k bf16 */
+    float *deq = (float *)(wb + (size_t)NC * k);        /* k floats */
+    int8_t *q = (int8_t *)(deq + k);
+    float *sc = (float *)(q + k + 64), *mn = sc + 2 * nb;
+    for (int c = 0; c < nc; c++) {
+        decode_row_avx2(j->type, j->w + (int64_t)(c0 + c) * j->rb, k, q, sc, mn);
+        for (int e = 0; e < k; e++) deq[e] = sc[e / 16] * (float)q[e] + mn[e / QB];
+        to_bf16_row(deq, k, wb + (int64_t)c * k);
+    }
+    for (int r0 = 0; r0 < j->rows; r0 += RB) {
+        int R = j->rows - r0 < RB ? j->rows - r0 : RB;
+        for (int c = 0; c < nc; c += CB) {
+            int C = nc - c < CB ? nc - c : CB;
+            __m512 acc[RB][CB];
+            for (int r = 0; r < R; r++)
+                for (int cc = 0; cc < C; cc++) acc[r][cc] = _mm512_setzero_ps();
+            for (int e = 0; e < k; e += 32) {
+                __m512bh wv[CB];
+                for (int cc = 0; cc < C; cc++)
+                    wv[cc] = (__m512bh)_mm512_loadu_si512((const void *)(wb + (int64_t)(c + cc) * k + e));
+                for (int r = 0; r < R; r++) {
+                    __m512bh xv = (__m512bh)_mm512_loadu_si512(
+                        (const void *)(j->xb + (int64_t)(r0 + r) * k + e));
+                    for (int cc = 0; cc < C; cc++) acc[r][cc] = _mm512_dpbf16_ps(acc[r][cc], xv, wv[cc]);
+                }
+            }
+            for (int r = 0; r < R; r++)
+                for (int cc = 0; cc < C; cc++)
+                    j->y[(int64_t)(r0 + r) * j->ldy + c0 + c + cc] = _mm512_reduce_add_ps(acc[r][cc]);
+        }
+    }
+}
+#endif
+
+/* y = bf16(x) @ bf16(dequant(w))^T, float32 sums. Returns 0; 1 threads failed; 2 bad
+ * type or k; 3 this CPU has no AVX-512 BF16. */
+int pcd_qgemm_bf16(int type, const uint8_t *w, int n, int k, const float *x, int64_t ldx,
+                   int rows, float *y, int64_t ldy, int threads) {
+    int elems, bb = pcd_qgemm_block(type, &elems);
+    if (!bb || k % elems) return 2;
+    if (!have(PATH_AVX512BF16)) return 3;
+#if X86
+    uint16_t *xb = aligned_alloc(64, ((size_t)rows * k * 2 + 63) & ~(size_t)63);
+    if (!xb) return 1;
+    for (int r = 0; r < rows; r++) to_bf16_row(x + (int64_t)r * ldx, k, xb + (int64_t)r * k);
+    bjob_t j = {type, k, n, rows, w, (int64_t)(k / elems) * bb, xb, y, ldy};
+    size_t scratch = (size_t)NC * k * 2 + (size_t)k * 4 + (size_t)k + 64 + sizeof(float) * 3 * (k / QB);
+    int rc = run_parallel(bf16_task, &j, (n + NC - 1) / NC, scratch, threads);
+    free(xb);
+    return rc;
+#else
+    (void)w; (void)n; (void)x; (void)ldx; (void)rows; (void)y; (void)ldy; (void)threads;
+    return 3;
+#endif
+}

@@ -1,0 +1,334 @@
+"""The int8 / bf16 kernels over GGUF blocks (`engine.qgemm`) against float64 references.
+
+Weights of every supported type come from `gguf` itself: `gguf.quants.quantize` for the
+32-blocks, random valid K-quant blocks (finite scales) checked against
+`gguf.quants.dequantize`. The int8 kernels must equal the float64 product of the SAME
+quantized activations and the dequantized weights within float32 rounding, and the
+scalar path must equal the SIMD paths.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from pcd_tools.errors import InvalidArgumentError
+
+gguf = pytest.importorskip("gguf")
+gq = pytest.importorskip("gguf.quants")
+
+pytestmark = pytest.mark.unit
+
+if not (os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")):
+    pytest.skip("no C compiler: the qgemm kernels cannot be built", allow_module_level=True)
+
+from pcd_tools.engine import qgemm  # noqa: E402
+
+TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+INT8_PATHS = [p for p in qgemm.available_paths() if p != "avx512bf16"]
+# Paths whose float operations are those of the scalar path, in the same order.
+SAME_ORDER = [p for p in INT8_PATHS if p in ("scalar", "avx2", "avxvnni")]
+
+
+def _fp16_bytes(values: np.ndarray) -> np.ndarray:
+    v = np.ascontiguousarray(values.astype(np.float16))
+    return v.view(np.uint8).reshape(*values.shape[:-1], -1)
+
+
+def kquant_blocks(name: str, n: int, k: int, rng: np.random.Generator, small: bool = False):
+    """Random valid K-quant blocks [n, bytes per row] with finite positive scales.
+
+    small: d = dmin = 1 and every 6-bit scale / minimum in 0..3 (Q6_K: scales in
+    -4..4), so that every product and sum is an integer far below 2**24.
+    """
+    nb = n * k // 256
+    size = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210}[name]
+    b = rng.integers(0, 256, (nb, size), dtype=np.uint8)
+    if name == "Q6_K":
+        d = np.ones((nb, 1)) if small else rng.uniform(1e-3, 1e-2, (nb, 1))
+        b[:, 208:210] = _fp16_bytes(d)
+        if small:
+            b[:, 192:208] = rng.integers(-4, 5, (nb, 16)).astype(np.int8).view(np.uint8)
+    else:
+        d = np.ones((nb, 2)) if small else rng.uniform(1e-3, 1e-2, (nb, 2))
+        b[:, 0:4] = _fp16_bytes(d)
+        if small:
+            b[:, 4:16] &= 0x03
+    return b.reshape(n, -1)
+
+
+def weights(name: str, n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """File bytes [n, bytes per row] of a random matrix in `name`."""
+    if name.endswith("_K"):
+        return kquant_blocks(name, n, k, rng)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    return gq.quantize(w, gguf.GGMLQuantizationType[name])
+
+
+def dequant(raw: np.ndarray, name: str) -> np.ndarray:
+    return gq.dequantize(raw, gguf.GGMLQuantizationType[name]).astype(np.float64)
+
+
+def reference(x: np.ndarray, wd: np.ndarray, block: int = 32):
+    """float64 product of the kernels' quantized activations and the weights, and the
+    bound of float32 summation for it (|xq dx| @ |w|^T)."""
+    xq, dx, _ = qgemm.quantize_activations(x, block=block)
+    rows, k = x.shape
+    xr = (xq.astype(np.float64).reshape(rows, -1, block) * dx[:, :, None]).reshape(rows, k)
+    return xr @ wd.T, np.abs(xr) @ np.abs(wd).T
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_dequantize_matches_gguf(name):
+    rng = np.random.default_rng(1)
+    raw = weights(name, 24, 512, rng)
+    m = qgemm.prepare(raw, name, (24, 512))
+    np.testing.assert_allclose(m.dequantize(), dequant(raw, name), rtol=1e-6, atol=0)
+    scratch = np.full((24, 512), np.nan, np.float32)
+    assert m.dequantize(out=scratch) is scratch
+    np.testing.assert_array_equal(scratch, m.dequantize())
+    with pytest.raises(InvalidArgumentError, match="shape"):
+        m.dequantize(out=np.empty((512, 24), np.float32))
+
+
+@pytest.mark.parametrize("path", INT8_PATHS)
+@pytest.mark.parametrize("name", TYPES)
+def test_int8_equals_float64_of_the_same_quantized_operands(name, path):
+    rng = np.random.default_rng(2)
+    n, k, rows = 37, 768, 13  # a partial panel, a partial micro tile, an odd block count
+    raw = weights(name, n, k, rng)
+    wd = dequant(raw, name)
+    x = (rng.standard_normal((rows, k)) * rng.uniform(0.1, 10, (rows, 1))).astype(np.float32)
+    ref, bound = reference(x, wd)
+    y = qgemm.prepare(raw, name, (n, k)).matmul(x, path=path, threads=2)
+    assert y.dtype == np.float32 and y.shape == (rows, n)
+    err = np.abs(y - ref)
+    assert (err <= 2e-6 * bound + 1e-30).all(), f"max err/bound {(err / bound).max():.3g}"
+
+
+KQUANTS = ["Q4_K", "Q5_K", "Q6_K"]
+
+
+@pytest.mark.parametrize("path", INT8_PATHS)
+@pytest.mark.parametrize("name", KQUANTS)
+def test_kquant_mode_equals_float64_of_the_same_quantized_operands(name, path):
+    """act_block=256: activations per superblock, sub-block scales in the integer sums."""
+    rng = np.random.default_rng(12)
+    n, k, rows = 37, 768, 13
+    raw = weights(name, n, k, rng)
+    wd = dequant(raw, name)
+    x = (rng.standard_normal((rows, k)) * rng.uniform(0.1, 10, (rows, 1))).astype(np.float32)
+    ref, bound = reference(x, wd, block=256)
+    y = qgemm.prepare(raw, name, (n, k)).matmul(x, path=path, threads=2, act_block=256)
+    err = np.abs(y - ref)
+    assert (err <= 2e-6 * bound + 1e-30).all(), f"max err/bound {(err / bound).max():.3g}"
+
+
+@pytest.mark.parametrize("name", KQUANTS)
+def test_kquant_mode_is_bit_identical_on_every_path(name):
+    """Every path computes the same integer lanes and the same float steps in order."""
+    rng = np.random.default_rng(13)
+    n, k, rows = 21, 512, 7
+    raw = weights(name, n, k, rng)
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    m = qgemm.prepare(raw, name, (n, k))
+    scalar = m.matmul(x, path="scalar", act_block=256)
+    for path in INT8_PATHS:
+        np.testing.assert_array_equal(m.matmul(x, path=path, act_block=256), scalar, err_msg=path)
+    # exact integers again: dx = 1 per superblock, small integer weights
+    raw = _exact_weights(name, n, k, rng)
+    wd = dequant(raw, name)
+    x = rng.integers(-127, 128, (rows, k)).astype(np.float32)
+    x[:, ::256] = 127.0
+    want = (x.astype(np.int64) @ wd.astype(np.int64).T).astype(np.float32)
+    m = qgemm.prepare(raw, name, (n, k))
+    for path in INT8_PATHS:
+        np.testing.assert_array_equal(m.matmul(x, path=path, act_block=256), want, err_msg=path)
+
+
+def test_activation_quantization_per_256():
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((2, 512)).astype(np.float32)
+    xq, dx, bs16 = qgemm.quantize_activations(x, block=256)
+    np.testing.assert_allclose(dx, np.abs(x.reshape(2, 2, 256)).max(-1) / 127, rtol=1e-7)
+    assert bs16.dtype == np.int16
+    np.testing.assert_array_equal(bs16, xq.reshape(2, 32, 16).sum(-1))
+    with pytest.raises(InvalidArgumentError, match="block"):
+        qgemm.quantize_activations(x[:, :288], block=256)
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_simd_paths_equal_the_scalar_path(name):
+    rng = np.random.default_rng(3)
+    n, k, rows = 40, 512, 9
+    raw = weights(name, n, k, rng)
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    m = qgemm.prepare(raw, name, (n, k))
+    scalar = m.matmul(x, path="scalar")
+    for path in SAME_ORDER:
+        np.testing.assert_array_equal(m.matmul(x, path=path), scalar, err_msg=path)
+    for path in set(INT8_PATHS) - set(SAME_ORDER):  # avx512vnni: another float order
+        np.testing.assert_allclose(m.matmul(x, path=path), scalar, rtol=1e-5, atol=1e-5)
+
+
+def _exact_weights(name: str, n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Blocks whose dequantized values are small integers (scales 1) or halves."""
+    if name.endswith("_K"):
+        return kquant_blocks(name, n, k, rng, small=True)
+    raw = weights(name, n, k, rng)
+    bb = raw.shape[1] // (k // 32)
+    blocks = raw.reshape(n, k // 32, bb).copy()
+    blocks[:, :, 0:2] = _fp16_bytes(np.full((n, k // 32, 1), 1.0))
+    if name in ("Q4_1", "Q5_1"):
+        blocks[:, :, 2:4] = _fp16_bytes(np.full((n, k // 32, 1), -3.0))
+    return blocks.reshape(n, -1)
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_every_path_is_exact_on_integer_operands(name):
+    """With integer activations that quantize to themselves (dx = 1) and integer
+    weights, every sum is an exact integer in float32: each path, whatever its order,
+    must give the integer product itself."""
+    rng = np.random.default_rng(4)
+    n, k, rows = 19, 512, 6
+    raw = _exact_weights(name, n, k, rng)
+    wd = dequant(raw, name)
+    assert np.array_equal(wd, np.round(wd))
+    x = rng.integers(-127, 128, (rows, k)).astype(np.float32)
+    x[:, ::32] = 127.0  # every block's max|x| is 127: dx = 1, xq = x
+    want = x.astype(np.int64) @ wd.astype(np.int64).T
+    assert np.abs(want).max() < 2**24
+    m = qgemm.prepare(raw, name, (n, k))
+    for path in INT8_PATHS:
+        np.testing.assert_array_equal(m.matmul(x, path=path), want.astype(np.float32), err_msg=path)
+
+
+def test_activation_quantization_is_per_block_of_32():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 96)).astype(np.float32)
+    x[1, 32:64] = 0.0  # an all-zero block: scale 0, quants 0
+    xq, dx, xs = qgemm.quantize_activations(x)
+    blocks = x.reshape(3, 3, 32)
+    np.testing.assert_allclose(dx, np.abs(blocks).max(-1) / 127, rtol=1e-7)
+    assert dx[1, 1] == 0 and not xq[1, 32:64].any()
+    assert np.abs(xq).max() == 127 and xq.min() >= -127
+    recon = xq.reshape(3, 3, 32) * dx[:, :, None]
+    assert np.abs(recon - blocks).max() <= dx.max() / 2 * 1.0001
+    np.testing.assert_allclose(xs, dx * xq.reshape(3, 3, 32).sum(-1), rtol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "name,block", [("Q4_0", 32), ("Q8_0", 32), *[(t, b) for t in KQUANTS for b in (32, 256)]]
+)
+def test_error_against_float32_activations_is_small(name, block, capsys):
+    """Reported, not a parity figure: quantizing activations to 8 bits per block costs
+    about 1% of the output's norm on random data (float32 x @ dequant(W)^T)."""
+    rng = np.random.default_rng(6)
+    n, k, rows = 64, 1024, 16
+    raw = weights(name, n, k, rng)
+    wd = dequant(raw, name).astype(np.float32)
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    y = qgemm.prepare(raw, name, (n, k)).matmul(x, act_block=block)
+    exact = x.astype(np.float64) @ wd.T.astype(np.float64)
+    rel = np.linalg.norm(y - exact) / np.linalg.norm(exact)
+    with capsys.disabled():
+        print(f"\n{name}, activations per {block}: relative error {rel:.2e}")
+    assert rel < 0.02
+
+
+def test_threads_rows_and_leading_dims_do_not_change_results():
+    rng = np.random.default_rng(7)
+    n, k = 50, 256
+    raw = weights("Q4_K", n, k, rng)
+    m = qgemm.prepare(raw, "Q4_K", (n, k))
+    x = rng.standard_normal((2, 7, k)).astype(np.float32)
+    y = m.matmul(x, threads=1)
+    assert y.shape == (2, 7, n)
+    np.testing.assert_array_equal(m.matmul(x, threads=3), y)
+    one = m.matmul(x[1, 3], threads=2)  # a single row: same numbers as within the batch
+    assert one.shape == (n,)
+    np.testing.assert_array_equal(one, y[1, 3])
+    assert m.matmul(np.zeros((0, k), np.float32)).shape == (0, n)
+
+
+def test_mx_arrays_are_accepted():
+    from pcd_tools.engine.platform import import_mlx
+
+    mx = import_mlx()
+    rng = np.random.default_rng(8)
+    raw = weights("Q8_0", 16, 64, rng)
+    m = qgemm.prepare(raw, "Q8_0", (16, 64))
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    np.testing.assert_array_equal(m.matmul(mx.array(x)), m.matmul(x))
+
+
+def test_prepare_keeps_the_file_bytes_without_copying():
+    rng = np.random.default_rng(9)
+    raw = weights("Q4_0", 32, 256, rng)
+    m = qgemm.prepare(raw, gguf.GGMLQuantizationType.Q4_0, (32, 256))
+    assert np.shares_memory(m.raw, raw)
+    assert m.nbytes == raw.nbytes == 32 * 8 * 18 and m.type_name == "Q4_0"
+    assert qgemm.prepare(raw.tobytes(), 2, (32, 256)).nbytes == raw.nbytes
+
+
+def test_modes_and_isa():
+    modes = qgemm.available_modes()
+    assert modes[0] == "int8" and set(modes) <= {"int8", "bf16"}
+    assert qgemm.isa() in INT8_PATHS and "scalar" in INT8_PATHS
+    assert qgemm.isa() == INT8_PATHS[0]  # the fastest int8 kernel this CPU runs
+    assert ("bf16" in modes) == ("avx512bf16" in qgemm.available_paths())
+
+
+@pytest.mark.skipif("bf16" not in qgemm.available_modes(), reason="this CPU has no AVX-512 BF16")
+@pytest.mark.parametrize("name", TYPES)
+def test_bf16_equals_float64_of_bf16_operands(name):
+    rng = np.random.default_rng(10)
+    n, k, rows = 37, 512, 11
+    raw = weights(name, n, k, rng)
+    m = qgemm.prepare(raw, name, (n, k))
+
+    def bf16(a):  # round to nearest even, as vcvtne2ps2bf16
+        u = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
+        u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16
+        return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    xb, wb = bf16(x), bf16(m.dequantize())
+    y = m.matmul(x, mode="bf16")
+    np.testing.assert_array_less(np.abs(y - xb @ wb.T), 1e-5 * (np.abs(xb) @ np.abs(wb).T) + 1e-30)
+
+
+def test_bad_input_gets_a_typed_error_naming_what_is_accepted():
+    rng = np.random.default_rng(11)
+    raw = weights("Q4_0", 8, 64, rng)
+    with pytest.raises(InvalidArgumentError, match="supported: Q4_0"):
+        qgemm.prepare(raw, "Q3_K", (8, 64))
+    with pytest.raises(InvalidArgumentError, match="supported"):
+        qgemm.prepare(raw, 0, (8, 64))  # F32
+    with pytest.raises(InvalidArgumentError, match="takes 288 bytes; got"):
+        qgemm.prepare(raw[:, :-1], "Q4_0", (8, 64))
+    with pytest.raises(InvalidArgumentError, match="multiple of 256"):
+        qgemm.prepare(raw, "Q4_K", (8, 64))
+    m = qgemm.prepare(raw, "Q4_0", (8, 64))
+    with pytest.raises(InvalidArgumentError, match="float32"):
+        m.matmul(np.zeros((2, 64)))
+    with pytest.raises(InvalidArgumentError, match="last dimension must be 64"):
+        m.matmul(np.zeros((2, 63), np.float32))
+    with pytest.raises(InvalidArgumentError, match="unknown"):
+        m.matmul(np.zeros((2, 64), np.float32), path="neon")
+    with pytest.raises(InvalidArgumentError, match="'int8' or 'bf16'"):
+        m.matmul(np.zeros((2, 64), np.float32), mode="fp8")
+    with pytest.raises(InvalidArgumentError, match="act_block must be 32 for a Q4_0"):
+        m.matmul(np.zeros((2, 64), np.float32), act_block=256)
+    with pytest.raises(InvalidArgumentError, match="threads"):
+        m.matmul(np.zeros((2, 64), np.float32), threads=0)
+    missing = [p for p in ("avxvnni", "avx512vnni") if p not in INT8_PATHS]
+    for path in missing:
+        with pytest.raises(InvalidArgumentError, match="cannot run"):
+            m.matmul(np.zeros((2, 64), np.float32), path=path)
+    if "bf16" not in qgemm.available_modes():
+        with pytest.raises(InvalidArgumentError, match="AVX-512 BF16"):
+            m.matmul(np.zeros((2, 64), np.float32), mode="bf16")
