@@ -3,12 +3,18 @@
 The system part of the prompt depends only on the schema, so its K/V are kept across
 requests and a warm request prefills only the context (DESIGN §2). The cache is bounded
 by a number of prefixes and by a byte budget; the most recent prefix always stays.
+
+A caller can keep its entries apart from everyone else's with `partition(key)` (the
+server's `prompt_cache_key`): inside it, the calling thread reads and writes only the
+entries stored under the same key.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from .platform import import_mlx
@@ -33,17 +39,34 @@ class PrefixCache:
     def __init__(self, max_entries: int = 16, max_bytes: int = 1 << 30) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[int, ...], LayerKV] = OrderedDict()
+        self._entries: OrderedDict[tuple[Any, ...], LayerKV] = OrderedDict()
+        self._local = threading.local()
+
+    @contextmanager
+    def partition(self, key: str | None) -> Iterator[None]:
+        """Within the block, this thread's reads and writes use only the entries stored
+        under `key` (None: the shared, unkeyed entries). All partitions share one LRU and
+        one byte budget."""
+        before = getattr(self._local, "key", None)
+        self._local.key = key
+        try:
+            yield
+        finally:
+            self._local.key = before
+
+    def _key(self, ids: Sequence[int]) -> tuple[Any, ...]:
+        key = getattr(self._local, "key", None)
+        return tuple(ids) if key is None else (("partition", key), *ids)
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def __contains__(self, ids: Sequence[int]) -> bool:
-        return tuple(ids) in self._entries
+        return self._key(ids) in self._entries
 
     def get(self, ids: Sequence[int]) -> LayerKV | None:
         """The cached K/V of prefix `ids`, marked as most recently used; None on a miss."""
-        key = tuple(ids)
+        key = self._key(ids)
         kv = self._entries.get(key)
         if kv is not None:
             self._entries.move_to_end(key)
@@ -56,7 +79,7 @@ class PrefixCache:
         # evaluated on the storing thread's stream.
         kv = [(mx.contiguous(k), mx.contiguous(v)) for k, v in kv]
         mx.eval([x for pair in kv for x in pair])
-        key = tuple(ids)
+        key = self._key(ids)
         self._entries[key] = kv
         self._entries.move_to_end(key)
         while len(self._entries) > 1 and (

@@ -1,5 +1,5 @@
-"""The FastAPI app: System One, `/v1/decide`, OpenAI chat completions, models, health,
-readiness and metrics.
+"""The FastAPI app: System One, `/v1/decide`, OpenAI chat completions, the OpenAI
+Decisions API, models, health, readiness and metrics.
 
 `create_app(decider, ...)` builds it; `pcd serve` runs it under uvicorn. Every decision
 request is validated and length-checked on arrival, then queued for the one model worker
@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .batcher import Job
+from .decisions import build_decision, error_type, log_request, parse_decisions
 from .errors import ApiError, error_body
 from .metrics import Metrics
 from .native import parse_decide
@@ -46,12 +47,14 @@ ENDPOINTS = (
     "/v1/systemone",
     "/v1/decide",
     "/v1/chat/completions",
+    "/v1/decisions",
     "/v1/models",
     "/health",
     "/ready",
     "/metrics",
 )
 CHAT = "/v1/chat/completions"
+DECISIONS = "/v1/decisions"
 
 
 class _Instrument:
@@ -192,6 +195,15 @@ def create_app(
         body = exc.body()
         if request.url.path == CHAT:  # OpenAI clients read `param` and `code`
             body["error"].update(param=exc.field, code=exc.type)
+        elif request.url.path == DECISIONS:  # exactly OpenAI's error object
+            body = {
+                "error": {
+                    "message": exc.message,
+                    "type": error_type(exc.status),
+                    "param": exc.field,
+                    "code": exc.type,
+                }
+            }
         return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(ClientGone)
@@ -313,6 +325,41 @@ def create_app(
         if req.stream:
             return StreamingResponse(sse_chunks(answer), media_type="text/event-stream")
         return JSONResponse(answer.body())
+
+    @app.post(DECISIONS)
+    async def decisions(request: Request) -> JSONResponse:
+        srv.authorize(request)
+        body = await srv.read_json(request)
+
+        def prepare() -> Any:
+            req = parse_decisions(body, max_questions=srv.max_questions)
+            if req.schema is None:  # every question refused: nothing to score
+                engine = srv.batcher.worker_decider.engine
+                return req, len(engine.encode_ids(req.context))
+            return req, srv.check_length(req.schema, req.context, "input")
+
+        req, tokens = await run_in_threadpool(prepare)
+        log_request(request.scope.get("pcd.request_id", ""), req)
+        decision = None
+        cached = written = 0
+        if req.schema is not None:
+            job = Job(
+                req.schema, req.context, 1.0, "full", tokens=tokens, cache_key=req.prompt_cache_key
+            )
+            decision = await srv.decide(request, job, field="input")
+            tokens = decision.prompt_tokens
+            head = srv.head_tokens(req.schema)
+            cached, written = (head, 0) if decision.prefix_cache_hit else (0, head)
+        return JSONResponse(
+            build_decision(
+                req,
+                decision,
+                model=model_name,
+                input_tokens=tokens,
+                cached_tokens=cached,
+                cache_write_tokens=written,
+            )
+        )
 
     app.add_middleware(_Instrument, metrics=srv.metrics)
     return app

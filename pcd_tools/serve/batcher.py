@@ -49,6 +49,8 @@ class Job:
         tokens: Prompt tokens (for the per-batch token budget); 0 if unknown.
         max_new_tokens: The token limit of generated fields that set none, or None.
         pruning: `"auto"`, `"on"` or `"off"` (`Decider.decide(..., pruning=)`).
+        cache_key: The caller's prompt-cache partition (`prompt_cache_key`), or None for
+            the shared prefix cache; jobs of different partitions never share a batch.
         future: Resolved with the `Decision`, or with the exception that scoring raised.
     """
 
@@ -62,11 +64,12 @@ class Job:
     tokens: int = 0
     max_new_tokens: int | None = None
     pruning: str = "auto"
+    cache_key: str | None = None
     future: Future[Decision[Any]] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.perf_counter)
 
     @property
-    def key(self) -> tuple[str, float, str, int, bool, str | None, int | None, str]:
+    def key(self) -> tuple[str, float, str, int, bool, str | None, int | None, str, str | None]:
         """Jobs with equal keys can share one `decide_many` call."""
         return (
             self.schema.fingerprint(),
@@ -77,6 +80,7 @@ class Job:
             self.calibration,
             self.max_new_tokens,
             self.pruning,
+            self.cache_key,
         )
 
 
@@ -270,6 +274,12 @@ class MicroBatcher:
             extra["max_new_tokens"] = job.max_new_tokens
         if job.pruning != "auto":
             extra["pruning"] = job.pruning
+        if job.cache_key is None:
+            return self._call(job, contexts, extra)
+        with self.worker_decider.engine.prefix_cache.partition(job.cache_key):
+            return self._call(job, contexts, extra)
+
+    def _call(self, job: Job, contexts: list[str], extra: dict[str, Any]) -> list[Decision[Any]]:
         return self.worker_decider.decide_many(
             job.schema,
             contexts,

@@ -126,9 +126,8 @@ class _Server:
         """The request's JSON body (see `read_json_body`), within `max_body_bytes`."""
         return await read_json_body(request, self.max_body_bytes)
 
-    def check_length(self, schema: Schema, context: str, where: str) -> int:
-        """Prompt tokens of `context` under `schema`; 413 if it cannot fit the window."""
-        _check_unicode(context, where)
+    def _prompt_lengths(self, schema: Schema) -> tuple[int, int, int]:
+        """Tokens of the schema part, of the answer start, and the fields' extra tokens."""
         engine = self.batcher.worker_decider.engine
         fp = schema.fingerprint()
         lens = self._lengths.get(fp)
@@ -139,7 +138,17 @@ class _Server:
                 if len(self._lengths) > 1024:
                     self._lengths.clear()
                 self._lengths[fp] = lens
-        head, tail, extra = lens
+        return lens
+
+    def head_tokens(self, schema: Schema) -> int:
+        """Tokens of the schema part of the prompt: what the prefix cache holds for it."""
+        return self._prompt_lengths(schema)[0]
+
+    def check_length(self, schema: Schema, context: str, where: str) -> int:
+        """Prompt tokens of `context` under `schema`; 413 if it cannot fit the window."""
+        _check_unicode(context, where)
+        engine = self.batcher.worker_decider.engine
+        head, tail, extra = self._prompt_lengths(schema)
         n_ctx = len(engine.encode_ids(context))
         n = head + n_ctx + tail
         if n + extra > engine.context_window:
