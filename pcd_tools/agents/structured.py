@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..decide.generated import check_max_new_tokens
+from ..decide.checks import check_max_new_tokens
 from ..decide.orders import check_orders
 from ..decide.worker import call_model, run_on_worker
 from ..errors import InvalidArgumentError

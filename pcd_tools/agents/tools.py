@@ -20,7 +20,8 @@ from typing import Any
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..decide.generated import check_hybrid_options, check_max_new_tokens
+from ..decide.checks import check_max_new_tokens
+from ..decide.generated import check_hybrid_options
 from ..decide.orders import check_orders
 from ..decide.worker import call_model, run_on_worker
 from ..errors import InvalidArgumentError, PcdToolsError, SchemaError

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..answers.result import Decision
     from ..schema import Schema
     from .decider import Decider
+    from .options import DecideOptions
 
 __all__ = ["DecisionQueue", "queue_for"]
 
@@ -37,7 +38,7 @@ MAX_BATCH = 32
 class _Item:
     schema: Schema
     context: str
-    options: dict[str, Any]
+    options: DecideOptions
     key: Hashable
     future: Future[Decision[Any]] = field(default_factory=Future)
 
@@ -59,10 +60,10 @@ class DecisionQueue:
         self.batches = 0  # decide_many calls made (for tests and telemetry)
 
     def submit(
-        self, schema: Schema, contexts: Sequence[str], options: dict[str, Any]
+        self, schema: Schema, contexts: Sequence[str], options: DecideOptions
     ) -> list[Future[Decision[Any]]]:
         """Queues one request per context; returns their futures, in order."""
-        key = (schema.fingerprint(), repr(sorted(options.items())))
+        key = (schema.fingerprint(), options)
         items = [_Item(schema, c, options, key) for c in contexts]
         with self._lock:
             self._pending.extend(items)
@@ -120,7 +121,7 @@ class DecisionQueue:
         head = live[0]
         try:
             decisions = decider.decide_many(
-                head.schema, [it.context for it in live], batch_size=len(live), **head.options
+                head.schema, [it.context for it in live], options=head.options, batch_size=len(live)
             )
             self.batches += 1
         except Exception as e:
@@ -146,7 +147,7 @@ class DecisionQueue:
 def _decide_alone(item: _Item, decider: Decider) -> None:
     """Decides one queued item on its own, resolving its (running) future either way."""
     try:
-        d = decider.decide_many(item.schema, [item.context], batch_size=1, **item.options)
+        d = decider.decide_many(item.schema, [item.context], options=item.options, batch_size=1)
         item.future.set_result(d[0])
     except Exception as e:
         item.future.set_exception(e)

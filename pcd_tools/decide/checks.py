@@ -7,12 +7,10 @@ silently defaulted.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from ..errors import InvalidArgumentError, InvalidContextError
-from ..schema import Schema, compile_schema, with_examples
-from .orders import check_orders
 
 __all__ = [
     "LabelFree",
@@ -21,8 +19,10 @@ __all__ = [
     "check_calibration",
     "check_context",
     "check_contexts",
-    "check_options",
+    "check_max_new_tokens",
     "check_pruning",
+    "check_scoring",
+    "check_temperature",
     "resolve_scoring",
 ]
 
@@ -33,7 +33,7 @@ LabelFree = Literal["none", "contextual"]
 LABEL_FREE = ("none", "contextual")
 
 
-def _check_temperature(temperature: Any) -> float:
+def check_temperature(temperature: Any) -> float:
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
         raise InvalidArgumentError(
             f"temperature must be a number > 0; got {type(temperature).__name__} {temperature!r}."
@@ -44,7 +44,7 @@ def _check_temperature(temperature: Any) -> float:
     return t
 
 
-def _check_scoring(scoring: Any) -> Scoring:
+def check_scoring(scoring: Any) -> Scoring:
     if not isinstance(scoring, str) or scoring not in SCORINGS:
         raise InvalidArgumentError(
             f"unknown scoring {scoring!r}; accepted: 'auto', 'full', 'constrained', 'pmi'."
@@ -127,66 +127,6 @@ def check_batch_size(batch_size: Any) -> int:
     return batch_size
 
 
-def check_options(
-    schema: Any,
-    temperature: Any,
-    scoring: Any,
-    mode: Any,
-    choice_order: Mapping[str, Sequence[int]] | None,
-    orders: Any,
-    allow_empty: Any,
-    *,
-    examples: Any = None,
-    calibration: Any = None,
-    pruning: Any = "auto",
-) -> tuple[Schema, dict[str, Any]]:
-    """Compiles the schema and checks every option of a decision call.
-
-    Args:
-        schema: Any accepted schema form.
-        temperature: The softmax temperature.
-        scoring: `"auto"`, `"full"`, `"constrained"` or `"pmi"`.
-        mode: The fields pass layout (checked by the engine).
-        choice_order: Per-field listing order, or None.
-        orders: Listing orders to average over.
-        allow_empty: Whether an empty context is decided on.
-        examples: Few-shot examples replacing the schema's own (None keeps them); they
-            become part of the compiled schema.
-        calibration: The call's label-free calibration (see `check_calibration`).
-        pruning: `"auto"`, `"on"` or `"off"` (see `check_pruning`).
-
-    Returns:
-        The compiled schema (with the call's examples) and the options, normalised, as
-        keyword arguments.
-
-    Raises:
-        SchemaError: if the schema is invalid.
-        InvalidExampleError: if an example does not fit the schema.
-        InvalidArgumentError: for a bad temperature, scoring, calibration, `orders`, or
-            `orders > 1` with a `choice_order`.
-    """
-    compiled = compile_schema(schema)
-    if examples is not None:
-        compiled = with_examples(compiled, examples)
-    k = check_orders(orders)
-    if k > 1 and choice_order:
-        raise InvalidArgumentError(
-            "choice_order and orders > 1 cannot be combined: orders=k lists the values "
-            "in k rotations of the declared order; pass one or the other."
-        )
-    options = {
-        "temperature": _check_temperature(temperature),
-        "scoring": _check_scoring(scoring),
-        "mode": mode,
-        "choice_order": {n: list(o) for n, o in choice_order.items()} if choice_order else None,
-        "orders": k,
-        "allow_empty": bool(allow_empty),
-        "calibration": check_calibration(calibration),
-    }
-    options["pruning"] = check_pruning(pruning, k, options["scoring"])
-    return compiled, options
-
-
 def check_pruning(pruning: Any, orders: int = 1, scoring: str = "full") -> str:
     """A decision's `pruning`: `"auto"`, `"on"` or `"off"`.
 
@@ -207,3 +147,19 @@ def check_pruning(pruning: Any, orders: int = 1, scoring: str = "full") -> str:
             "score; accepted: pruning='auto' or 'off' with it."
         )
     return str(pruning)
+
+
+def check_max_new_tokens(value: Any) -> int | None:
+    """A request's `max_new_tokens`: None (each field's own, else 256) or an int >= 1.
+
+    Raises:
+        InvalidArgumentError: for anything else.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(
+            f"max_new_tokens must be an int >= 1 or None; got {value!r}. It limits the tokens "
+            "of each generated field that sets no max_new_tokens of its own."
+        )
+    return value

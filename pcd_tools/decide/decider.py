@@ -14,17 +14,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..answers.result import Decision
 from ..errors import InvalidArgumentError
 from ..prompt import PromptPreview
-from ..schema import Schema, compile_schema
-from .checks import LabelFree, Scoring, check_batch_size, check_contexts, check_options
+from ..schema import compile_schema
+from .checks import check_batch_size, check_contexts
 from .contextual import ContentFreeScores, check_method, method_with, resolve_method
-from .generated import check_max_new_tokens, decide_hybrid
+from .generated import decide_hybrid
+from .options import DecideOptions, check_options
 from .orders import average, orderings
 from .scored import decide_in_order, prompt_preview
 
 if TYPE_CHECKING:
-    from ..engine.engine import Engine, PassMode, ScoredBatch
+    from typing_extensions import Unpack
+
+    from ..engine.engine import Engine, ScoredBatch
     from ..engine.models import LoadedModel
-    from ..engine.prune import PruneMode
+    from .options import DecideKwargs
 
 __all__ = ["Decider", "default_decider"]
 
@@ -213,54 +216,23 @@ class Decider:
         schema: Any,
         context: str,
         *,
-        temperature: float = 1.0,
-        scoring: Scoring = "auto",
-        mode: PassMode | None = None,
-        choice_order: Mapping[str, Sequence[int]] | None = None,
-        orders: int = 1,
-        allow_empty: bool = False,
-        examples: Sequence[Any] | None = None,
-        calibration: LabelFree | None = None,
-        max_new_tokens: int | None = None,
-        pruning: PruneMode = "auto",
+        options: DecideOptions | None = None,
+        **kwargs: Unpack[DecideKwargs],
     ) -> Decision[Any]:
         """Scores every field of `schema` for `context` (and generates its generated ones).
 
         Args:
             schema: A Pydantic model class, `StructuredSchema`, dict spec or `Schema`.
             context: The text to decide on (any Unicode; never truncated).
-            temperature: Softmax temperature (> 0); changes confidence, never the answer.
-            scoring: `"full"` (model probability of each candidate given that it answers
-                with one), `"constrained"` (renormalised at each trie node), `"pmi"`
-                (domain-conditional PMI: the full log-probability minus that with an
-                empty context) or `"auto"` (the default): full, except a single-choice
-                field of over `AUTO_NODES` trie positions, scored constrained so that
-                certified pruning can skip most of it (`FieldResult.scoring` says
-                which; see `pcd_tools.decide.checks.resolve_scoring`).
-            mode: `"packed"`, `"batched"` or `"sequential"`; default is the fastest exact one.
-            choice_order: Per-field order (indices) in which allowed values are listed.
-            orders: Average each field's distribution over this many evenly spaced
-                rotations of its listing, to reduce the model's lean towards values listed
-                early or late. Costs `orders` times the prefill and fields pass (each
-                rotation's schema prefix is cached). The decision reports `orders` and
-                each field's `flip_rate`.
-            allow_empty: Decide on an empty or whitespace-only context instead of raising.
-            examples: Few-shot examples for this call, replacing the schema's own (`[]`
-                for none; None keeps them): `(text, answer)` or `{"input": text,
-                "output": answer}`, the answer a dict of the fields or a model instance
-                (see `pcd_tools.schema.examples`). They are earlier turns in the cached
-                schema part of the prompt.
-            calibration: The label-free calibration of this call: `"contextual"`,
-                `"none"`, or None for the decider's own (`with_calibration`).
-            max_new_tokens: The token limit of each generated field (`str`, `float`,
-                ...) that sets none itself; None for 256 (see `pcd_tools.decide.generated`).
-            pruning: `"auto"` scores a field with a large candidate trie (over
-                `AUTO_NODES` positions, e.g. hundreds of multi-token codes) by certified
-                pruned search, and every other field whole; `"on"` prunes every field
-                that can be; `"off"` scores every field whole. A field's own
-                `json_schema_extra={"pruning": ...}` wins over `"auto"`. A pruned field
-                reports `certified`, `probability_bounds` and `unscored_mass` (see
-                `pcd_tools.engine.prune`).
+            options: A `DecideOptions` to reuse across calls (None: the defaults).
+            **kwargs: The options as keywords, overriding `options`' fields:
+                `temperature`, `scoring`, `mode`, `choice_order`, `orders`,
+                `allow_empty`, `calibration`, `pruning` and `max_new_tokens` (each
+                documented on `DecideOptions`), and `examples`: few-shot examples for this
+                call, replacing the schema's own (`[]` for none; None keeps them):
+                `(text, answer)` or `{"input": text, "output": answer}`, the answer a dict
+                of the fields or a model instance (see `pcd_tools.schema.examples`). They
+                are earlier turns in the cached schema part of the prompt.
 
         Returns:
             A `Decision` whose `.value` is an instance of the schema's model.
@@ -270,48 +242,26 @@ class Decider:
             InvalidExampleError: if an example does not fit the schema.
             InvalidContextError: if `context` is not a str, or is empty and `allow_empty`
                 is not set.
-            InvalidArgumentError: for a bad temperature, scoring, mode, calibration,
-                `orders` or `pruning`, `scoring="pmi"` with contextual calibration, or
-                `pruning="on"` with `orders > 1`, `scoring="pmi"`, contextual
-                calibration, generated fields or a pass mode other than packed.
+            InvalidArgumentError: for an unknown option; a bad temperature, scoring, mode,
+                calibration, `orders` or `pruning`; `scoring="pmi"` with contextual
+                calibration; or `pruning="on"` with `orders > 1`, `scoring="pmi"`,
+                contextual calibration, generated fields or a pass mode other than packed.
             CalibrationMismatchError: if the decider's fitted calibration was fitted for
                 another schema or on top of another label-free correction.
             ContextTooLongError: if the prompt does not fit the model's window.
             GenerationLimitError: if a generated field reaches its token limit (it carries
                 the text generated so far; nothing is truncated).
         """
-        return self.decide_many(
-            schema,
-            [context],
-            temperature=temperature,
-            scoring=scoring,
-            mode=mode,
-            choice_order=choice_order,
-            orders=orders,
-            allow_empty=allow_empty,
-            examples=examples,
-            calibration=calibration,
-            batch_size=1,
-            max_new_tokens=max_new_tokens,
-            pruning=pruning,
-        )[0]
+        return self.decide_many(schema, [context], options=options, batch_size=1, **kwargs)[0]
 
     def decide_many(
         self,
         schema: Any,
         contexts: Sequence[str],
         *,
-        temperature: float = 1.0,
-        scoring: Scoring = "auto",
-        mode: PassMode | None = None,
-        choice_order: Mapping[str, Sequence[int]] | None = None,
-        orders: int = 1,
-        allow_empty: bool = False,
-        examples: Sequence[Any] | None = None,
-        calibration: LabelFree | None = None,
+        options: DecideOptions | None = None,
         batch_size: int = 32,
-        max_new_tokens: int | None = None,
-        pruning: PruneMode = "auto",
+        **kwargs: Unpack[DecideKwargs],
     ) -> list[Decision[Any]]:
         """Scores `schema` for several contexts, batching them for throughput.
 
@@ -326,65 +276,27 @@ class Decider:
                 groups of similar length (`batch_tokens`) that run concurrently. Generated
                 fields decode context by context (the prefill and scored passes batch).
         """
-        compiled, options = check_options(
-            schema,
-            temperature,
-            scoring,
-            mode,
-            choice_order,
-            orders,
-            allow_empty,
-            examples=examples,
-            calibration=calibration,
-            pruning=pruning,
-        )
-        ctxs = check_contexts(contexts, allow_empty)
+        compiled, opts = check_options(schema, options, **kwargs)
+        ctxs = check_contexts(contexts, opts.allow_empty)
         size = check_batch_size(batch_size)
-        limit = check_max_new_tokens(max_new_tokens)
         if compiled.hybrid:  # generated fields: segments in declaration order
-            return decide_hybrid(self, compiled, ctxs, size, limit, **options)
-        return self._decide_checked(compiled, ctxs, size, **options)
-
-    def _decide_checked(
-        self,
-        compiled: Schema,
-        ctxs: list[str],
-        batch_size: int,
-        *,
-        temperature: float,
-        scoring: Scoring,
-        mode: PassMode | None,
-        choice_order: dict[str, Sequence[int]] | None,
-        orders: int,
-        allow_empty: bool,
-        calibration: LabelFree | None,
-        pruning: PruneMode,
-    ) -> list[Decision[Any]]:
-        method = resolve_method(self.label_free, calibration, scoring)
-        options = (batch_size, temperature, scoring, mode)
-        if orders > 1:  # averaged distributions: every field scored whole
+            return decide_hybrid(self, compiled, ctxs, size, opts)
+        method = resolve_method(self.label_free, opts.calibration, opts.scoring)
+        if opts.orders > 1:  # averaged distributions: every field scored whole
             runs = [
-                decide_in_order(self, compiled, ctxs, *options, o, method, "off")
-                for o in orderings(compiled, orders)
+                decide_in_order(self, compiled, ctxs, size, opts, o, method, "off")
+                for o in orderings(compiled, opts.orders)
             ]
             return average(compiled, runs)
-        return decide_in_order(self, compiled, ctxs, *options, choice_order, method, pruning)
+        return decide_in_order(self, compiled, ctxs, size, opts, opts.order, method, opts.pruning)
 
     async def adecide(
         self,
         schema: Any,
         context: str,
         *,
-        temperature: float = 1.0,
-        scoring: Scoring = "auto",
-        mode: PassMode | None = None,
-        choice_order: Mapping[str, Sequence[int]] | None = None,
-        orders: int = 1,
-        allow_empty: bool = False,
-        examples: Sequence[Any] | None = None,
-        calibration: LabelFree | None = None,
-        max_new_tokens: int | None = None,
-        pruning: PruneMode = "auto",
+        options: DecideOptions | None = None,
+        **kwargs: Unpack[DecideKwargs],
     ) -> Decision[Any]:
         """`decide` for async code: awaits the engine worker, never blocks the event loop.
 
@@ -395,38 +307,15 @@ class Decider:
 
         Takes the same arguments as `decide`.
         """
-        return (
-            await self.adecide_many(
-                schema,
-                [context],
-                temperature=temperature,
-                scoring=scoring,
-                mode=mode,
-                choice_order=choice_order,
-                orders=orders,
-                allow_empty=allow_empty,
-                examples=examples,
-                calibration=calibration,
-                max_new_tokens=max_new_tokens,
-                pruning=pruning,
-            )
-        )[0]
+        return (await self.adecide_many(schema, [context], options=options, **kwargs))[0]
 
     async def adecide_many(
         self,
         schema: Any,
         contexts: Sequence[str],
         *,
-        temperature: float = 1.0,
-        scoring: Scoring = "auto",
-        mode: PassMode | None = None,
-        choice_order: Mapping[str, Sequence[int]] | None = None,
-        orders: int = 1,
-        allow_empty: bool = False,
-        examples: Sequence[Any] | None = None,
-        calibration: LabelFree | None = None,
-        max_new_tokens: int | None = None,
-        pruning: PruneMode = "auto",
+        options: DecideOptions | None = None,
+        **kwargs: Unpack[DecideKwargs],
     ) -> list[Decision[Any]]:
         """`decide_many` for async code; the contexts join the engine worker's queue.
 
@@ -435,22 +324,10 @@ class Decider:
         """
         from .aio import gather, queue_for
 
-        compiled, options = check_options(
-            schema,
-            temperature,
-            scoring,
-            mode,
-            choice_order,
-            orders,
-            allow_empty,
-            examples=examples,
-            calibration=calibration,
-            pruning=pruning,
-        )
-        resolve_method(self.label_free, options["calibration"], options["scoring"])
-        ctxs = check_contexts(contexts, allow_empty)
-        options["max_new_tokens"] = check_max_new_tokens(max_new_tokens)
-        return await gather(queue_for(self).submit(compiled, ctxs, options))
+        compiled, opts = check_options(schema, options, **kwargs)
+        resolve_method(self.label_free, opts.calibration, opts.scoring)
+        ctxs = check_contexts(contexts, opts.allow_empty)
+        return await gather(queue_for(self).submit(compiled, ctxs, opts))
 
     def scores(self, schema: Any, contexts: Sequence[str], **kwargs: Any) -> ScoredBatch:
         """Raw per-edge log-probabilities (for evaluation and calibration tooling)."""

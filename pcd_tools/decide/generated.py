@@ -29,37 +29,20 @@ from ..answers.waves import WaveAnswers
 from ..errors import GenerationError, GenerationLimitError, InvalidArgumentError
 from ..schema import FieldSpec, Schema
 from ..schema.spec import value_adapter
+from .batches import CallRecord, length_batches
 from .checks import resolve_scoring
 
 if TYPE_CHECKING:
-    from ..engine.engine import PassMode
     from ..engine.generate import GeneratedValue
-    from .checks import LabelFree, Scoring
     from .decider import Decider
+    from .options import DecideOptions
 
 __all__ = [
     "check_hybrid_options",
-    "check_max_new_tokens",
     "decide_hybrid",
     "generated_result",
     "value_adapter",
 ]
-
-
-def check_max_new_tokens(value: Any) -> int | None:
-    """A request's `max_new_tokens`: None (each field's own, else 256) or an int >= 1.
-
-    Raises:
-        InvalidArgumentError: for anything else.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(
-            f"max_new_tokens must be an int >= 1 or None; got {value!r}. It limits the tokens "
-            "of each generated field that sets no max_new_tokens of its own."
-        )
-    return value
 
 
 def check_hybrid_options(
@@ -123,16 +106,7 @@ def decide_hybrid(
     compiled: Schema,
     ctxs: list[str],
     batch_size: int,
-    max_new_tokens: int | None,
-    *,
-    temperature: float,
-    scoring: Scoring,
-    mode: PassMode | None,
-    choice_order: dict[str, Any] | None,
-    orders: int,
-    allow_empty: bool,
-    calibration: LabelFree | None,
-    pruning: str = "auto",
+    options: DecideOptions,
 ) -> list[Decision[Any]]:
     """The decisions of a schema with generated fields, in input order. Their scored
     fields are scored whole (`pruning="auto"` or `"off"`).
@@ -142,16 +116,11 @@ def decide_hybrid(
         compiled: The compiled schema.
         ctxs: The checked contexts.
         batch_size: Contexts per engine call.
-        max_new_tokens: The token limit of generated fields that set none.
-        temperature: The scored fields' softmax temperature (generation is greedy).
-        scoring: `"auto"`, `"full"` or `"constrained"` (`Decider.decide`).
-        mode: The scored passes' layout, or None for the engine's default.
-        choice_order: The listing order of the prompt, or None for the declared one.
-        orders: Listing orders asked for (only 1 is accepted).
-        allow_empty: Checked by the caller (the contexts are already checked).
-        calibration: The call's label-free calibration (only `"none"` is accepted,
-            also as the decider's own).
-        pruning: `"auto"` or `"off"`; `"on"` is refused.
+        options: The call's checked options. Generation is greedy (the temperature is
+            the scored fields'); `max_new_tokens` limits generated fields that set none.
+            Only `orders=1`, scoring `"auto"`, `"full"` or `"constrained"`, calibration
+            `"none"` (also as the decider's own) and pruning `"auto"` or `"off"` are
+            accepted.
 
     Raises:
         InvalidArgumentError: for an option the hybrid path does not take.
@@ -159,22 +128,23 @@ def decide_hybrid(
         CalibrationMismatchError: if the decider's calibration does not fit the schema.
     """
     from ..engine.hybrid import run_hybrid
-    from .contextual import label_free, resolve_method
+    from .contextual import resolve_method
     from .scored import constrained_side
 
-    scoring = resolve_scoring(scoring, decider.calibration)
-    method = resolve_method(decider.label_free, calibration, scoring)
-    check_hybrid_options(compiled, orders=orders, scoring=scoring, method=method, pruning=pruning)
-    cal = decider.calibration
-    if cal is not None and ctxs:
-        cal.check_schema(compiled)
-        cal.check_label_free(label_free(method, scoring))
+    temperature, mode = options.temperature, options.mode
+    scoring = resolve_scoring(options.scoring, decider.calibration)
+    method = resolve_method(decider.label_free, options.calibration, scoring)
+    check_hybrid_options(
+        compiled, orders=options.orders, scoring=scoring, method=method, pruning=options.pruning
+    )
+    call = CallRecord.start(
+        decider, compiled, ctxs, temperature=temperature, scoring=scoring, mode=mode, method=method
+    )
+    cal = call.calibration
     side = constrained_side(scoring, compiled)
     eos = decider.loaded.eos_ids()
-    by_len = sorted(range(len(ctxs)), key=lambda i: len(ctxs[i]))
     out: list[Decision[Any] | None] = [None] * len(ctxs)
-    for start in range(0, len(ctxs), batch_size):
-        idx = by_len[start : start + batch_size]
+    for idx in length_batches(ctxs, batch_size):
         t0 = time.perf_counter()
         try:
             hb = run_hybrid(
@@ -183,8 +153,8 @@ def decide_hybrid(
                 [ctxs[i] for i in idx],
                 mode=mode,
                 answers=WaveAnswers(compiled, temperature, scoring, cal, constrained_for=side),
-                choice_order=choice_order,
-                max_new_tokens=max_new_tokens,
+                choice_order=options.order,
+                max_new_tokens=options.max_new_tokens,
                 eos=eos,
             )
         except GenerationLimitError as e:
@@ -192,9 +162,8 @@ def decide_hybrid(
                 e.context_index = idx[e.context_index]
             raise
         built = [_fields(compiled, hb, j, temperature, side, cal) for j in range(len(idx))]
-        n = len(idx)
         timing = BatchTiming(
-            size=n,
+            size=len(idx),
             elapsed_ms=(time.perf_counter() - t0) * 1e3,
             prefill_ms=hb.prefill_ms,
             suffix_eval_ms=hb.suffix_eval_ms,
@@ -202,28 +171,15 @@ def decide_hybrid(
         )
         for j, i in enumerate(idx):
             fields, joint = built[j]
-            out[i] = Decision(
-                value=compiled.build({name: f.value for name, f in fields.items()}),
-                fields=fields,
-                prefill_ms=timing.prefill_ms / n,
-                suffix_eval_ms=timing.suffix_eval_ms / n,
-                elapsed_ms=timing.elapsed_ms / n,
-                sequential_forward_passes=hb.sequential_forward_passes,
+            out[i] = call.decision(
+                compiled,
+                fields,
+                joint,
+                timing,
+                passes=hb.sequential_forward_passes,
                 prompt_tokens=hb.prompt_tokens[j],
                 prefix_cache_hit=hb.prefix_cache_hit,
-                model_id=decider.model_id,
-                device=decider.device,
-                temperature=temperature,
-                scoring=scoring,
-                mode=mode or decider.engine.default_mode,
-                calibrated=cal is not None,
-                calibration_file=getattr(cal, "path", None) if cal is not None else None,
-                batch=timing,
-                joint=joint,
-                calibration_method=method,
-                generate_ms=timing.generate_ms / n,
-                segments=tuple(hb.segments[j]),
-                examples=len(compiled.examples),
+                segments=hb.segments[j],
             )
     return [d for d in out if d is not None]
 

@@ -24,13 +24,15 @@ from ..errors import InvalidArgumentError
 from ..prompt import PromptPreview, field_suffix
 from ..schema import Schema, compile_schema, with_examples
 from ..schema.generated import segments
+from .batches import CallRecord, length_batches
 from .checks import check_context, resolve_scoring
-from .contextual import Correction, label_free
+from .contextual import Correction
 
 if TYPE_CHECKING:
     from ..engine.engine import PassMode, ScoredBatch
     from .checks import Scoring
     from .decider import Decider
+    from .options import DecideOptions
 
 __all__ = ["constrained_side", "decide_in_order", "prompt_preview"]
 
@@ -40,9 +42,7 @@ def decide_in_order(
     compiled: Schema,
     ctxs: list[str],
     batch_size: int,
-    temperature: float,
-    scoring: Scoring,
-    mode: PassMode | None,
+    options: DecideOptions,
     order: Mapping[str, Sequence[int]] | None,
     method: str,
     pruning: str = "off",
@@ -54,12 +54,10 @@ def decide_in_order(
         compiled: The compiled schema, with its examples.
         ctxs: The checked contexts.
         batch_size: Contexts per engine call.
-        temperature: The softmax temperature.
-        scoring: `"auto"`, `"full"`, `"constrained"` or `"pmi"`; under `"auto"` (without
-            a fitted calibration) a field that pruning reads in part is scored
-            constrained and every other field full, and each `FieldResult.scoring` says
-            which.
-        mode: The fields pass layout, or None for the engine's default.
+        options: The call's checked options (its temperature, scoring and pass mode are
+            read here; under scoring `"auto"`, without a fitted calibration, a field that
+            pruning reads in part is scored constrained and every other field full, and
+            each `FieldResult.scoring` says which).
         order: The listing order of the prompt, or None for the declared one.
         method: The label-free calibration, `"contextual"` or `"none"`.
         pruning: `"auto"`, `"on"` or `"off"` (`pcd_tools.engine.prune.pruning_for`).
@@ -71,17 +69,15 @@ def decide_in_order(
             mode other than packed.
     """
     plan_order = dict(order) if order is not None else None
-    cal = decider.calibration
-    scoring = resolve_scoring(scoring, cal, method)
-    if cal is not None and ctxs:
-        cal.check_schema(compiled)
-        cal.check_label_free(label_free(method, scoring))
+    temperature, mode = options.temperature, options.mode
+    scoring = resolve_scoring(options.scoring, decider.calibration, method)
+    call = CallRecord.start(
+        decider, compiled, ctxs, temperature=temperature, scoring=scoring, mode=mode, method=method
+    )
+    cal = call.calibration
     pruner = _pruning(decider, compiled, pruning, scoring, mode, method)
-    # Batch contexts of similar length together (less padding); answer in input order.
-    by_len = sorted(range(len(ctxs)), key=lambda i: len(ctxs[i]))
     out: list[Decision[Any] | None] = [None] * len(ctxs)
-    for start in range(0, len(ctxs), batch_size):
-        idx = by_len[start : start + batch_size]
+    for idx in length_batches(ctxs, batch_size):
         t0 = time.perf_counter()
         corr = Correction.make(decider.content_free, compiled, plan_order, method, scoring)
         if corr is not None:
@@ -121,27 +117,14 @@ def decide_in_order(
             asked, z, sides = logz[j]
             fields, joint = answers(compiled, asked, z, temperature, cal)
             fields = {n: replace(f, scoring=sides.get(n)) for n, f in fields.items()}
-            out[i] = Decision(
-                value=compiled.build({n: f.value for n, f in fields.items()}),
-                fields=fields,
-                prefill_ms=timing.prefill_ms / timing.size,
-                suffix_eval_ms=timing.suffix_eval_ms / timing.size,
-                elapsed_ms=timing.elapsed_ms / timing.size,
-                sequential_forward_passes=batch.sequential_forward_passes,
+            out[i] = call.decision(
+                compiled,
+                fields,
+                joint,
+                timing,
+                passes=batch.sequential_forward_passes,
                 prompt_tokens=batch.prompt_tokens[j],
                 prefix_cache_hit=batch.prefix_cache_hit,
-                model_id=decider.model_id,
-                device=decider.device,
-                temperature=temperature,
-                scoring=scoring,
-                mode=mode or decider.engine.default_mode,
-                calibrated=cal is not None,
-                calibration_file=getattr(cal, "path", None) if cal is not None else None,
-                batch=timing,
-                joint=joint,
-                calibration_method=method,
-                examples=len(compiled.examples),
-                content_free_ms=timing.content_free_ms / timing.size,
             )
     return [d for d in out if d is not None]
 

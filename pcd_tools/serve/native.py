@@ -22,8 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..decide.checks import check_pruning
-from ..decide.generated import check_max_new_tokens
+from ..decide.checks import check_max_new_tokens, check_pruning
 from ..decide.orders import check_orders
 from ..errors import InvalidArgumentError, SchemaError
 from ..schema import Schema, StructuredSchema
