@@ -1,7 +1,7 @@
 """`POST /v1/decide`: our own schema dict plus a context, answered with the seed's dict.
 
 Body: `{"schema": S, "context": str, "temperature"?: float, "scoring"?:
-"full"|"constrained"|"pmi", "orders"?: int, "allow_empty"?: bool, "calibration"?:
+"full"|"constrained"|"pmi"|"auto" (default "full"), "orders"?: int, "allow_empty"?: bool, "calibration"?:
 "contextual"|"none", "examples"?: [...], "pruning"?: "auto"|"on"|"off"}` where `S` is the `StructuredSchema` dict form
 (`{name: {"type", "choices", ...}}`), that form wrapped as
 `{"name"?, "instructions"?, "fields": {...}, "examples"?: [...]}`, a list of `{"name", "type", ...}` objects,
@@ -31,7 +31,7 @@ from .systemone import _json_type, _temperature
 
 __all__ = ["DecideRequest", "parse_decide"]
 
-SCORINGS = ("full", "constrained", "pmi")
+SCORINGS = ("auto", "full", "constrained", "pmi")  # the server defaults to "full"
 CALIBRATIONS = ("contextual", "none")
 MAX_ORDERS = 16
 KEYS = (

@@ -76,7 +76,7 @@ NO_EFFECT = (
     "user",
 )
 PCD_KEYS = ("allow_empty", "calibration", "examples", "orders", "pruning", "scoring")
-SCORINGS = ("full", "constrained", "pmi")
+SCORINGS = ("auto", "full", "constrained", "pmi")  # the server defaults to "full"
 CALIBRATIONS = ("contextual", "none")
 MAX_ORDERS = 16
 HOW_TO_ASK = (

@@ -109,7 +109,8 @@ def test_pruning_is_passed_through_and_reported(url, tiny):
     r = httpx.post(url + "/v1/decide", json={"schema": CODES, "context": TEXT, "pruning": "on"})
     assert r.status_code == 200, r.text
     got = r.json()["field_telemetry"]["code"]
-    want = tiny.decide(StructuredSchema(CODES), TEXT, pruning="on").fields["code"]
+    # the server's default scoring is "full" (the Python API's is "auto")
+    want = tiny.decide(StructuredSchema(CODES), TEXT, pruning="on", scoring="full").fields["code"]
     assert got["certified"] is want.certified is True
     assert got["probability_bounds"] == pytest.approx(list(want.probability_bounds), abs=1e-5)
     off = httpx.post(url + "/v1/decide", json={"schema": CODES, "context": TEXT, "pruning": "off"})
@@ -123,3 +124,16 @@ def test_pruning_is_passed_through_and_reported(url, tiny):
 def test_bad_pruning_is_422_naming_pruning(url, extra, says):
     err = _error(_decide(url, context=TEXT, **extra))
     assert err["field"] == "pruning" and says in err["message"]
+
+
+def test_auto_scoring_is_accepted_and_matches_the_python_api(url, tiny):
+    r = httpx.post(url + "/v1/decide", json={"schema": CODES, "context": TEXT, "scoring": "auto"})
+    assert r.status_code == 200, r.text
+    got = r.json()["field_telemetry"]["code"]
+    want = tiny.decide(StructuredSchema(CODES), TEXT).fields["code"]  # the API's default
+    assert want.scoring == "constrained"
+    top = {c["choice"]: c["probability"] for c in got["top_choices"]}
+    assert top and all(top[k] == pytest.approx(want.distribution[k], abs=1e-5) for k in top)
+    full = httpx.post(url + "/v1/decide", json={"schema": CODES, "context": TEXT}).json()
+    other = {c["choice"]: c["probability"] for c in full["field_telemetry"]["code"]["top_choices"]}
+    assert max(abs(other[k] - top[k]) for k in top if k in other) > 1e-3  # "full" differs
