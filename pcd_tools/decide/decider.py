@@ -77,9 +77,14 @@ class Decider:
         """Loads a model and returns a ready `Decider`.
 
         Args:
-            source: `None` for the embedded SmolLM2-135M-Instruct, a `.gguf` file (llama or
-                qwen2, any quant type), an MLX model directory or a Hugging Face repo id.
-            dtype: `"auto"` picks float32 on CPU (fast path) and keeps stored weights on GPU.
+            source: `None` for the embedded SmolLM2-135M-Instruct, a `.gguf` file (llama,
+                mistral, qwen2, qwen3, gemma3 or phi3; any quant type), an MLX model directory or a Hugging Face repo id.
+            dtype: `"auto"` (or `PCD_DTYPE`): on CPU a GGUF's matrices stay in the file's
+                encoding, memory-mapped, unless dense float32 copies take at most 1 GiB
+                (then dense float32, faster on small models); other sources are dense
+                float32; on a GPU stored weights are kept. Also `"quantized"`,
+                `"float32"`, `"float16"`, `"bfloat16"`, `"keep"` (see
+                `pcd_tools.engine.models.load_model`).
             calibration: `"contextual"` (label-free contextual calibration on every
                 decision, `pcd_tools.decide.contextual`), a fitted `Calibration` or the path of
                 its JSON file; see `with_calibration`.

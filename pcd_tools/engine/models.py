@@ -177,8 +177,11 @@ def _from_gguf(
 ) -> LoadedModel:
     from .gguf import load_gguf
 
-    # CPU: "auto" and "quantized" keep the file's encoding (qweights), computing in float32
-    encoded = device == "cpu" and dtype in ("auto", "quantized")
+    # CPU: "quantized" keeps the file's encoding (qweights), computing in float32; "auto"
+    # does so unless dense float32 matrices are small (gguf.dense_fits)
+    encoded: bool | None = device == "cpu" and dtype in ("auto", "quantized")
+    if encoded and dtype == "auto":
+        encoded = None
     model, tok, info = load_gguf(path, dtype=_dtype_for(device, dtype), encoded=encoded)
     return LoadedModel(
         model=model,
@@ -387,8 +390,11 @@ def load_model(source: str | os.PathLike[str] | None = None, *, dtype: str = "au
             Hugging Face repo id (loaded through `mlx_lm.load`).
         dtype: One of `DTYPES`. `"auto"` reads `PCD_DTYPE` if set, else: on CPU, a GGUF
             file's matrices stay in the file's encoding (memory-mapped, float32
-            arithmetic over a per-matrix scratch: the same scores as dense float32) and
-            other sources load as dense float32; on a GPU, weights stay as stored.
+            arithmetic over a per-matrix scratch: the same scores as dense float32)
+            unless dense float32 copies take at most 1 GiB and an eighth of the RAM
+            (`gguf.dense_fits`: the embedded 135M model, where dense runs 1.1-1.4x
+            faster), and other sources load as dense float32; on a GPU, weights stay as
+            stored.
             `"quantized"` is that file-encoding mode asked for explicitly (a GGUF file on
             CPU; MLX's quantized weights on a GPU). `"float32"` is dense float32 weights
             (about 4 bytes a weight: 5-8x a 4-bit file). `"float16"` and `"bfloat16"` cast

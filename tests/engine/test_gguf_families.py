@@ -497,8 +497,9 @@ def test_gemma3_tokenizer_and_template():
 def decide_and_check(path, modes: list[str]) -> None:
     from pcd_tools import Decider
 
-    # the CPU default keeps the file's matrices encoded; float32 is the dense path
-    for dtype, shown in (("auto", "gguf-"), ("float32", "float32")):
+    # "quantized" keeps the file's matrices encoded; float32 is the dense path ("auto"
+    # picks it for files this small)
+    for dtype, shown in (("quantized", "gguf-"), ("float32", "float32"), ("auto", "float32")):
         decider = Decider.load(path, dtype=dtype)
         assert decider.loaded.dtype.startswith(shown), (dtype, decider.loaded.dtype)
         check_decider(decider, modes)

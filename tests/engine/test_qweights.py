@@ -150,3 +150,26 @@ def test_embedded_model_quantized_equals_dense():
     a, b = kept.decide(Ticket, text), dense.decide(Ticket, text)
     for name, field in a.fields.items():
         np.testing.assert_allclose(field.log_scores, b.fields[name].log_scores, atol=1e-5)
+
+
+def test_auto_keeps_large_files_encoded_and_small_ones_dense(monkeypatch):
+    from types import SimpleNamespace
+
+    from pcd_tools.engine import gguf
+
+    def mats(n: int) -> list:
+        return [SimpleNamespace(shape=(1024, 1024))] * n + [SimpleNamespace(shape=(1024,))]
+
+    per = 4 * 1024 * 1024  # a 1024x1024 float32 matrix; vectors do not count
+    assert gguf.dense_fits(mats(gguf.AUTO_DENSE_BYTES // per))
+    assert not gguf.dense_fits(mats(gguf.AUTO_DENSE_BYTES // per + 1))
+    monkeypatch.setattr(gguf.os, "sysconf", lambda name: 4096 if "PAGE" in name else 8 * 1024)
+    assert not gguf.dense_fits(mats(2))  # 32 MiB of RAM: an eighth is 4 MiB
+
+
+@pytest.mark.integration
+def test_auto_loads_the_embedded_model_dense(monkeypatch):
+    from pcd_tools import Decider
+
+    monkeypatch.delenv("PCD_DTYPE", raising=False)
+    assert Decider.load().loaded.dtype == "float32"  # 0.5 GB dense: within the rule
