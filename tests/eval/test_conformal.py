@@ -239,3 +239,33 @@ def test_no_conformal_scores_is_a_typed_error_that_says_how_to_fit():
     bare = _answers(None)  # no calibration at all
     with pytest.raises(NoConformalScoresError, match=r"Decider.load\(\.\.\., calibration="):
         bare["urgent"].prediction_set()
+
+
+# --- held-out coverage in eval reports --------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_set_coverage_counts_hits_sizes_and_plain_lac_sets():
+    from pcd_tools.eval.conformal import set_coverage
+
+    scores = [0.05 * i for i in range(1, 20)]  # n = 19; 0.8 -> the 16th, 0.8
+    cal = toy_calibration(
+        temperatures={}, conformal={"mood": {"score": "lac", "n": 19, "scores": scores}}
+    )
+    schema = compile_schema(SCHEMA)
+    z = [
+        {"mood": np.log([0.7, 0.2, 0.1])},  # set at 0.8 (p >= 0.2): calm, angry
+        {"mood": np.log([0.1, 0.85, 0.05])},  # angry
+        {"mood": np.log([0.15, 0.15, 0.7])},  # sad
+        {"mood": np.log([0.5, 0.1, 0.4])},  # calm, sad
+    ]
+    gold = [{"mood": "angry"}, {"mood": "calm"}, {"mood": "sad"}, {"mood": "sad", "urgent": True}]
+    got = set_coverage(schema, cal, z, gold, coverages=(0.8, 0.96))
+    assert set(got) == {"mood"}  # `urgent` has no conformal scores
+    r = got["mood"]["0.8"]
+    assert r["threshold"] == pytest.approx(0.8)
+    assert r["coverage"] == 0.75 and r["lac_coverage"] == 0.75
+    assert r["mean_size"] == pytest.approx(6 / 4)
+    assert r["singleton_rate"] == 0.5 and r["lac_empty_rate"] == 0.0
+    assert (r["n"], r["n_cal"]) == (4, 19)
+    assert "needs at least" in got["mood"]["0.96"]["error"]
