@@ -144,7 +144,7 @@ def main() -> int:
         print("| " + " | ".join(r) + " |")
     head = ["set", "field"]
     for t in TARGETS:
-        head += [f"LAC @{t} (cov / size)", f"APS @{t} (cov / size)"]
+        head += [f"set @{t} (cov / size)", f"APS @{t} (cov / size)"]
     print()
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
