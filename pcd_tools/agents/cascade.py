@@ -14,6 +14,11 @@ probable first. A stage is:
 Answers from stages that report no probability (chat models, humans) are accepted as
 final.
 
+With `escalate_when="set_size>1"` the rule is the calibration's instead of a threshold: a
+field escalates exactly when its split-conformal prediction set at `coverage` (default
+0.9; `FieldResult.prediction_set`) holds more than one answer, and the next stage's
+`EscalationRequest.prediction_sets` (a `HumanStage`'s payload too) carries that set.
+
 A schema with generated fields (`reason: str`, `amount: float`, ...) works too. Only
 scored fields escalate: a generated value has no probability to judge it by, so the
 first stage that answers it is final (a stage that fails passes it on like any field).
@@ -38,6 +43,7 @@ from typing import Any, Literal
 from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import BaseModel, ValidationError
 
+from ..answers.conformal import PredictionSetError, check_coverage
 from ..errors import InvalidArgumentError
 from ..schema import FieldSpec, compile_schema
 from ..schema.spec import value_adapter
@@ -72,6 +78,8 @@ ScoreName = Literal["probability", "margin", "entropy"]
 _SCORES = ("probability", "margin", "entropy")
 OnStageError = Literal["skip", "raise"]
 _ON_STAGE_ERROR = ("skip", "raise")
+EscalateWhen = Literal["set_size>1"]
+_ESCALATE_WHEN = ("set_size>1",)
 
 logger = logging.getLogger(__name__)
 
@@ -190,11 +198,23 @@ class Cascade(Runnable[Any, CascadeResult]):
         on_stage_error: When a stage raises: `"skip"` (default) logs a warning, records it
             in `CascadeResult.errors` and passes its fields to the next stage; `"raise"`
             logs it and re-raises the stage's exception.
+        escalate_when: None (default: the thresholds above), or `"set_size>1"`: a scored
+            field escalates exactly when its prediction set at `coverage` has more than
+            one answer (split conformal prediction; `threshold`, `per_field` and `score`
+            are then not used). Every stage that scores fields (a `Decider`) needs a
+            calibration with conformal scores (`pcd calibrate`); the next stage receives
+            the sets (`EscalationRequest.prediction_sets`, `HumanStage.payload`).
+        coverage: The coverage of those sets, in (0, 1) (default 0.9).
 
     Raises:
-        InvalidArgumentError: for no stages, an unknown score or `on_stage_error`, a
-            field not in the schema, a threshold on a generated field, or a threshold
-            out of range (a probability or margin outside [0, 1], a negative entropy).
+        InvalidArgumentError: for no stages, an unknown score, `on_stage_error` or
+            `escalate_when`, a field not in the schema, a threshold on a generated field,
+            a threshold out of range (a probability or margin outside [0, 1], a negative
+            entropy), `per_field` with `escalate_when`, or `escalate_when="set_size>1"`
+            on a schema with a multi-label or `choices_by` field (no prediction set).
+        CoverageError: (an `InvalidArgumentError`) for a coverage outside (0, 1).
+        NoConformalScoresError: at run time, when a stage's decision has no conformal
+            scores for a field it must judge (`FieldResult.prediction_set`).
     """
 
     def __init__(
@@ -206,6 +226,8 @@ class Cascade(Runnable[Any, CascadeResult]):
         *,
         score: ScoreName = "probability",
         on_stage_error: OnStageError = "skip",
+        escalate_when: EscalateWhen | None = None,
+        coverage: float = 0.9,
     ):
         if on_stage_error not in _ON_STAGE_ERROR:
             raise InvalidArgumentError(
@@ -245,13 +267,42 @@ class Cascade(Runnable[Any, CascadeResult]):
                 raise InvalidArgumentError(f"unknown score {sc!r}; accepted: {list(_SCORES)}.")
             arg = f"Cascade(per_field={{{n!r}: {rule!r}}})"
             self.thresholds[n] = (sc, check_threshold(t, arg, score=sc))  # type: ignore[assignment]
+        self.escalate_when = self._check_rule(escalate_when, per_field)
+        self.coverage = check_coverage(coverage, "Cascade(coverage=)")
+
+    def _check_rule(self, rule: Any, per_field: Any) -> EscalateWhen | None:
+        if rule is None:
+            return None
+        if rule not in _ESCALATE_WHEN:
+            raise InvalidArgumentError(
+                f"Cascade(escalate_when={rule!r}) is not accepted; expected None (thresholds) "
+                f"or one of {list(_ESCALATE_WHEN)}."
+            )
+        if per_field:
+            raise InvalidArgumentError(
+                f"Cascade(escalate_when={rule!r}) judges every field by its prediction set, "
+                "so per_field thresholds would not be used; pass one or the other."
+            )
+        no_set = [
+            f.name for f in self.schema.fields if f.kind == "multilabel" or f.choices_by is not None
+        ]
+        if no_set:
+            raise InvalidArgumentError(
+                f"Cascade(escalate_when={rule!r}) needs a prediction set for every scored field, "
+                f"but {no_set} of {self.schema.name} are multi-label or scored jointly "
+                "(`choices_by`), which have none; use a threshold cascade for this schema."
+            )
+        return rule
 
     @property
     def name(self) -> str:  # type: ignore[override]
         return f"Cascade[{self.schema.name}]"
 
     def confident(self, name: str, result: Any) -> bool:
-        """Whether a `FieldResult` meets its field's threshold."""
+        """Whether a `FieldResult` meets its field's threshold (under
+        `escalate_when="set_size>1"`: whether its prediction set is a single answer)."""
+        if self.escalate_when is not None:
+            return len(result.prediction_set(self.coverage)) <= 1
         sc, t = self.thresholds[name]
         if sc == "entropy":
             return bool(result.entropy <= t)
@@ -291,6 +342,7 @@ class Cascade(Runnable[Any, CascadeResult]):
         stage: Any,
         prev: dict[str, Any],
         accepted: Mapping[str, FieldOutcome],
+        sets: Mapping[str, list[Any]],
     ) -> EscalationRequest:
         k = getattr(stage, "top_k", None)
         cands: dict[str, list[Any]] = {}
@@ -330,6 +382,8 @@ class Cascade(Runnable[Any, CascadeResult]):
             previous,
             ranked,
             fixed,
+            {n: list(sets[n]) for n in names if n in sets},
+            self.coverage if self.escalate_when is not None else None,
         )
 
     def _outcome(self, n: str, label: Any, stage: str, prob: float | None) -> FieldOutcome | None:
@@ -352,6 +406,18 @@ class Cascade(Runnable[Any, CascadeResult]):
             )
         c = by_label.get(_key(label))
         return None if c is None else FieldOutcome(n, c.value, c.label, stage, prob)
+
+    def _prediction_set(self, n: str, res: Any, sname: str) -> list[Any]:
+        """The field's prediction set at the cascade's coverage; the error names the stage."""
+        try:
+            return list(res.prediction_set(self.coverage))
+        except PredictionSetError as exc:
+            if hasattr(exc, "add_note"):  # Python >= 3.11
+                exc.add_note(
+                    f"raised by {self.name} (escalate_when={self.escalate_when!r}) judging "
+                    f"field {n!r} of stage {sname!r}"
+                )
+            raise
 
     def _not_taken(self, n: str, outcome: Mapping[str, FieldOutcome]) -> bool:
         """Whether `n` belongs to a union branch that the accepted discriminator ruled out."""
@@ -385,6 +451,7 @@ class Cascade(Runnable[Any, CascadeResult]):
         pending = list(self.schema.field_names)
         outcome: dict[str, FieldOutcome] = {}
         dists: dict[str, dict[Any, float]] = {}
+        sets: dict[str, list[Any]] = {}
         records: list[StageRecord] = []
         first: Any = None
         bubble = _bubble_up()
@@ -392,7 +459,7 @@ class Cascade(Runnable[Any, CascadeResult]):
             if not pending:
                 break
             settled = {k: v for k, v in outcome.items() if k not in pending}
-            req = self._request(text, pending, stage, dists, settled)
+            req = self._request(text, pending, stage, dists, settled, sets)
             t0 = time.perf_counter()
             error: str | None = None
             failure: Exception | None = None
@@ -426,7 +493,12 @@ class Cascade(Runnable[Any, CascadeResult]):
                 res = ans.results.get(n) if ans is not None else None
                 if res is not None:
                     dists[n] = dict(res.distribution)
-                    if not self.confident(n, res):
+                    sets.pop(n, None)
+                    if self.escalate_when is not None:
+                        sets[n] = self._prediction_set(n, res, sname)
+                        if len(sets[n]) > 1:
+                            still.append(n)
+                    elif not self.confident(n, res):
                         still.append(n)
             # a union branch the accepted discriminator ruled out needs no better answer
             settled = {k: v for k, v in outcome.items() if k not in still}

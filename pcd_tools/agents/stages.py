@@ -144,6 +144,10 @@ class EscalationRequest:
             `depends_on` and `choices_by` parents, a union branch's discriminator), as
             `{field: label}`; `model`'s instructions state them, and a `choices_by`
             child's candidates are only those allowed with its parent's answer.
+        prediction_sets: Under `Cascade(escalate_when="set_size>1")`: per field, the
+            previous stage's split-conformal prediction set at `coverage` (labels, most
+            probable first; `FieldResult.prediction_set`); empty otherwise.
+        coverage: The coverage of those sets, or None.
     """
 
     text: str
@@ -154,6 +158,8 @@ class EscalationRequest:
     previous: dict[str, dict[Any, float]]
     ranked: dict[str, list[tuple[Any, float | None]]] = field(default_factory=dict)
     fixed: dict[str, Any] = field(default_factory=dict)
+    prediction_sets: dict[str, list[Any]] = field(default_factory=dict)
+    coverage: float | None = None
 
 
 @dataclass
@@ -312,7 +318,11 @@ class HumanStage:
 
     @staticmethod
     def payload(request: EscalationRequest) -> dict[str, Any]:
-        """The JSON-serialisable question shown to the person (the interrupt value)."""
+        """The JSON-serialisable question shown to the person (the interrupt value).
+
+        Under `Cascade(escalate_when="set_size>1")` each field also has its
+        `prediction_set` (the answers the calibration keeps plausible at `coverage`, most
+        probable first) and that `coverage`."""
         return {
             "question": f"Please decide {', '.join(request.fields)} for this text.",
             "text": request.text,
@@ -321,6 +331,14 @@ class HumanStage:
                     "description": request.schema.field(n).description,
                     "choices": request.candidates[n],  # most probable first
                     "model_probabilities": request.previous.get(n, {}),
+                    **(
+                        {
+                            "prediction_set": request.prediction_sets[n],
+                            "coverage": request.coverage,
+                        }
+                        if n in request.prediction_sets
+                        else {}
+                    ),
                 }
                 for n in request.fields
             },

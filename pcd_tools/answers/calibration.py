@@ -16,6 +16,7 @@ order-bias measurement live in `pcd_tools.eval` (`pcd_tools.eval.calibration.cal
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -38,6 +39,9 @@ METHODS = ("temperature", "temperature_bias", "auto")
 # The label-free correction the raw scores had before fitting (`pcd_tools.decide.contextual`):
 # none, contextual calibration, or domain-conditional PMI (`scoring="pmi"`).
 LABEL_FREE = ("none", "contextual", "pmi")
+# The conformal nonconformity scores a file may store (`pcd_tools.answers.conformal`):
+# `lac` is `1 - p(true label)` under the fitted calibration.
+CONFORMAL_SCORES = ("lac",)
 
 
 class CalibrationError(PcdToolsError, ValueError):
@@ -90,6 +94,11 @@ class Calibration:
             a label-free choice, `label_free` and its `offset`.
         thresholds: Optional per-field confidence thresholds (see
             `pcd_tools.eval.thresholds.choose_threshold`).
+        conformal: Per scored single-choice field, the split-conformal data that
+            `FieldResult.prediction_set` reads (`pcd_tools.answers.conformal`):
+            `{"score": "lac", "n": n, "scores": [...]}`, the calibration items'
+            nonconformity scores `1 - p(true label)` under this calibration, ascending.
+            Files written before it was added have none (prediction sets then need a refit).
         scoring: The scoring mode the raw scores used.
         label_free: The label-free correction the scores were fitted on top of: `none`,
             `contextual` (`calibration="contextual"`) or `pmi` (`scoring="pmi"`). A
@@ -114,6 +123,7 @@ class Calibration:
     biases: dict[str, list[float]] = field(default_factory=dict)
     method: str = "temperature"
     label_free: str = "none"
+    conformal: dict[str, dict[str, Any]] = field(default_factory=dict)
     path: str | None = None
 
     def temperature(self, field_name: str) -> float:
@@ -227,10 +237,39 @@ class Calibration:
                 f"{str(path)!r}: unknown label_free {raw.get('label_free')!r}; accepted: "
                 f"{list(LABEL_FREE)}."
             )
+        _check_conformal(raw.get("conformal", {}), path)
         known = {f for f in cls.__dataclass_fields__ if f != "path"}
         cal = cls(**{k: v for k, v in raw.items() if k in known})
         cal.path = str(path)
         return cal
+
+
+def _check_conformal(conformal: Any, path: str | os.PathLike[str]) -> None:
+    """Raises `CalibrationError` unless `conformal` maps fields to ascending finite scores."""
+    if not isinstance(conformal, dict):
+        raise CalibrationError(
+            f"{str(path)!r}: conformal must map fields to their scores; got "
+            f"{type(conformal).__name__}."
+        )
+    for name, entry in conformal.items():
+        scores = entry.get("scores") if isinstance(entry, dict) else None
+        ok = (
+            isinstance(entry, dict)
+            and entry.get("score") in CONFORMAL_SCORES
+            and isinstance(scores, list)
+            and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                for x in scores
+            )
+            and all(a <= b for a, b in itertools.pairwise(scores))
+            and entry.get("n") == len(scores)
+        )
+        if not ok:
+            raise CalibrationError(
+                f"{str(path)!r}: conformal[{name!r}] must be {{'score': one of "
+                f"{list(CONFORMAL_SCORES)}, 'n': len(scores), 'scores': finite numbers in "
+                "ascending order}; refit it with `pcd calibrate`."
+            )
 
 
 _HOW = {

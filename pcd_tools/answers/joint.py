@@ -17,6 +17,8 @@ import numpy as np
 
 from ..prompt import Question
 from ..schema import Schema
+from .bounds import PartialScores
+from .conformal import field_conformal
 from .field_scores import conditional_probs, field_results
 from .result import FieldResult
 
@@ -36,7 +38,9 @@ def answers(
     """Each field's result, and the joint tables of the fields scored jointly.
 
     A joint child's questions are one per parent value (each `given` that value); every
-    other question goes to `field_results`.
+    other question goes to `field_results`. A single-choice field scored whole over all
+    its candidates gets what `FieldResult.prediction_set` needs when the calibration has
+    conformal scores for it.
     """
     per_field: dict[str, int] = {}
     for q in questions:
@@ -51,6 +55,12 @@ def answers(
             simple_q.append(q)
             simple_z.append(z)
     fields = field_results(schema, simple_q, simple_z, temperature, calibration)
+    if getattr(calibration, "conformal", None):
+        for q, z in zip(simple_q, simple_z):
+            whole = q.label is None and q.choices is None and not isinstance(z, PartialScores)
+            conf = field_conformal(calibration, q.field, z) if whole else None
+            if conf is not None:
+                fields[q.field] = replace(fields[q.field], conformal=conf)
     tables: Joint = {}
     for child, items in joint_q.items():
         parent = items[0][0].given[-1][0]

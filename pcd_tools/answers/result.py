@@ -10,6 +10,7 @@ import numpy as np
 
 from ..prompt import Segment
 from ..schema import FieldSpec
+from .conformal import ConformalScores, NoConformalScoresError
 
 if TYPE_CHECKING:
     pass
@@ -69,6 +70,9 @@ class FieldResult:
             `"constrained"` or `"pmi"`. Under `decide(..., scoring="auto")` (the default)
             it is `"constrained"` for a large field read by certified pruning and
             `"full"` for the others; None for a generated field.
+        conformal: The split-conformal data `prediction_set` reads (the calibration's
+            nonconformity scores for this field and the field's calibrated probabilities
+            at temperature 1); None when the decider's calibration has none for it.
     """
 
     name: str
@@ -87,6 +91,51 @@ class FieldResult:
     unscored_mass: float | None = None
     probability_bounds: tuple[float, float] | None = None
     scoring: str | None = None
+    conformal: ConformalScores | None = field(default=None, repr=False, compare=False)
+
+    def prediction_set(self, coverage: float = 0.9) -> list[Any]:
+        """The smallest set of answers that holds the true one with probability at least
+        `coverage`, marginally over items like the calibration split (split conformal
+        prediction, `pcd_tools.answers.conformal`).
+
+        The set holds every answer whose calibrated probability (at temperature 1,
+        whatever temperature the decision used) is at least `1 - q`, where `q` is the
+        `ceil((n + 1) * coverage)`-th smallest of the `n` calibration items' scores
+        `1 - p(true label)`; the most probable answer is always in it. A set of one is an
+        answer the calibration vouches for at that coverage; a larger one says which
+        answers remain plausible.
+
+        Args:
+            coverage: `1 - alpha`, strictly between 0 and 1 (default 0.9).
+
+        Returns:
+            The answers' JSON values (labels), most probable first (ties: declared order).
+
+        Raises:
+            NoConformalScoresError: when the decider's calibration has no conformal scores
+                for this field (no calibration, a file written before they were added, or
+                a field that is generated, multi-label, pruned or scored jointly).
+            CoverageError: for a coverage outside (0, 1).
+            TooFewCalibrationItemsError: when the calibration's `n` items cannot certify
+                the coverage (`coverage > n / (n + 1)`).
+        """
+        if self.conformal is None:
+            kind = (
+                "a generated field has no candidates to form a set"
+                if self.generated
+                else "a multi-label field has no single answer to cover"
+                if self.labels is not None
+                else "the decider's calibration has no conformal scores for it (no "
+                "calibration, a file written before prediction sets, or a field scored "
+                "jointly (`choices_by`) or by pruned search)"
+            )
+            raise NoConformalScoresError(
+                f"field {self.name!r} has no prediction set: {kind}. Prediction sets need a "
+                "calibration fitted on labelled items: `pcd calibrate --dataset ... --out "
+                "cal.json` (or `pcd_tools.eval.calibration.calibrate(schema, examples)"
+                ".save('cal.json')`), then `Decider.load(..., calibration='cal.json')`."
+            )
+        return [self.spec.choices[i].label for i in self.conformal.indices(coverage)]
 
     @classmethod
     def from_generated(

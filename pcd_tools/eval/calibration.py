@@ -16,6 +16,12 @@
   Platt scaling for a boolean), which corrects a model's lean towards some answers.
 - `calibration_from_decisions` and `calibration_from_scores` fit from decisions or raw
   scores already at hand, without running the model.
+- Every fit also stores, per scored single-choice field, the calibration items'
+  nonconformity scores `1 - p(true label)` under the fitted calibration
+  (`Calibration.conformal`), from which `FieldResult.prediction_set(coverage)` builds split
+  conformal prediction sets (`pcd_tools.answers.conformal`). The scores are measured on
+  the same items the temperatures and biases were fitted on; a fit of a few parameters
+  moves them little (EVAL.md "Prediction sets" measures the held-out coverage).
 
 The fits themselves are in `pcd_tools.eval.fitting` (re-exported here).
 """
@@ -29,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..answers.calibration import METHODS, Calibration, CalibrationError
+from ..answers.conformal import conformal_entry
 from ..answers.softmax import softmax
 from ..schema import compile_schema
 from .auto import choose
@@ -227,6 +234,10 @@ def calibration_from_scores(
             that field's content-free offset `(K,)` (`content_free_offsets`). A field
             without one is offered no label-free candidate.
 
+    Returns:
+        The calibration, with `conformal` scores for every single-choice field fitted
+        (not multi-label labels, not `choices_by` children).
+
     Raises:
         CalibrationError: on an unknown method, objective or field, or mis-shaped scores
             or offsets.
@@ -238,9 +249,10 @@ def calibration_from_scores(
     temps: dict[str, float] = {}
     biases: dict[str, list[float]] = {}
     metrics: dict[str, dict[str, Any]] = {}
+    conformal: dict[str, dict[str, Any]] = {}
     for name, (zz, gg) in arrays.items():
         try:
-            _, classes = fitted_field(compiled, name)
+            base, classes = fitted_field(compiled, name)
         except KeyError as e:
             raise CalibrationError(
                 f"{name!r} is not a field of {compiled.name} (nor `field[label]` of a "
@@ -260,6 +272,10 @@ def calibration_from_scores(
             biases[name] = [round(float(x), 6) for x in b]
         ok_before = before.argmax(axis=1) == g
         ok_after = after.argmax(axis=1) == g
+        if base == name and compiled.field(name).choices_by is None:
+            # split conformal: the items' 1 - p(true) under this calibration as stored
+            bias = np.asarray(biases[name]) if name in biases else None
+            conformal[name] = conformal_entry(softmax(z, temps[name], bias), g)
         metrics[name] = {
             "n": len(g),
             **how,
@@ -286,6 +302,7 @@ def calibration_from_scores(
         biases=biases,
         method=method,
         label_free=label_free,
+        conformal=conformal,
     )
 
 

@@ -33,6 +33,7 @@ import numpy as np
 from ..answers.calibration import Calibration
 from ..errors import PcdToolsError
 from ..schema import Schema, compile_schema, with_examples
+from .conformal import set_coverage
 from .datasets import Split, label_index
 from .runner import progress_bar, run_pcd
 from .scoring import MethodReport, baseline_method, pcd_methods
@@ -97,6 +98,9 @@ class EvalReport:
         label_free: The label-free correction of PCD's scores: `none`, `contextual` or
             `pmi`.
         pruning: PCD's pruning: `off` (every candidate scored), `auto` or `on`.
+        prediction_sets: When the calibration has conformal scores: per field and coverage
+            target (0.8, 0.9, 0.95), the held-out coverage of the prediction sets on this
+            sample, their mean size and singleton rate (`pcd_tools.eval.conformal`).
     """
 
     dataset: str
@@ -115,10 +119,11 @@ class EvalReport:
     shots: dict[str, Any] | None = None
     label_free: str = "none"
     pruning: str = "off"
+    prediction_sets: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def to_dict(self, *, items: bool = False, curves: bool = False) -> dict[str, Any]:
         """A JSON-serialisable dict; `items`/`curves` add per-item rows and risk curves."""
-        d = {
+        d: dict[str, Any] = {
             "dataset": self.dataset,
             "schema": self.schema,
             "fingerprint": self.fingerprint,
@@ -134,6 +139,7 @@ class EvalReport:
             "shots": self.shots,
             "label_free": self.label_free,
             "pruning": self.pruning,
+            **({"prediction_sets": self.prediction_sets} if self.prediction_sets else {}),
         }
         if items:
             d["items"] = self.items
@@ -283,6 +289,13 @@ def evaluate(
     )
     if cal is not None and cal.thresholds:
         _check_thresholds(report, cal.thresholds)
+    if cal is not None and cal.conformal:
+        report.prediction_sets = set_coverage(
+            compiled,
+            cal,
+            [{n: f.log_scores for n, f in x.fields.items()} for x in decisions],
+            labels,
+        )
     report.items = _items(compiled, split, decisions, results)
     report.elapsed_s = time.perf_counter() - t_start
     return report
@@ -379,6 +392,10 @@ def rescore(
     )
     if cal is not None and cal.thresholds:
         _check_thresholds(out, cal.thresholds)
+    if cal is not None and cal.conformal:
+        out.prediction_sets = set_coverage(
+            compiled, cal, [it["pcd_log_scores"] for it in items], labels
+        )
     return out
 
 

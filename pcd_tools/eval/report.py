@@ -108,6 +108,17 @@ def print_eval_report(console: Any, report: EvalReport) -> None:
         console.print(f"PCD label-free correction: {report.label_free}")
     if report.thresholds:
         console.print(f"thresholds on this sample: {json.dumps(report.thresholds)}")
+    for name, per in report.prediction_sets.items():
+        cells = [
+            f"{r['target']:g}: "
+            + (
+                f"coverage {r['coverage']:.3f}, mean size {r['mean_size']:.2f}"
+                if "coverage" in r
+                else "n too small"
+            )
+            for r in per.values()
+        ]
+        console.print(f"prediction sets of {name} on this sample: " + "; ".join(cells))
     if report.order_bias:
         console.print(f"order bias: {json.dumps(report.order_bias)}")
     console.print(f"elapsed {report.elapsed_s:.1f} s")
