@@ -166,7 +166,7 @@ def main() -> None:
     over: list[float] = []
     twenty: list[float] = []
     tokens: dict[str, int] = {}
-    with live_server(create_app(decider)) as url:
+    with live_server(create_app(decider), timeout=600) as url:
         client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
 
         def http(text: str, qs: list[dict[str, Any]]) -> tuple[float, Any]:
@@ -252,14 +252,14 @@ def main() -> None:
         "http4": "/v1/decisions, 4 questions (questions pair)",
         "http20": "/v1/decisions, 20 questions",
     }
-    for k, s in result["latency_ms"].items():  # type: ignore[union-attr]
+    for k, s in result["latency_ms"].items():
         print(f"| {names[k]} | {s['median']:.1f} ms ({s['min']:.1f}-{s['max']:.1f}) |")
     for key, label in (
         ("ratio_http_over_python", "/v1/decisions / Python API, per round"),
         ("ratio_20_over_4_questions", "20 questions / 4 questions, per round"),
     ):
         q = result[key]
-        print(f"{label}: {q['median']:.3f} ({q['min']:.3f}-{q['max']:.3f})")  # type: ignore[index]
+        print(f"{label}: {q['median']:.3f} ({q['min']:.3f}-{q['max']:.3f})")
     print(
         f"input tokens: 4 questions {tokens['4']}, 20 questions {tokens['20']}; the route's "
         f"own work (parse, compile, answer; no model), median of 200: "

@@ -31,7 +31,7 @@ def server(real):
     from pcd_tools.serve.app import create_app
 
     app = create_app(real, api_key=KEY)
-    with live_server(app) as url:
+    with live_server(app, timeout=300) as url:  # warm-up is slow on a busy machine
         yield url, app.state.pcd
 
 
@@ -134,7 +134,7 @@ def test_the_servers_probabilities_drive_the_next_escalation(real, remote):
     assert remote_record.answered == request.fields
     # the 135M model is below 0.99 on some of them: they reach the human, ranked by the
     # server's probabilities, which it passes on
-    low = [n for n in request.fields if res.stages[1].escalated.count(n)]
+    low = [n for n in request.fields if n in remote_record.escalated]
     assert low
     (h,) = asked
     assert h.fields == low

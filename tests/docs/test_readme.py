@@ -205,7 +205,7 @@ def test_typesafe_client_block_against_a_live_server(real):
     pytest.importorskip("typesafe_sdk")
     from pcd_tools.serve.app import create_app
 
-    with live_server(create_app(real, api_key="s3cret")) as url:
+    with live_server(create_app(real, api_key="s3cret"), timeout=300) as url:
         src = SERVE[0].replace("http://127.0.0.1:8000", url)
         assert src != SERVE[0]
         checked = run_checked(src, {"__name__": "readme"}, "typesafe-sdk")
@@ -219,7 +219,7 @@ def test_openai_client_block_against_a_live_server(real):
     pytest.importorskip("langchain_openai")
     from pcd_tools.serve.app import create_app
 
-    with live_server(create_app(real, api_key="s3cret")) as url:
+    with live_server(create_app(real, api_key="s3cret"), timeout=300) as url:
         src = SERVE[1].replace("http://127.0.0.1:8000", url)
         assert src != SERVE[1]
         checked = run_checked(src, {"__name__": "readme"}, "openai client")
@@ -233,7 +233,7 @@ def test_openai_decisions_block_against_a_live_server(real):
     pytest.importorskip("langchain_openai.decisions")
     from pcd_tools.serve.app import create_app
 
-    with live_server(create_app(real, api_key="s3cret")) as url:
+    with live_server(create_app(real, api_key="s3cret"), timeout=300) as url:
         src = SERVE[2].replace("http://127.0.0.1:8000", url)
         assert src != SERVE[2]
         ns: dict[str, Any] = {"__name__": "readme"}

@@ -280,7 +280,7 @@ def _wait(ready, what: str, timeout: float = 60.0) -> None:
 def test_async_concurrent_requests_share_a_batch_with_system_one(real, live):
     app = create_app(real, api_key=KEY)
     srv = app.state.pcd
-    with live(app) as url:
+    with live(app, timeout=300) as url:  # a fresh app warms up: slow on a busy machine
 
         def aclient():  # one client per event loop
             return openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
