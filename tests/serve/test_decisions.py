@@ -476,7 +476,7 @@ def test_one_choice_is_the_apis_400_though_the_library_answers_it(client, server
     assert "probability 1" in err["message"]
     err = _err(_post(server[0], _body([{**CHOICE, "choices": []}])), 400)
     assert (err["param"], err["code"]) == ("questions[0].choices", "too_few_choices")
-    assert "nothing to choose from" in err["message"]
+    assert "has 0 choice(s)" in err["message"] and "something to choose from" in err["message"]
     # the same question on System One is answered, with probability 1
     so = {"only": {"type": "choice", "instructions": "Which?", "criteria": {"refund": None}}}
     r = _post(server[0], {"state": TEXT, "questions": so}, "/v1/systemone")
