@@ -64,7 +64,7 @@ SYSTEMONE = {
 @pytest.fixture(scope="module")
 def server(real, live):
     app = create_app(real, api_key=KEY, max_questions=8)
-    with live(app) as url:
+    with live(app, timeout=300) as url:  # warm-up is slow on a busy machine
         yield url, app.state.pcd
 
 
