@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         CascadeResult,
         ChatModelStage,
         DeciderStage,
+        DecisionsStage,
         HumanStage,
         LowConfidenceError,
     )
@@ -31,6 +32,7 @@ __all__ = [
     "ChatModelStage",
     "DeciderStage",
     "DecisionTool",
+    "DecisionsStage",
     "HumanStage",
     "LowConfidenceError",
     "PCDDecisionModel",
@@ -44,6 +46,7 @@ _LAZY = {
     "CascadeResult": "cascade",
     "ChatModelStage": "cascade",
     "DeciderStage": "cascade",
+    "DecisionsStage": "cascade",
     "HumanStage": "cascade",
     "LowConfidenceError": "cascade",
     "PCDDecisionModel": "decision_model",

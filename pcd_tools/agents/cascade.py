@@ -10,6 +10,9 @@ probable first. A stage is:
 - another `Decider`, e.g. a bigger local model (`DeciderStage`);
 - a human, through a callable or LangGraph's `interrupt(..., response_schema=...)`
   (`HumanStage`).
+- an OpenAI Decisions API server, e.g. a remote `pcd serve`, through `langchain_openai`'s
+  `OpenAIDecisions` (`DecisionsStage`): one `predicate` or `choice` question per field,
+  answered with probabilities, so its fields can escalate again.
 
 Answers from stages that report no probability (chat models, humans) are accepted as
 final.
@@ -47,13 +50,13 @@ from ..answers.conformal import PredictionSetError, check_coverage
 from ..errors import InvalidArgumentError
 from ..schema import FieldSpec, compile_schema
 from ..schema.spec import value_adapter
+from .decisions_stage import DecisionsStage, is_decisions_model
 from .errors import CascadeError, LowConfidenceError
 from .stages import (
     ChatModelStage,
     DeciderStage,
     EscalationRequest,
     HumanStage,
-    as_stage,
     narrowed_model,
 )
 from .stages import StageAnswer as StageAnswer
@@ -66,6 +69,7 @@ __all__ = [
     "CascadeResult",
     "ChatModelStage",
     "DeciderStage",
+    "DecisionsStage",
     "EscalationRequest",
     "FieldOutcome",
     "HumanStage",
@@ -177,6 +181,28 @@ class CascadeResult:
 # --- the cascade ------------------------------------------------------------------------------
 
 
+def as_stage(obj: Any) -> Any:
+    """Wraps a `Decider`, a chat model, an `OpenAIDecisions` (`DecisionsStage`), a callable
+    or `"human"` into a stage."""
+    if hasattr(obj, "answer") and hasattr(obj, "name"):
+        return obj
+    if hasattr(obj, "decide") and hasattr(obj, "engine"):
+        return DeciderStage(obj)
+    if is_decisions_model(obj):
+        return DecisionsStage(obj)
+    if hasattr(obj, "with_structured_output"):
+        return ChatModelStage(obj)
+    if obj in ("human", "interrupt"):
+        return HumanStage()
+    if callable(obj):
+        return HumanStage(obj)
+    raise InvalidArgumentError(
+        f"cannot use {type(obj).__name__} as a cascade stage; accepted: a Decider, a LangChain "
+        "chat model, a langchain_openai OpenAIDecisions, a callable (a human), 'human' "
+        "(LangGraph interrupt) or a stage object."
+    )
+
+
 def _bubble_up() -> tuple[type[BaseException], ...]:
     try:
         from langgraph.errors import GraphBubbleUp
@@ -190,7 +216,8 @@ class Cascade(Runnable[Any, CascadeResult]):
 
     Args:
         schema: The decision schema.
-        stages: Stages in order (`Decider`, chat model, callable/`"human"`, or stage objects).
+        stages: Stages in order (`Decider`, chat model, `OpenAIDecisions`, callable/`"human"`,
+            or stage objects).
         threshold: Default threshold. A field is confident when its probability (or margin)
             is >= threshold, or its entropy in nats is <= threshold.
         per_field: Per-field thresholds: a number, or `(score, number)` to change the score.

@@ -5,9 +5,12 @@ A stage answers an `EscalationRequest` with a `StageAnswer`:
 - `DeciderStage`: another `Decider`, e.g. a bigger local model (with probabilities);
 - `ChatModelStage`: a LangChain chat model through `with_structured_output` of the
   narrowed sub-schema (`narrowed_model`);
-- `HumanStage`: a person, through a callable or LangGraph's `interrupt`.
+- `HumanStage`: a person, through a callable or LangGraph's `interrupt`;
+- `DecisionsStage` (in `decisions_stage`): an OpenAI Decisions API server, e.g. a remote
+  `pcd serve`, through `langchain_openai`'s `OpenAIDecisions` (with probabilities).
 
-`as_stage` wraps a `Decider`, a chat model, a callable or `"human"` into one of these.
+`pcd_tools.agents.cascade.as_stage` wraps a `Decider`, a chat model, an `OpenAIDecisions`,
+a callable or `"human"` into one of these.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ __all__ = [
     "EscalationRequest",
     "HumanStage",
     "StageAnswer",
-    "as_stage",
     "narrowed_model",
 ]
 
@@ -361,21 +363,3 @@ def _check_top_k(k: int | None) -> int | None:
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 2):
         raise InvalidArgumentError(f"top_k must be an int >= 2 or None; got {k!r}.")
     return k
-
-
-def as_stage(obj: Any) -> Any:
-    """Wraps a `Decider`, a chat model, a callable or `"human"` into a stage."""
-    if hasattr(obj, "answer") and hasattr(obj, "name"):
-        return obj
-    if hasattr(obj, "decide") and hasattr(obj, "engine"):
-        return DeciderStage(obj)
-    if hasattr(obj, "with_structured_output"):
-        return ChatModelStage(obj)
-    if obj in ("human", "interrupt"):
-        return HumanStage()
-    if callable(obj):
-        return HumanStage(obj)
-    raise InvalidArgumentError(
-        f"cannot use {type(obj).__name__} as a cascade stage; accepted: a Decider, a LangChain "
-        "chat model, a callable (a human), 'human' (LangGraph interrupt) or a stage object."
-    )

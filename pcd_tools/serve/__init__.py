@@ -1,4 +1,5 @@
-"""An HTTP decision server (System One compatible, plus `/v1/decide`); `pcd serve` runs it.
+"""An HTTP decision server (System One, OpenAI chat completions and Decisions, plus
+`/v1/decide`); `pcd serve` runs it.
 
 This module stays cheap to import: FastAPI and uvicorn load inside `serve()` and in
 `pcd_tools.serve.app`.
@@ -6,6 +7,30 @@ This module stays cheap to import: FastAPI and uvicorn load inside `serve()` and
 Example:
     `pcd serve --port 8000` then
     `curl -s localhost:8000/v1/systemone -d '{"state": "...", "questions": {...}}'`
+
+**OpenAI clients.** The official clients need only a `base_url` ending in `/v1`. The key
+is the server's `--api-key` / `$PCD_API_KEY`; a server started without one accepts any.
+Any `model` name is answered by the loaded model:
+
+    import openai
+    client = openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="s3cret")
+    client.decisions.create(
+        model="pcd",
+        input="I was charged twice. Please refund me.",
+        questions=[{"type": "predicate", "name": "billing",
+                    "instructions": "Is this about billing?"}],
+    )                                    # POST /v1/decisions (pcd_tools.serve.decisions)
+    client.chat.completions.parse(...)   # POST /v1/chat/completions, structured output
+
+    from langchain_openai.decisions import OpenAIDecisions, Predicate
+    decisions = OpenAIDecisions(model="pcd", base_url="http://127.0.0.1:8000/v1",
+                                api_key="s3cret")
+    decisions.invoke({"input": "...", "questions": {"billing": Predicate(instructions="...")}})
+
+`openai.AsyncOpenAI` works the same way, and concurrent requests share the server's
+micro-batches. In a `pcd_tools.agents.Cascade`, such an `OpenAIDecisions` is a stage
+(`DecisionsStage`): the fields a local model is unsure of go to the remote server's
+bigger model, with probabilities, so they can escalate again.
 """
 
 from __future__ import annotations

@@ -16,6 +16,13 @@ System One). A choice value is a string or a boolean: the model sees `"true"` an
 different JSON values, and the answer gives each back with its own JSON type (a question
 with boolean values has no System One equivalent; it compiles to the same kind of field).
 
+**One choice.** The SDK's `decision_create_params` says "Provide between 2 and 255
+choices", so a choice question with one choice (or none) is a 400 `too_few_choices` on
+`questions[i].choices`, even though the library, `/v1/systemone` and `/v1/decide` answer a
+single allowed value with probability 1: a request this route accepts is one every
+Decisions server accepts. (`langchain_openai`'s `Choice` lets one through; the server
+answers it with this 400.)
+
 **Input.** A string is the context as is (like a System One `state`). A list of items is
 rendered the way the chat route renders messages: one user message is its text; user
 messages only are joined by blank lines; anything else is a readable transcript,
@@ -66,7 +73,7 @@ from pydantic import Field as PydField
 from pydantic import create_model
 
 from ..schema import MAX_CHOICES, Schema
-from ..schema.spec import MIN_CHOICES, Choice
+from ..schema.spec import Choice
 from .errors import ApiError
 from .systemone import _compile, _json_type
 
@@ -88,6 +95,9 @@ log = logging.getLogger("pcd_tools.serve")
 
 MAX_QUESTIONS = 400  # the API's own limit; the server's --max-questions may be lower
 MIN_LEVELS, MAX_LEVELS = 2, 10
+# The API's own rule ("Provide between 2 and 255 choices", `decision_create_params`);
+# the library's MIN_CHOICES is 1 (one allowed value is answered with p=1).
+API_MIN_CHOICES = 2
 QUESTION_TYPES = ("predicate", "choice", "score")
 REQUEST_KEYS = (
     "input",
@@ -428,16 +438,26 @@ def _choices(raw: Any, where: str) -> tuple[list[str | bool], list[list[Any]]]:
             at,
             "missing_required_parameter" if raw is None else "invalid_type",
         )
-    if not MIN_CHOICES <= len(raw) <= MAX_CHOICES:
+    if len(raw) > MAX_CHOICES:
         raise _bad(
-            f"{at} has {len(raw)} choice(s); accepted: {MIN_CHOICES} to {MAX_CHOICES}. "
+            f"{at} has {len(raw)} choices; accepted: {API_MIN_CHOICES} to {MAX_CHOICES}. "
+            "Split it into a coarse and a fine question.",
+            at,
+            "too_many_choices",
+        )
+    if len(raw) < API_MIN_CHOICES:
+        raise _bad(
+            f"{at} has {len(raw)} choice(s); the Decisions API accepts {API_MIN_CHOICES} to "
+            f"{MAX_CHOICES} choices per question. "
             + (
-                "Split it into a coarse and a fine question."
-                if len(raw) > MAX_CHOICES
-                else "A question with one answer says nothing."
+                "pcd_tools' Python API, /v1/systemone and /v1/decide accept a single allowed "
+                "value and answer it with probability 1; this route keeps the API's rule so "
+                "that a request valid here is valid on every Decisions server."
+                if raw
+                else "A question needs something to choose from."
             ),
             at,
-            "too_many_choices" if len(raw) > MAX_CHOICES else "too_few_choices",
+            "too_few_choices",
         )
     values: list[str | bool] = []
     descs: list[list[Any]] = []

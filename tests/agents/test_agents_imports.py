@@ -18,6 +18,7 @@ EXPECTED_ALL = [
     "ChatModelStage",
     "DeciderStage",
     "DecisionTool",
+    "DecisionsStage",
     "HumanStage",
     "LowConfidenceError",
     "PCDDecisionModel",

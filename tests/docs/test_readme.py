@@ -8,7 +8,7 @@ exactly as written here, and the test says how it bends them:
 - the "for real work" block loads model files that CI does not have: `Decider.load` is
   replaced by a stand-in that checks each call against the real signature and returns
   the embedded model;
-- the `typesafe-sdk` and OpenAI-client blocks talk to `http://127.0.0.1:8000`: the test
+- the `typesafe-sdk`, OpenAI-client and OpenAI Decisions blocks talk to `http://127.0.0.1:8000`: the test
   serves the embedded model on a free port and points that address there.
 
 The "Scale out" section's Ray Data block runs in `tests/ray/test_readme_scale_out.py`.
@@ -107,7 +107,7 @@ def test_printed_numbers_match_to_float_noise_and_nothing_more():
 
 def test_the_readme_blocks_are_all_run_here():
     assert len(_blocks(README)) == len(QUICK) + len(AGENTS) + len(SERVE) + len(SCALE)
-    assert len(QUICK) == 6 and len(AGENTS) == 6 and len(SERVE) == 2 and len(SCALE) == 1
+    assert len(QUICK) == 6 and len(AGENTS) == 6 and len(SERVE) == 3 and len(SCALE) == 1
 
 
 def test_quick_start_runs_as_written(real, monkeypatch):
@@ -205,7 +205,7 @@ def test_typesafe_client_block_against_a_live_server(real):
     pytest.importorskip("typesafe_sdk")
     from pcd_tools.serve.app import create_app
 
-    with live_server(create_app(real, api_key="s3cret")) as url:
+    with live_server(create_app(real, api_key="s3cret"), timeout=300) as url:
         src = SERVE[0].replace("http://127.0.0.1:8000", url)
         assert src != SERVE[0]
         checked = run_checked(src, {"__name__": "readme"}, "typesafe-sdk")
@@ -219,8 +219,24 @@ def test_openai_client_block_against_a_live_server(real):
     pytest.importorskip("langchain_openai")
     from pcd_tools.serve.app import create_app
 
-    with live_server(create_app(real, api_key="s3cret")) as url:
+    with live_server(create_app(real, api_key="s3cret"), timeout=300) as url:
         src = SERVE[1].replace("http://127.0.0.1:8000", url)
         assert src != SERVE[1]
         checked = run_checked(src, {"__name__": "readme"}, "openai client")
     assert len(checked) == 3
+
+
+@pytest.mark.serve
+@pytest.mark.langchain
+def test_openai_decisions_block_against_a_live_server(real):
+    pytest.importorskip("openai")
+    pytest.importorskip("langchain_openai.decisions")
+    from pcd_tools.serve.app import create_app
+
+    with live_server(create_app(real, api_key="s3cret"), timeout=300) as url:
+        src = SERVE[2].replace("http://127.0.0.1:8000", url)
+        assert src != SERVE[2]
+        ns: dict[str, Any] = {"__name__": "readme"}
+        checked = run_checked(src, ns, "openai decisions")
+    assert len(checked) == 4
+    assert [a.type for a in ns["r"].answers] == ["predicate", "choice", "score"]

@@ -64,7 +64,7 @@ SYSTEMONE = {
 @pytest.fixture(scope="module")
 def server(real, live):
     app = create_app(real, api_key=KEY, max_questions=8)
-    with live(app) as url:
+    with live(app, timeout=300) as url:  # warm-up is slow on a busy machine
         yield url, app.state.pcd
 
 
@@ -268,10 +268,19 @@ def test_an_agent_turn_with_tool_calls_is_decided(client):
 # --- batching -------------------------------------------------------------------------------
 
 
+def _wait(ready, what: str, timeout: float = 60.0) -> None:
+    """Polls `ready()`; fails (rather than hangs with the model's lock held) after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
 def test_async_concurrent_requests_share_a_batch_with_system_one(real, live):
     app = create_app(real, api_key=KEY)
     srv = app.state.pcd
-    with live(app) as url:
+    with live(app, timeout=300) as url:  # a fresh app warms up: slow on a busy machine
 
         def aclient():  # one client per event loop
             return openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
@@ -294,9 +303,8 @@ def test_async_concurrent_requests_share_a_batch_with_system_one(real, live):
         out: dict[str, object] = {}
 
         async def together():
-            calls = [
-                aclient.decisions.create(model="pcd", input=t, questions=QUESTIONS) for t in texts
-            ]
+            c = aclient()
+            calls = [c.decisions.create(model="pcd", input=t, questions=QUESTIONS) for t in texts]
             return await asyncio.gather(*calls)
 
         lock.acquire()  # hold the model so that the requests queue up together
@@ -305,8 +313,7 @@ def test_async_concurrent_requests_share_a_batch_with_system_one(real, live):
                 target=lambda: out.__setitem__("first", _post(url, _body(input="first")))
             )
             first.start()
-            while srv.batcher.jobs_started == started0:
-                time.sleep(0.01)
+            _wait(lambda: srv.batcher.jobs_started > started0, "the first request to start")
             t = threading.Thread(target=lambda: out.__setitem__("got", asyncio.run(together())))
             t.start()
             so = threading.Thread(
@@ -314,11 +321,9 @@ def test_async_concurrent_requests_share_a_batch_with_system_one(real, live):
                     "so", _post(url, {"state": TEXT, "questions": SYSTEMONE}, "/v1/systemone")
                 )
             )
-            while srv.batcher.depth < len(texts):
-                time.sleep(0.01)
+            _wait(lambda: srv.batcher.depth >= len(texts), "the async requests to queue")
             so.start()
-            while srv.batcher.depth < len(texts) + 1:
-                time.sleep(0.01)
+            _wait(lambda: srv.batcher.depth >= len(texts) + 1, "the System One request to queue")
         finally:
             lock.release()
         first.join(60)
@@ -459,6 +464,32 @@ def test_question_errors(client, server, questions, param, code, words):
     with pytest.raises(openai.BadRequestError) as e:
         client.decisions.create(model="pcd", input=TEXT, questions=questions)
     assert e.value.param == param and e.value.code == code
+
+
+def test_one_choice_is_the_apis_400_though_the_library_answers_it(client, server, real):
+    """The SDK's `decision_create_params`: "Provide between 2 and 255 choices". The library
+    answers one allowed value with p=1 (System One too); this route keeps the API's rule."""
+    one = [{**CHOICE, "name": "only", "choices": [{"value": "refund"}]}]
+    err = _err(_post(server[0], _body(one)), 400)
+    assert (err["param"], err["code"]) == ("questions[0].choices", "too_few_choices")
+    assert "has 1 choice(s)" in err["message"] and "2 to 255" in err["message"]
+    assert "probability 1" in err["message"]
+    err = _err(_post(server[0], _body([{**CHOICE, "choices": []}])), 400)
+    assert (err["param"], err["code"]) == ("questions[0].choices", "too_few_choices")
+    assert "has 0 choice(s)" in err["message"] and "something to choose from" in err["message"]
+    # the same question on System One is answered, with probability 1
+    so = {"only": {"type": "choice", "instructions": "Which?", "criteria": {"refund": None}}}
+    r = _post(server[0], {"state": TEXT, "questions": so}, "/v1/systemone")
+    assert r.status_code == 200, r.text
+    assert r.json()["answers"]["only"]["probabilities"] == {"refund": 1.0}
+    # langchain_openai's Choice lets one choice through; the server's 400 reaches the caller
+    decisions_mod = pytest.importorskip("langchain_openai.decisions")
+    lc = decisions_mod.OpenAIDecisions(
+        model="pcd", base_url=server[0] + "/v1", api_key=KEY, max_retries=0
+    )
+    q = {"only": decisions_mod.Choice(instructions="Which?", choices={"refund": None})}
+    with pytest.raises(openai.BadRequestError, match="2 to 255"):
+        lc.invoke({"input": TEXT, "questions": q})
 
 
 IMAGE = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}
