@@ -66,6 +66,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SCENARIOS = ("fraud", "triage")
+SHORT_CONTEXT = "I was charged twice for my subscription this month; please refund one payment."
 PEER_CTX = 4096
 
 
@@ -355,11 +356,32 @@ def child_pcd(
         print(json.dumps(out), flush=True)
 
     emit()
+    if first == "short":  # one short decision first: the biggest models answer in minutes
+        from typing import Literal
+
+        from pydantic import BaseModel
+
+        class Route(BaseModel):
+            team: Literal["billing", "technical", "sales"]
+
+        reset = _reset_hwm()
+        c0 = time.process_time()
+        short = decider.decide(Route, SHORT_CONTEXT)
+        out["short"] = {
+            "ms": short.elapsed_ms,
+            "cpu_ms": (time.process_time() - c0) * 1e3,
+            "prompt_tokens": short.prompt_tokens,
+            "answer": short.fields["team"].label,
+            "distribution": _distributions(short)["team"],
+        }
+        out["peak_rss_first_mb"] = _status_kb("VmHWM") / 1024 if reset else None
+        emit()
+        first = "fraud"
     order = (first, *[n for n in SCENARIOS if n != first])
     for r in range(warmup + runs):
         for n in order:
             sc = scenarios[n]
-            is_first = r == 0 and n == first
+            is_first = r == 0 and n == first and "peak_rss_first_mb" not in out
             reset = is_first and _reset_hwm()
             c0 = time.process_time()
             cold = _cold_decide(decider, compiled[n], sc.context)
@@ -598,6 +620,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         warmup = warmup if args.warmup < 0 else args.warmup
         procs = args.processes or procs
         dtypes = ["auto", "float32"] if name in FLOAT32_MODELS else ["auto"]
+        if args.dtypes:
+            dtypes = [d for d in dtypes if d in args.dtypes.split(",")]
         entry: dict[str, Any] = {
             "file": str(path),
             "file_bytes": path.stat().st_size,
@@ -683,12 +707,20 @@ def run_peer_only(args: argparse.Namespace) -> dict[str, Any]:
 
 def merge(paths: list[Path]) -> dict[str, Any]:
     """One result of several runs' JSON (e.g. the big models and the small ones run side by
-    side): the models of all (a later file's model replaces an earlier one's), and each
-    run's machine figures with the models it measured."""
+    side): the models of all (one model's processes from several runs are pooled), and
+    each run's machine figures with the models it measured."""
     out: dict[str, Any] = {"models": {}, "machines": []}
     for path in paths:
         r = json.loads(path.read_text())
-        out["models"].update(r["models"])
+        for name, e in r["models"].items():
+            have = out["models"].get(name)
+            if have is None or "skipped" in have:
+                out["models"][name] = e
+                continue
+            for key in ("auto", "float32", "llamacpp"):  # one model's modes from two runs
+                a, b = _procs(have, key), _procs(e, key)
+                if a or b:
+                    have[key] = a + b
         for m in r.get("machines") or [dict(r["machine"], models=sorted(r["models"]))]:
             out["machines"].append(m)
         out["mem_total_gb"] = r["mem_total_gb"]
@@ -744,6 +776,12 @@ def _vals(procs: list[dict[str, Any]], scenario: str, key: str) -> list[float]:
     return [x for p in procs if scenario in p for x in p[scenario].get(key, [])]
 
 
+def _procs(e: dict[str, Any], mode: str) -> list[dict[str, Any]]:
+    """A model's processes of one mode (`float32` holds a string where it was skipped)."""
+    value = e.get(mode)
+    return list(value) if isinstance(value, list) else []
+
+
 def _ok(procs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [p for p in procs if "error" not in p and "skipped" not in p]
 
@@ -785,16 +823,25 @@ def tables(result: dict[str, Any]) -> str:
         label = name + (" (random weights)" if e["random_weights"] else "")
         file_mib = e["file_bytes"] / 2**20  # MiB, as the RSS figures (/proc: KiB / 1024)
         for dtype in ("auto", "float32", "llamacpp"):
-            procs = _ok(e.get(dtype) or [])
-            bad = [p for p in e.get(dtype) or [] if p not in procs]
+            procs = _ok(_procs(e, dtype))
+            bad = [p for p in _procs(e, dtype) if p not in procs]
             for p in bad:
                 notes.append(f"{name} {dtype}: {p.get('error') or p.get('skipped')}")
             if not procs:
-                if dtype == "float32" and e["float32"] != "measured":
+                if dtype == "float32" and isinstance(e.get("float32"), str):
                     lines.append(
                         f"| {label} | {file_mib:.0f} | float32 | {e['float32']} |" + " |" * 8
                     )
                 continue
+            for p in procs:
+                if "short" in p:
+                    sh = p["short"]
+                    notes.append(
+                        f"{name} {dtype}: first request, a one-field decision on one sentence "
+                        f"({sh['prompt_tokens']} tokens): {sh['ms'] / 1e3:.1f} s wall, "
+                        f"{sh['cpu_ms'] / 1e3:.1f} CPU-s, answer {sh['answer']!r}, peak RSS "
+                        f"{p.get('peak_rss_first_mb') or 0:.0f} MiB"
+                    )
             cold = {n: _vals(procs, n, "cold_ms") for n in SCENARIOS}
             warm = {n: _vals(procs, n, "warm_ms") for n in SCENARIOS}
             for p in procs:
@@ -843,7 +890,7 @@ def tables(result: dict[str, Any]) -> str:
     cpu_rows = []
     for name, e in _ordered(result):
         for dtype in ("auto", "float32"):
-            procs = [p for p in _ok(e.get(dtype) or []) if "cold_cpu_ms" in p.get("fraud", {})]
+            procs = [p for p in _ok(_procs(e, dtype)) if "cold_cpu_ms" in p.get("fraud", {})]
             if procs:
                 cells = [
                     _med(_vals(procs, n, f"{kind}_cpu_ms"))
@@ -872,7 +919,7 @@ def tables(result: dict[str, Any]) -> str:
     for name, e in _ordered(result):
         if "skipped" in e:
             continue
-        auto = _ok(e.get("auto") or [])
+        auto = _ok(_procs(e, "auto"))
         if not auto:
             continue
         f = e["file_bytes"] / 2**20
@@ -890,7 +937,7 @@ def tables(result: dict[str, Any]) -> str:
             )
         else:
             cells.append("- (no request finished)")
-        dense = _ok(e.get("float32") or [])
+        dense = _ok(_procs(e, "float32"))
         if dense:
             ratios = []
             for n in SCENARIOS:
@@ -903,14 +950,14 @@ def tables(result: dict[str, Any]) -> str:
                     for p in auto
                     for q in dense
                     for n in SCENARIOS
-                    if n in p and n in q
+                    if "distributions" in p.get(n, {}) and "distributions" in q.get(n, {})
                 ),
                 default=float("nan"),
             )
             cells += [", ".join(ratios), f"{diff:.1e}"]
         else:
             cells += ["- (no float32)", "-"]
-        peer = _ok(e.get("llamacpp") or [])
+        peer = _ok(_procs(e, "llamacpp"))
         if peer:
             a = statistics.median([p["load_s"] for p in auto])
             b = statistics.median([p["load_s"] for p in peer])
@@ -943,11 +990,13 @@ def main() -> None:
         "--processes", type=int, default=0, help="processes per dtype (default per model)"
     )
     ap.add_argument("--no-peer", action="store_true", help="leave llama.cpp out")
+    ap.add_argument("--dtypes", default="", help="only these of auto,float32 (default both)")
     ap.add_argument(
         "--first",
         default="triage",
-        choices=SCENARIOS,
-        help="the scenario of each process's first request, whose peak RSS is reported",
+        choices=(*SCENARIOS, "short"),
+        help="the scenario of each process's first request, whose peak RSS is reported "
+        "(short: a one-field decision on one sentence, then fraud, then triage)",
     )
     ap.add_argument(
         "--timeout",
