@@ -54,7 +54,7 @@ def test_file_holds_the_planned_tensors(tiny_file):
 
 def test_loads_through_decider_and_modes_agree(tiny_file):
     path, _ = tiny_file
-    encoded = Decider.load(path)  # dtype "auto": the file's encoding on CPU
+    encoded = Decider.load(path, dtype="quantized")  # the file's encoding on CPU
     dense = Decider.load(path, dtype="float32")
     assert encoded.loaded.dtype.startswith("gguf-")
     assert dense.loaded.dtype == "float32"

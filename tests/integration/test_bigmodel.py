@@ -1,5 +1,5 @@
 """The real Qwen2.5-Coder 0.5B and 1.5B Q4_K_M GGUFs (issue 30): each loads with
-`dtype="auto"` (matrices kept in the file's encoding, memory-mapped) and `"float32"`
+`dtype="quantized"` (matrices kept in the file's encoding, memory-mapped) and `"float32"`
 (dense), the two give the same probabilities, and the encoded load stays near the file's
 size in RAM.
 
@@ -77,7 +77,7 @@ def _load(path: Path, dtype: str) -> dict:
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_encoded_and_dense_loads_agree_and_fit(name):
     path = _path(name)
-    encoded = _load(path, "auto")
+    encoded = _load(path, "quantized")
     dense = _load(path, "float32")
     assert encoded["dtype"] == "gguf-Q4_K_M" and dense["dtype"] == "float32"
     assert encoded["dist"].keys() == dense["dist"].keys()
