@@ -149,12 +149,14 @@ class LlamaCppPeer:
     Args:
         decider: The `Decider` (its GGUF path, tokenizer, prompt plan and window).
         n_threads: llama.cpp's threads; default the CPUs this process may use.
+        n_ctx: llama.cpp's context (its KV cache is allocated for it at load); default
+            the decider's context window.
 
     Raises:
         PeerUnavailableError: when `llama_cpp` is missing or the model is not a GGUF file.
     """
 
-    def __init__(self, decider: Any, n_threads: int | None = None):
+    def __init__(self, decider: Any, n_threads: int | None = None, n_ctx: int | None = None):
         why = peer_available()
         if why is not None:
             raise PeerUnavailableError(why)
@@ -176,7 +178,7 @@ class LlamaCppPeer:
         self.n_threads = n_threads or usable_cpus()
         self.llama = llama_cpp.Llama(
             model_path=path,
-            n_ctx=int(decider.engine.context_window),
+            n_ctx=int(n_ctx or decider.engine.context_window),
             n_threads=self.n_threads,
             n_threads_batch=self.n_threads,
             n_batch=512,
