@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..decide.checks import check_max_new_tokens, check_pruning
+from ..decide.checks import SCORINGS, check_max_new_tokens, check_pruning
 from ..decide.orders import check_orders
 from ..errors import InvalidArgumentError, SchemaError
 from ..schema import Schema, StructuredSchema
@@ -31,7 +31,6 @@ from .systemone import _json_type, _temperature
 
 __all__ = ["DecideRequest", "parse_decide"]
 
-SCORINGS = ("auto", "full", "constrained", "pmi")  # the server defaults to "full"
 CALIBRATIONS = ("contextual", "none")
 MAX_ORDERS = 16
 KEYS = (

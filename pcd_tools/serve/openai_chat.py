@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..decide.checks import check_pruning
+from ..decide.checks import SCORINGS, check_pruning
 from ..decide.orders import check_orders
 from ..errors import InvalidArgumentError, SchemaError
 from ..prompt import DEFAULT_INSTRUCTIONS, TextTokenizer, build_prompt, render_system
@@ -76,7 +76,6 @@ NO_EFFECT = (
     "user",
 )
 PCD_KEYS = ("allow_empty", "calibration", "examples", "orders", "pruning", "scoring")
-SCORINGS = ("auto", "full", "constrained", "pmi")  # the server defaults to "full"
 CALIBRATIONS = ("contextual", "none")
 MAX_ORDERS = 16
 HOW_TO_ASK = (
