@@ -106,3 +106,9 @@ def test_decider_calls_take_options_or_keywords_alike(tiny):
         assert d.fields["priority"].distribution == pytest.approx(
             by_kw.fields["priority"].distribution, abs=1e-6
         )
+
+
+def test_the_keyword_type_lists_every_option_and_examples():
+    from pcd_tools.decide.options import DecideKwargs
+
+    assert set(DecideKwargs.__annotations__) == {*OPTION_NAMES, "examples"}
