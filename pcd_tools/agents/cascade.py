@@ -9,15 +9,14 @@ probable first. A stage is:
   narrowed sub-schema (`ChatModelStage`);
 - another `Decider`, e.g. a bigger local model (`DeciderStage`);
 - a human, through a callable or LangGraph's `interrupt(..., response_schema=...)`
-  (`HumanStage`).
+  (`HumanStage`);
 - an OpenAI Decisions API server, e.g. a remote `pcd serve`, through `langchain_openai`'s
   `OpenAIDecisions` (`DecisionsStage`): one `predicate` or `choice` question per field,
   answered with probabilities, so its fields can escalate again.
 
-Answers from stages that report no probability (chat models, humans) are accepted as
-final.
-
-With `escalate_when="set_size>1"` the rule is the calibration's instead of a threshold: a
+Answers from stages that report no probability (chat models, humans) are final. `batch`
+sends a batch's escalated rows to the next stage together (one `decide_many` per narrowed
+sub-schema for a `DeciderStage`). With `escalate_when="set_size>1"` the rule is the calibration's instead of a threshold: a
 field escalates exactly when its split-conformal prediction set at `coverage` (default
 0.9; `FieldResult.prediction_set`) holds more than one answer, and the next stage's
 `EscalationRequest.prediction_sets` (a `HumanStage`'s payload too) carries that set.
@@ -26,13 +25,12 @@ A schema with generated fields (`reason: str`, `amount: float`, ...) works too. 
 scored fields escalate: a generated value has no probability to judge it by, so the
 first stage that answers it is final (a stage that fails passes it on like any field).
 Later stages see the generated values declared before the fields they are asked, as
-already decided, the way the hybrid prompt shows a decision its reasoning. A stage that raises is logged at WARNING on the `pcd_tools.agents.cascade` logger
-and recorded in `CascadeResult.errors`; its fields go on to the next stage, or, with
-`on_stage_error="raise"`, the exception propagates. `LowConfidenceError` carries a `Decision` so that LangChain's stock
-`.with_fallbacks(..., exceptions_to_handle=(LowConfidenceError,))` is a one-line cascade.
-
-The stages and the narrowed sub-schemas live in `pcd_tools.agents.stages`, the errors in
-`pcd_tools.agents.errors`; their names are importable from here too.
+already decided, the way the hybrid prompt shows a decision its reasoning. A stage that
+raises is logged at WARNING on the `pcd_tools.agents.cascade` logger and recorded in
+`CascadeResult.errors`; its fields go on to the next stage, or, with
+`on_stage_error="raise"`, the exception propagates. `LowConfidenceError` carries a
+`Decision`, so LangChain's `.with_fallbacks(..., exceptions_to_handle=(LowConfidenceError,))`
+is a one-line cascade. Stages live in `stages`, results in `outcomes`, errors in `errors`.
 """
 
 from __future__ import annotations
@@ -40,7 +38,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -52,6 +49,8 @@ from ..schema import FieldSpec, compile_schema
 from ..schema.spec import value_adapter
 from .decisions_stage import DecisionsStage, is_decisions_model
 from .errors import CascadeError, LowConfidenceError
+from .outcomes import CascadeResult, FieldOutcome, StageRecord
+from .outcomes import Row as _Row
 from .stages import (
     ChatModelStage,
     DeciderStage,
@@ -86,96 +85,6 @@ EscalateWhen = Literal["set_size>1"]
 _ESCALATE_WHEN = ("set_size>1",)
 
 logger = logging.getLogger(__name__)
-
-
-# --- results ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FieldOutcome:
-    """The final answer for one field.
-
-    Args:
-        name: Field name.
-        value: Native value (`bool`, `Enum` member, `str`, `int` or `None`).
-        label: JSON value.
-        stage: Name of the stage that decided it.
-        probability: That stage's probability, or None for stages without one.
-    """
-
-    name: str
-    value: Any
-    label: Any
-    stage: str
-    probability: float | None
-
-
-@dataclass(frozen=True)
-class StageRecord:
-    """What one stage did.
-
-    Args:
-        name: Stage name.
-        kind: `"decider"`, `"chat_model"`, `"human"` or a custom stage's kind.
-        asked: Fields the stage was asked to decide.
-        candidates: Labels offered per field, most probable first.
-        answered: Fields it answered.
-        escalated: Fields passed on to the next stage (below threshold, missing or failed).
-        latency_ms: Wall time of the stage.
-        error: `"ExceptionType: message"` if the stage failed (its fields escalate).
-        exception: The exception itself, if the stage failed.
-    """
-
-    name: str
-    kind: str
-    asked: list[str]
-    candidates: dict[str, list[Any]]
-    answered: list[str]
-    escalated: list[str]
-    latency_ms: float
-    error: str | None = None
-    exception: BaseException | None = field(default=None, repr=False, compare=False)
-
-
-@dataclass(frozen=True)
-class CascadeResult:
-    """A cascade's answer.
-
-    Args:
-        value: An instance of the schema's model.
-        fields: Per-field `FieldOutcome`.
-        stages: One `StageRecord` per stage that ran, in order.
-        unresolved: Fields still below threshold after the last stage (answer kept).
-        decision: The first stage's `Decision`, if it was a `Decider` and succeeded.
-        elapsed_ms: Wall time of the whole cascade.
-    """
-
-    value: Any
-    fields: dict[str, FieldOutcome]
-    stages: list[StageRecord]
-    unresolved: list[str]
-    decision: Any
-    elapsed_ms: float
-
-    @property
-    def decided_by(self) -> dict[str, str]:
-        """Field name -> name of the stage that decided it."""
-        return {n: f.stage for n, f in self.fields.items()}
-
-    @property
-    def probabilities(self) -> dict[str, float | None]:
-        """Field name -> probability from the deciding stage (None if it had none)."""
-        return {n: f.probability for n, f in self.fields.items()}
-
-    @property
-    def latency_ms(self) -> dict[str, float]:
-        """Stage name -> wall time."""
-        return {s.name: s.latency_ms for s in self.stages}
-
-    @property
-    def errors(self) -> dict[str, str]:
-        """Stage name -> `"ExceptionType: message"`, for each stage that failed."""
-        return {s.name: s.error for s in self.stages if s.error is not None}
 
 
 # --- the cascade ------------------------------------------------------------------------------
@@ -219,7 +128,9 @@ class Cascade(Runnable[Any, CascadeResult]):
         stages: Stages in order (`Decider`, chat model, `OpenAIDecisions`, callable/`"human"`,
             or stage objects).
         threshold: Default threshold. A field is confident when its probability (or margin)
-            is >= threshold, or its entropy in nats is <= threshold.
+            is >= threshold, or its entropy in nats is <= threshold. `"fitted"` reads
+            per-field thresholds fitted to a target (`pcd calibrate --cascade`,
+            `pcd_tools.eval.cascade.fit_cascade`) from the first stage's calibration.
         per_field: Per-field thresholds: a number, or `(score, number)` to change the score.
         score: `"probability"` (default), `"margin"` or `"entropy"`.
         on_stage_error: When a stage raises: `"skip"` (default) logs a warning, records it
@@ -248,7 +159,7 @@ class Cascade(Runnable[Any, CascadeResult]):
         self,
         schema: Any,
         stages: Sequence[Any],
-        threshold: float = 0.8,
+        threshold: float | Literal["fitted"] = 0.8,
         per_field: Mapping[str, float | tuple[str, float]] | None = None,
         *,
         score: ScoreName = "probability",
@@ -275,8 +186,10 @@ class Cascade(Runnable[Any, CascadeResult]):
             self.stage_names.append(s.name if seen[s.name] == 1 else f"{s.name}#{seen[s.name]}")
         if score not in _SCORES:
             raise InvalidArgumentError(f"unknown score {score!r}; accepted: {list(_SCORES)}.")
-        t0 = check_threshold(threshold, "Cascade(threshold=)", score=score)
+        fitted = self._fitted(threshold)
+        t0 = 0.0 if fitted else check_threshold(threshold, "Cascade(threshold=)", score=score)
         self.thresholds = {n: (score, t0) for n in self.schema.field_names}
+        self.thresholds.update(fitted)  # type: ignore[arg-type]
         for n, rule in (per_field or {}).items():
             if n in self.generated:
                 raise InvalidArgumentError(
@@ -294,8 +207,49 @@ class Cascade(Runnable[Any, CascadeResult]):
                 raise InvalidArgumentError(f"unknown score {sc!r}; accepted: {list(_SCORES)}.")
             arg = f"Cascade(per_field={{{n!r}: {rule!r}}})"
             self.thresholds[n] = (sc, check_threshold(t, arg, score=sc))  # type: ignore[assignment]
+        if fitted:
+            scored = [n for n in self.schema.field_names if n not in self.generated]
+            uncovered = [n for n in scored if n not in fitted and n not in (per_field or {})]
+            if uncovered:
+                raise InvalidArgumentError(
+                    f"Cascade(threshold='fitted'): the fitted cascade has no threshold for "
+                    f"{uncovered} of {self.schema.name} (multi-label and `choices_by` fields "
+                    "are not fitted); give them per_field thresholds."
+                )
         self.escalate_when = self._check_rule(escalate_when, per_field)
         self.coverage = check_coverage(coverage, "Cascade(coverage=)")
+
+    def _fitted(self, threshold: Any) -> dict[str, tuple[str, float]]:
+        """`threshold="fitted"`: the per-field thresholds fitted to a target and stored in
+        the first stage's calibration (`pcd calibrate --cascade`, `CascadeFit.attach`)."""
+        if threshold != "fitted":
+            return {}
+        decider = getattr(self.stages[0], "decider", None)
+        cal = getattr(decider, "calibration", None)
+        entry = getattr(cal, "cascade", None)
+        if not entry:
+            where = (
+                "its first stage is not a Decider"
+                if decider is None
+                else "its first stage's Decider has no calibration"
+                if cal is None
+                else f"calibration {getattr(cal, 'path', None)!r} has no fitted cascade"
+            )
+            raise InvalidArgumentError(
+                f"Cascade(threshold='fitted') reads per-field thresholds fitted to a target "
+                f"from the first stage's calibration, but {where}; fit them with `pcd "
+                "calibrate --cascade LARGE` (or `fit_cascade(...).attach(cal).save(path)`) and "
+                "load the Decider with calibration=that file, or pass a number."
+            )
+        out: dict[str, tuple[str, float]] = {}
+        for n, (sc, t) in dict(entry["thresholds"]).items():
+            if n not in self.schema.field_names:
+                raise InvalidArgumentError(
+                    f"the fitted cascade in {getattr(cal, 'path', None)!r} names {n!r}, which "
+                    f"is not a field of {self.schema.name}; fields: {self.schema.field_names}."
+                )
+            out[n] = (sc, check_threshold(t, f"fitted threshold of {n!r}", score=sc))
+        return out
 
     def _check_rule(self, rule: Any, per_field: Any) -> EscalateWhen | None:
         if rule is None:
@@ -473,94 +427,168 @@ class Cascade(Runnable[Any, CascadeResult]):
             exc.add_note(f"raised by {where} on fields {fields}")
 
     def _run(self, input: Any) -> CascadeResult:
+        out = self._run_rows([input], batched=False)[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def batch(
+        self,
+        inputs: list[Any],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[CascadeResult]:
+        """Runs the cascade on many inputs, each stage once for all of them.
+
+        The rows that escalate go to the next stage together: a `DeciderStage` answers them
+        with one `decide_many` per narrowed sub-schema (rows that escalated the same fields
+        share one); other stages are asked row by row. A row's `StageRecord.latency_ms` is
+        its share of the stage's batched wall time.
+
+        Args:
+            inputs: Strings, messages or mappings (see `to_context`).
+            config: LangChain config(s).
+            return_exceptions: Return a row's exception (e.g. `CascadeError`) in its place
+                instead of raising the first one.
+        """
+        return self._batch_with_config(
+            lambda xs: self._run_rows(xs, batched=True),
+            inputs,
+            config,
+            return_exceptions=return_exceptions,
+            run_type="chain",
+        )
+
+    def _run_rows(self, inputs: list[Any], *, batched: bool) -> list[CascadeResult | Exception]:
         t_start = time.perf_counter()
-        text, _ = to_context(input)
-        pending = list(self.schema.field_names)
-        outcome: dict[str, FieldOutcome] = {}
-        dists: dict[str, dict[Any, float]] = {}
-        sets: dict[str, list[Any]] = {}
-        records: list[StageRecord] = []
-        first: Any = None
+        rows = [_Row(to_context(x)[0], list(self.schema.field_names)) for x in inputs]
         bubble = _bubble_up()
         for i, (stage, sname) in enumerate(zip(self.stages, self.stage_names)):
-            if not pending:
+            active = [r for r in rows if r.pending]
+            if not active:
                 break
-            settled = {k: v for k, v in outcome.items() if k not in pending}
-            req = self._request(text, pending, stage, dists, settled, sets)
-            t0 = time.perf_counter()
-            error: str | None = None
-            failure: Exception | None = None
-            try:
-                ans = stage.answer(req)
-            except bubble:
-                raise
-            except Exception as exc:  # any failure escalates the stage's fields
-                self._stage_failed(i, stage, sname, pending, exc)
-                if self.on_stage_error == "raise":
-                    raise
-                ans, error, failure = None, f"{type(exc).__name__}: {exc}", exc
-            ms = (time.perf_counter() - t0) * 1e3
-            answered: list[str] = []
-            still: list[str] = []
-            for n in pending:
-                label = ans.labels.get(n, _MISSING) if ans is not None else _MISSING
-                prob = ans.probabilities.get(n) if ans is not None else None
-                got = None if label is _MISSING else self._outcome(n, label, sname, prob)
-                offered = {_key(c) for c in req.candidates[n]}
-                picked = got.label if got is not None and isinstance(got.label, list) else [label]
-                if n in self.generated and got is not None:
-                    answered.append(n)  # final: nothing to judge it by
-                    outcome[n] = got
-                    continue
-                if got is None or any(_key(x) not in offered for x in picked):
-                    still.append(n)
-                    continue
-                answered.append(n)
-                outcome[n] = got
-                res = ans.results.get(n) if ans is not None else None
-                if res is not None:
-                    dists[n] = dict(res.distribution)
-                    sets.pop(n, None)
-                    if self.escalate_when is not None:
-                        sets[n] = self._prediction_set(n, res, sname)
-                        if len(sets[n]) > 1:
-                            still.append(n)
-                    elif not self.confident(n, res):
-                        still.append(n)
-            # a union branch the accepted discriminator ruled out needs no better answer
-            settled = {k: v for k, v in outcome.items() if k not in still}
-            still = [n for n in still if not (n in outcome and self._not_taken(n, settled))]
-            if ans is not None and ans.decision is not None and first is None and not records:
-                first = ans.decision
-            records.append(
-                StageRecord(
-                    sname,
-                    getattr(stage, "kind", type(stage).__name__),
-                    list(pending),
-                    req.candidates,
-                    answered,
-                    still,
-                    ms,
-                    error,
-                    failure,
+            reqs = [
+                self._request(
+                    r.text,
+                    r.pending,
+                    stage,
+                    r.dists,
+                    {k: v for k, v in r.outcome.items() if k not in r.pending},
+                    r.sets,
                 )
+                for r in active
+            ]
+            many = getattr(stage, "answer_many", None) if batched and len(active) > 1 else None
+            t0 = time.perf_counter()
+            got: list[tuple[Any, Exception | None]] = []
+            if many is not None:
+                try:
+                    got = [(a, None) for a in many(reqs)]
+                except bubble:
+                    raise
+                except Exception as failed:  # every row of the failed call escalates
+                    asked = sorted({n for r in active for n in r.pending})
+                    self._stage_failed(i, stage, sname, asked, failed)
+                    if self.on_stage_error == "raise":
+                        raise
+                    got = [(None, failed)] * len(active)
+                shares = [(time.perf_counter() - t0) * 1e3 / len(active)] * len(active)
+            else:
+                shares = []
+                for r, req in zip(active, reqs):
+                    t1 = time.perf_counter()
+                    try:
+                        got.append((stage.answer(req), None))
+                    except bubble:
+                        raise
+                    except Exception as exc:  # any failure escalates the stage's fields
+                        self._stage_failed(i, stage, sname, r.pending, exc)
+                        if self.on_stage_error == "raise":
+                            raise
+                        got.append((None, exc))
+                    shares.append((time.perf_counter() - t1) * 1e3)
+            for r, req, (ans, err), ms in zip(active, reqs, got, shares):
+                self._absorb(r, stage, sname, req, ans, err, ms)
+        elapsed = (time.perf_counter() - t_start) * 1e3
+        return [self._finish(r, elapsed) for r in rows]
+
+    def _absorb(
+        self,
+        row: _Row,
+        stage: Any,
+        sname: str,
+        req: EscalationRequest,
+        ans: Any,
+        failure: Exception | None,
+        ms: float,
+    ) -> None:
+        """Takes one row's answer from a stage: accepts the confident fields and leaves
+        the others pending for the next stage."""
+        error = f"{type(failure).__name__}: {failure}" if failure is not None else None
+        answered: list[str] = []
+        still: list[str] = []
+        for n in row.pending:
+            label = ans.labels.get(n, _MISSING) if ans is not None else _MISSING
+            prob = ans.probabilities.get(n) if ans is not None else None
+            got = None if label is _MISSING else self._outcome(n, label, sname, prob)
+            offered = {_key(c) for c in req.candidates[n]}
+            picked = got.label if got is not None and isinstance(got.label, list) else [label]
+            if n in self.generated and got is not None:
+                answered.append(n)  # final: nothing to judge it by
+                row.outcome[n] = got
+                continue
+            if got is None or any(_key(x) not in offered for x in picked):
+                still.append(n)
+                continue
+            answered.append(n)
+            row.outcome[n] = got
+            res = ans.results.get(n) if ans is not None else None
+            if res is not None:
+                row.dists[n] = dict(res.distribution)
+                row.sets.pop(n, None)
+                if self.escalate_when is not None:
+                    row.sets[n] = self._prediction_set(n, res, sname)
+                    if len(row.sets[n]) > 1:
+                        still.append(n)
+                elif not self.confident(n, res):
+                    still.append(n)
+        # a union branch the accepted discriminator ruled out needs no better answer
+        settled = {k: v for k, v in row.outcome.items() if k not in still}
+        still = [n for n in still if not (n in row.outcome and self._not_taken(n, settled))]
+        if ans is not None and ans.decision is not None and row.first is None and not row.records:
+            row.first = ans.decision
+        row.records.append(
+            StageRecord(
+                sname,
+                getattr(stage, "kind", type(stage).__name__),
+                list(row.pending),
+                req.candidates,
+                answered,
+                still,
+                ms,
+                error,
+                failure,
             )
-            pending = still
-        missing = [n for n in self.schema.field_names if n not in outcome]
+        )
+        row.pending = still
+
+    def _finish(self, row: _Row, elapsed_ms: float) -> CascadeResult | Exception:
+        missing = [n for n in self.schema.field_names if n not in row.outcome]
         if missing:
-            errs = "; ".join(f"{r.name}: {r.error}" for r in records if r.error)
-            raise CascadeError(
+            errs = "; ".join(f"{r.name}: {r.error}" for r in row.records if r.error)
+            return CascadeError(
                 f"no stage answered {missing} of {self.schema.name}; stage errors: {errs or 'none'}."
             )
-        native = {n: outcome[n].value for n in self.schema.field_names}
-        value = self.schema.build(native)
+        native = {n: row.outcome[n].value for n in self.schema.field_names}
         return CascadeResult(
-            value=value,
-            fields={n: outcome[n] for n in self.schema.field_names},
-            stages=records,
-            unresolved=pending,
-            decision=first,
-            elapsed_ms=(time.perf_counter() - t_start) * 1e3,
+            value=self.schema.build(native),
+            fields={n: row.outcome[n] for n in self.schema.field_names},
+            stages=row.records,
+            unresolved=row.pending,
+            decision=row.first,
+            elapsed_ms=elapsed_ms,
         )
 
 

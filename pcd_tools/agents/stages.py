@@ -220,8 +220,9 @@ class DeciderStage:
         self.temperature = temperature
         self.orders = check_orders(orders)
 
-    def answer(self, request: EscalationRequest) -> StageAnswer:
-        """Scores the requested fields; probabilities are over the candidates it saw."""
+    def _target(self, request: EscalationRequest) -> tuple[Any, Any]:
+        """The schema this stage scores for `request`, and a key shared by requests that
+        narrow to the same one."""
         schema = request.schema
         full = request.fields == schema.field_names and all(
             len(request.candidates[n]) == schema.field(n).cardinality for n in request.fields
@@ -232,25 +233,65 @@ class DeciderStage:
             n: [x for x in schema.field(n).labels if x in request.candidates[n]]
             for n in request.fields
         }
-        target = (
-            schema
-            if full and not request.fixed
-            else compile_schema(narrowed_model(schema, request.fields, keep, request.fixed))
+        if full and not request.fixed:
+            return schema, None
+        key = (
+            tuple(request.fields),
+            tuple((n, json.dumps(keep[n])) for n in request.fields),
+            json.dumps(request.fixed, sort_keys=True, default=str),
         )
-        d = call_model(
-            self.decider,
-            self.decider.decide,
-            target,
-            request.text,
-            temperature=self.temperature,
-            orders=self.orders,
-        )
+        return keep, key
+
+    def _compile(self, request: EscalationRequest, keep: Any) -> Any:
+        if keep is request.schema:
+            return keep
+        return compile_schema(narrowed_model(request.schema, request.fields, keep, request.fixed))
+
+    def _answer(self, request: EscalationRequest, d: Any) -> StageAnswer:
         return StageAnswer(
             labels={n: d.fields[n].label for n in request.fields},
             probabilities={n: d.fields[n].probability for n in request.fields},
             results={n: d.fields[n] for n in request.fields},
             decision=d,
         )
+
+    def answer(self, request: EscalationRequest) -> StageAnswer:
+        """Scores the requested fields; probabilities are over the candidates it saw."""
+        keep, _ = self._target(request)
+        d = call_model(
+            self.decider,
+            self.decider.decide,
+            self._compile(request, keep),
+            request.text,
+            temperature=self.temperature,
+            orders=self.orders,
+        )
+        return self._answer(request, d)
+
+    def answer_many(self, requests: Sequence[EscalationRequest]) -> list[StageAnswer]:
+        """Answers several rows' requests: one `decide_many` per distinct narrowed
+        sub-schema (rows that escalated the same fields, with the same candidates and
+        parents, share one batched call)."""
+        groups: dict[Any, list[int]] = {}
+        targets: dict[Any, Any] = {}
+        for i, req in enumerate(requests):
+            keep, key = self._target(req)
+            groups.setdefault(key, []).append(i)
+            if key not in targets:
+                targets[key] = self._compile(req, keep)
+        out: list[StageAnswer | None] = [None] * len(requests)
+        for key, idx in groups.items():
+            ds = call_model(
+                self.decider,
+                self.decider.decide_many,
+                targets[key],
+                [requests[i].text for i in idx],
+                temperature=self.temperature,
+                orders=self.orders,
+            )
+            for i, d in zip(idx, ds):
+                out[i] = self._answer(requests[i], d)
+        return [a for a in out if a is not None]
 
 
 class ChatModelStage:

@@ -99,6 +99,11 @@ class Calibration:
             `{"score": "lac", "n": n, "scores": [...]}`, the calibration items'
             nonconformity scores `1 - p(true label)` under this calibration, ascending.
             Files written before it was added have none (prediction sets then need a refit).
+        cascade: Optional per-field cascade thresholds fitted to a target
+            (`pcd calibrate --cascade`, `pcd_tools.eval.cascade.CascadeFit.to_dict`):
+            `{"signal", "target": {name: value}, "source", "thresholds": {field: [signal,
+            threshold]}, "large_model", "n", "reached", "calibration"}`, read by
+            `Cascade(..., threshold="fitted")`.
         scoring: The scoring mode the raw scores used.
         label_free: The label-free correction the scores were fitted on top of: `none`,
             `contextual` (`calibration="contextual"`) or `pmi` (`scoring="pmi"`). A
@@ -124,6 +129,7 @@ class Calibration:
     method: str = "temperature"
     label_free: str = "none"
     conformal: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cascade: dict[str, Any] = field(default_factory=dict)
     path: str | None = None
 
     def temperature(self, field_name: str) -> float:
@@ -238,10 +244,32 @@ class Calibration:
                 f"{list(LABEL_FREE)}."
             )
         _check_conformal(raw.get("conformal", {}), path)
+        _check_cascade(raw.get("cascade", {}), path)
         known = {f for f in cls.__dataclass_fields__ if f != "path"}
         cal = cls(**{k: v for k, v in raw.items() if k in known})
         cal.path = str(path)
         return cal
+
+
+def _check_cascade(cascade: Any, path: str | os.PathLike[str]) -> None:
+    """Raises `CalibrationError` unless `cascade` is empty or a fitted cascade's entry."""
+    if cascade == {}:
+        return
+    th = cascade.get("thresholds") if isinstance(cascade, dict) else None
+    ok = isinstance(th, dict) and all(
+        isinstance(v, list)
+        and len(v) == 2
+        and v[0] in ("probability", "margin", "entropy")
+        and isinstance(v[1], (int, float))
+        and math.isfinite(v[1])
+        for v in th.values()
+    )
+    if not ok or not isinstance(cascade.get("target"), dict):
+        raise CalibrationError(
+            f"{str(path)!r}: cascade must hold 'target' and 'thresholds' mapping fields to "
+            "[signal, threshold] (signal: probability, margin or entropy); write it with "
+            "`pcd calibrate --cascade`."
+        )
 
 
 def _check_conformal(conformal: Any, path: str | os.PathLike[str]) -> None:

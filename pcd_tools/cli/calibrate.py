@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="refit from a --scores file of an earlier run instead of running the model",
     )
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument(
+        "--cascade",
+        default=None,
+        metavar="LARGE",
+        help="also fit per-field cascade thresholds to --cascade-target, for escalating to "
+        "this larger model (run on the same calibration sample); Cascade(threshold='fitted') "
+        "reads them",
+    )
+    parser.add_argument(
+        "--cascade-target",
+        default="max_accuracy_loss=0.01",
+        metavar="NAME=VALUE",
+        help="max_escalation=RATE (best accuracy within that budget) or "
+        "max_accuracy_loss=POINTS (least escalation within that of large-only; default 0.01)",
+    )
+    parser.add_argument(
+        "--cascade-signal",
+        choices=("probability", "margin", "entropy"),
+        default="probability",
+        help="the gate's signal (default probability)",
+    )
 
 
 def _read_scores(path: str) -> dict[str, Any]:
@@ -175,6 +197,7 @@ def _new_scores(args: argparse.Namespace, ds: Any, compiled: Any, console: Any) 
     )
     if not decisions:
         raise CalibrationError("calibrate needs at least one labelled example.")
+    args.cascade_small = (split, decisions)
     fitted_on = {
         "dataset": ds.name,
         "source": ds.source,
@@ -215,6 +238,35 @@ def _new_scores(args: argparse.Namespace, ds: Any, compiled: Any, console: Any) 
     return arrays, model_id, scoring, fitted_on, offsets
 
 
+def _fit_cascade(args: argparse.Namespace, compiled: Any, cal: Any, console: Any) -> Any:
+    """`--cascade LARGE`: runs the large model on the calibration sample and fits the
+    per-field thresholds on the small model's calibrated confidences."""
+    from ..decide.decider import Decider
+    from ..eval.cascade import ModelRun, fit_cascade
+    from ..eval.runner import run_pcd
+
+    split, small = args.cascade_small
+    labels = [lab for _, lab in split.examples]
+    with console.status(f"Loading {args.cascade}..."):
+        large = Decider.load(args.cascade)
+    big, _ = run_pcd(
+        large,
+        compiled,
+        [t for t, _ in split.examples],
+        batch_size=args.batch_size,
+        progress=True,
+        label=f"cascade: {large.model_id}",
+    )
+    return fit_cascade(
+        compiled,
+        ModelRun.from_decisions(compiled, small, labels, split.ids),
+        ModelRun.from_decisions(compiled, big, labels, split.ids),
+        signal=args.cascade_signal,
+        calibration=cal,
+        **cascade_target(args.cascade_target),
+    )
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Checks the `pcd calibrate` options that need no data or model.
 
@@ -238,6 +290,33 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--target-coverage must lie in (0, 1] (a fraction); got {cov}.")
     if args.from_scores:
         check_file(args.from_scores, "--from-scores")
+    if args.cascade is not None:
+        if args.from_scores:
+            raise UsageError(
+                "--cascade runs both models on the calibration sample, so it cannot refit "
+                "from --from-scores; drop one of them."
+            )
+        cascade_target(args.cascade_target)
+
+
+def cascade_target(text: str) -> dict[str, float]:
+    """`--cascade-target NAME=VALUE` as `fit_cascade`'s keyword.
+
+    Raises:
+        UsageError: for another name or a value outside [0, 1].
+    """
+    name, _, value = text.partition("=")
+    names = ("max_escalation", "max_accuracy_loss")
+    try:
+        v = float(value)
+    except ValueError:
+        v = math.nan
+    if name.strip() not in names or not 0.0 <= v <= 1.0:
+        raise UsageError(
+            f"--cascade-target takes NAME=VALUE with NAME one of {list(names)} and VALUE a "
+            f"fraction in [0, 1] (e.g. max_escalation=0.3); got {text!r}."
+        )
+    return {name.strip(): v}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -288,6 +367,8 @@ def run(args: argparse.Namespace) -> int:
                 target_risk=args.target_risk,
                 target_coverage=args.target_coverage,
             ).to_dict()
+    if args.cascade:
+        _fit_cascade(args, compiled, cal, console).attach(cal)
     if args.diagrams:
         from ..eval.plots import calibration_diagrams
 

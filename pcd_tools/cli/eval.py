@@ -66,6 +66,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="recompute a saved report (--out) under --calibration, without the model",
     )
     _label_free_arguments(parser)
+    _cascade_arguments(parser)
+
+
+def _cascade_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("cascade (pcd_tools.eval.cascade)")
+    g.add_argument(
+        "--cascade",
+        default=None,
+        metavar="SMALL,LARGE",
+        help="measure a small->large cascade: each a `pcd eval --out` report of this sample "
+        "or a model (then it is run, and the cascade's wall time is measured once)",
+    )
+    g.add_argument(
+        "--cascade-contextual",
+        default=None,
+        metavar="REPORT",
+        help="the small model's `pcd eval --calibration contextual --out` report (a gate source)",
+    )
+    g.add_argument(
+        "--cascade-top-k",
+        type=int,
+        default=None,
+        metavar="K",
+        help="simulate a stage narrowed to the small model's top K (default: all candidates)",
+    )
+    g.add_argument(
+        "--cascade-seed", type=int, default=0, help="seed of the calibration/held-out split"
+    )
+    g.add_argument(
+        "--max-escalation", type=float, default=0.3, help="fit target: escalation budget"
+    )
+    g.add_argument(
+        "--max-accuracy-loss",
+        type=float,
+        default=0.01,
+        help="fit target: accuracy loss against large-only (0.01 = 1 point)",
+    )
 
 
 def _label_free_arguments(parser: argparse.ArgumentParser) -> None:
@@ -201,6 +238,28 @@ def check_args(args: argparse.Namespace) -> None:
             f"{given!r}, --scoring {args.scoring!r} and --shots {args.shots} do not apply "
             "(accepted with --from-report: --calibration FILE)."
         )
+    if args.cascade is not None:
+        parts = [p.strip() for p in args.cascade.split(",")]
+        if len(parts) != 2 or not all(parts):
+            raise UsageError(
+                "--cascade takes SMALL,LARGE: two `pcd eval --out` reports or models, "
+                f"comma-separated; got {args.cascade!r}."
+            )
+        if args.label_free_grid or args.from_report or given:
+            raise UsageError(
+                "--cascade runs its own gates (raw, fitted, contextual); give it neither "
+                "--label-free-grid, --from-report nor --calibration."
+            )
+        for flag, v in (
+            ("--max-escalation", args.max_escalation),
+            ("--max-accuracy-loss", args.max_accuracy_loss),
+        ):
+            if not 0.0 <= v <= 1.0:
+                raise UsageError(f"{flag} must lie in [0, 1] (a fraction); got {v}.")
+        if args.cascade_top_k is not None and args.cascade_top_k < 1:
+            raise UsageError(f"--cascade-top-k must be >= 1; got {args.cascade_top_k}.")
+        if args.cascade_contextual:
+            check_file(args.cascade_contextual, "--cascade-contextual")
     if args.scoring == "pmi" and args.label_free == "contextual":
         raise UsageError(
             "--scoring pmi with --calibration contextual: both divide out the model's answer "
@@ -229,6 +288,8 @@ def run(args: argparse.Namespace) -> int:
     ds = dataset_from_args(args)
     if args.label_free_grid:
         return _grid(args, ds)
+    if args.cascade:
+        return _cascade(args, ds)
     if args.from_report:
         saved = read_json(args.from_report, "report", EvalError)
         cal = Calibration.load(args.calibration) if args.calibration else None
@@ -310,6 +371,124 @@ def _grid(args: argparse.Namespace, ds: Dataset) -> int:
     else:
         print_label_free_grid(Console(width=150), grid)
     return 0
+
+
+def _cascade_run(args: argparse.Namespace, ds: Dataset, what: str, split: Any) -> tuple[Any, Any]:
+    """`(ModelRun, Decider or None)` of one `--cascade` part: a saved report, or a model
+    run on the evaluation sample."""
+    from ..answers.calibration import read_json
+    from ..decide.decider import Decider
+    from ..eval.cascade import ModelRun
+    from ..eval.runner import run_pcd
+
+    if Path(what).is_file() and what.endswith(".json"):
+        return ModelRun.from_report(read_json(what, "report"), where=what), None
+    decider = Decider.load(what)
+    decisions, _ = run_pcd(
+        decider,
+        ds.schema,
+        [t for t, _ in split.examples],
+        batch_size=args.batch_size,
+        progress=True,
+        label=f"PCD {decider.model_id}",
+    )
+    return (
+        ModelRun.from_decisions(
+            ds.schema, decisions, [lab for _, lab in split.examples], split.ids
+        ),
+        decider,
+    )
+
+
+def _cascade(args: argparse.Namespace, ds: Dataset) -> int:
+    """`pcd eval --cascade SMALL,LARGE`: sweep, gates and fits from both models' results;
+    with two models, one real batched cascade run at the fitted thresholds, timed against
+    the large model alone on the held-out items."""
+    from rich.console import Console
+
+    from ..answers.calibration import read_json
+    from ..eval.cascade import ModelRun, cascade_report
+    from ..eval.report import print_cascade_report
+
+    split = ds.eval_sample(args.n, args.seed)
+    small_what, large_what = (p.strip() for p in args.cascade.split(","))
+    small, small_d = _cascade_run(args, ds, small_what, split)
+    large, large_d = _cascade_run(args, ds, large_what, split)
+    ctx = None
+    if args.cascade_contextual:
+        ctx = ModelRun.from_report(
+            read_json(args.cascade_contextual, "report"), where=args.cascade_contextual
+        )
+    report = cascade_report(
+        ds.schema,
+        small,
+        large,
+        contextual=ctx,
+        seed=args.cascade_seed,
+        top_k=args.cascade_top_k,
+        max_escalation=args.max_escalation,
+        max_accuracy_loss=args.max_accuracy_loss,
+        dataset=ds.name,
+    )
+    if small_d is not None and large_d is not None:
+        report["wall"] = _cascade_wall(args, ds, split, report, small_d, large_d)
+    if args.diagrams:
+        from ..eval.plots import cascade_curve
+
+        cascade_curve(report, Path(args.diagrams) / f"cascade-{ds.name}.png")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=1, default=str) + "\n")
+    if args.json:
+        print(json.dumps({k: v for k, v in report.items() if k != "gates"}, indent=2, default=str))
+    else:
+        print_cascade_report(Console(width=150), report)
+    return 0
+
+
+def _cascade_wall(
+    args: argparse.Namespace,
+    ds: Dataset,
+    split: Any,
+    report: dict[str, Any],
+    small: Any,
+    large: Any,
+) -> dict[str, Any]:
+    """The real cascade (`Cascade.batch`) at the `max_accuracy_loss` fit on the held-out
+    items, and the large model alone on them, each timed once."""
+    from ..agents.cascade import Cascade
+
+    held = set(report["held_out_ids"])
+    rows = [(t, lab) for (t, lab), i in zip(split.examples, split.ids) if i in held]
+    texts = [t for t, _ in rows]
+    fit = report["fits"]["max_accuracy_loss/best"]
+    gate = fit["gate"].split("/")[0]
+    if gate != "raw":  # the real run gates on raw probabilities; say which fit ran
+        fit = report["fits"]["max_accuracy_loss/raw/probability"]
+    per_field = {n: (sc, t) for n, (sc, t) in fit["thresholds"].items()}
+    casc = Cascade(ds.schema, [small, large], threshold=0.0, per_field=per_field)
+    t0 = time.perf_counter()
+    large.decide_many(ds.schema, texts, batch_size=args.batch_size)
+    large_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = casc.batch(texts)
+    casc_s = time.perf_counter() - t0
+    names = list(fit["thresholds"])
+    ok = [
+        sum(o.fields[n].label == lab.get(n) for n in names if lab.get(n) is not None)
+        / max(1, sum(lab.get(n) is not None for n in names))
+        for o, (_, lab) in zip(out, rows)
+    ]
+    escalated = sum(1 for o in out if len(o.stages) > 1)
+    return {
+        "fit": fit["target"] + "/" + fit["gate"],
+        "n": len(texts),
+        "large_only_s": large_s,
+        "cascade_s": casc_s,
+        "ratio": casc_s / large_s if large_s else float("nan"),
+        "escalation": escalated / max(1, len(texts)),
+        "accuracy": sum(ok) / max(1, len(ok)),
+    }
 
 
 def _finish(args: argparse.Namespace, ds: Dataset, report: EvalReport, t0: float | None) -> int:

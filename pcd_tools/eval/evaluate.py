@@ -423,6 +423,8 @@ def _items(
         fields = decisions[i].fields
         row["pcd"] = {n: [f.label, round(f.probability, 4)] for n, f in fields.items()}
         row["pcd_log_scores"] = {n: [round(z, 4) for z in f.log_scores] for n, f in fields.items()}
+        row["pcd_prompt_tokens"] = int(decisions[i].prompt_tokens)
+        row["pcd_ms"] = round(float(getattr(decisions[i], "elapsed_ms", math.nan)), 2)
         if results:
             r = results[i]
             vals = getattr(r, "values", None) or {}

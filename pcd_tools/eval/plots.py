@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..answers.calibration import Calibration
     from .evaluate import EvalReport
 
-__all__ = ["calibration_diagrams", "eval_diagrams", "reliability_diagram"]
+__all__ = ["calibration_diagrams", "cascade_curve", "eval_diagrams", "reliability_diagram"]
 
 
 def reliability_diagram(
@@ -158,4 +158,51 @@ def calibration_diagrams(
                 title=f"{name}.{field}: calibration split (in-sample)",
             )
         )
+    return out
+
+
+def cascade_curve(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Draws a cascade report's cost-accuracy curves (`pcd_tools.eval.cascade`) and saves a
+    PNG: accuracy against the large model's forward tokens (a fraction of large-only),
+    one line per gate, with the two single models and the fitted thresholds marked.
+
+    Args:
+        report: A `cascade_report` dict.
+        path: The PNG to write.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for name, gate in report["gates"].items():
+        rows = gate["sweep"]
+        best = name == report["best_gate"]
+        ax.plot(
+            [r["large_tokens"] for r in rows],
+            [r["accuracy"] for r in rows],
+            lw=2.2 if best else 0.9,
+            alpha=1.0 if best else 0.6,
+            label=f"{name}{' (best)' if best else ''}",
+        )
+    s, lg = report["small_only"], report["large_only"]
+    ax.scatter([0.0], [s["accuracy"]], marker="s", color="black", zorder=5)
+    ax.annotate(f"small only ({report['small_model']})", (0.0, s["accuracy"]), fontsize=7)
+    ax.scatter([1.0], [lg["accuracy"]], marker="D", color="black", zorder=5)
+    ax.annotate(f"large only ({report['large_model']})", (0.55, lg["accuracy"]), fontsize=7)
+    for key, fit in report["fits"].items():
+        h = fit["held_out"]
+        ax.scatter([h["large_tokens"]], [h["accuracy"]], marker="*", s=90, zorder=6)
+        ax.annotate(key, (h["large_tokens"], h["accuracy"]), fontsize=6)
+    ax.set_xlabel("large model's forward tokens (fraction of large-only)")
+    ax.set_ylabel("accuracy (mean over fields)")
+    ax.set_title(f"{report.get('dataset') or report['schema']}: held-out n={report['n_held_out']}")
+    ax.legend(fontsize=6, loc="lower right")
+    ax.grid(alpha=0.3)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
     return out

@@ -505,3 +505,70 @@ def label_free_markdown(grids: Sequence[Mapping[str, Any]]) -> Iterator[str]:
     yield ""
     for g in grids:
         yield from _dataset_table(g)
+
+
+def _pct(x: Any) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def print_cascade_report(console: Any, report: Mapping[str, Any]) -> None:
+    """Prints a `pcd_tools.eval.cascade.cascade_report`: the gates' areas, the best gate's
+    sweep and the fitted thresholds on the held-out items (and the timed real run).
+
+    Args:
+        console: A rich Console.
+        report: The report dict.
+    """
+    from rich.table import Table
+
+    s, lg = report["small_only"], report["large_only"]
+    console.print(
+        f"[bold]{report.get('dataset') or report['schema']}[/]: {report['small_model']} -> "
+        f"{report['large_model']}; {report['n_calibration']} calibration / "
+        f"{report['n_held_out']} held-out items; escalated fields scored over "
+        f"{report['escalated_scoring']}. Small only {_pct(s['accuracy'])}, large only "
+        f"{_pct(lg['accuracy'])} (held-out accuracy)."
+    )
+    t = Table(title="gates: area under accuracy vs large-model tokens (held-out)")
+    for c in ("gate", "area"):
+        t.add_column(c)
+    for name, g in sorted(report["gates"].items(), key=lambda kv: -kv[1]["area"]):
+        star = " (best)" if name == report["best_gate"] else ""
+        t.add_row(name + star, f"{g['area']:.4f}")
+    console.print(t)
+    t = Table(title=f"sweep of {report['best_gate']} (held-out)")
+    for c in ("threshold", "escalated", "large tokens", "est. time", "accuracy", "macro-F1", "ECE"):
+        t.add_column(c, justify="right")
+    for r in report["gates"][report["best_gate"]]["sweep"]:
+        t.add_row(
+            f"{r['threshold']:.3f}",
+            _pct(r["escalation"]),
+            _pct(r["large_tokens"]),
+            f"{r['est_time']:.2f}x",
+            _pct(r["accuracy"]),
+            _pct(r["macro_f1"]),
+            f"{r['ece']:.3f}",
+        )
+    console.print(t)
+    t = Table(title="thresholds fitted on the calibration items, measured held-out")
+    for c in ("fit", "gate", "cal. escalated", "cal. accuracy", "escalated", "accuracy", "met"):
+        t.add_column(c, justify="right")
+    for f in report["fits"].values():
+        h, c = f["held_out"], f["calibration"]
+        t.add_row(
+            f"{f['target']}={f['value']}",
+            f["gate"],
+            _pct(c["escalation"]),
+            _pct(c["accuracy"]),
+            _pct(h["escalation"]),
+            _pct(h["accuracy"]),
+            "yes" if f["met"] else "no",
+        )
+    console.print(t)
+    w = report.get("wall")
+    if w:
+        console.print(
+            f"real run ({w['fit']}, n={w['n']}): cascade {w['cascade_s']:.1f} s against large "
+            f"only {w['large_only_s']:.1f} s = {w['ratio']:.2f}x; escalated "
+            f"{_pct(w['escalation'])}, accuracy {_pct(w['accuracy'])}."
+        )

@@ -1,0 +1,224 @@
+"""Cascades measured: what escalating low-confidence fields to a larger model buys.
+
+A threshold cascade keeps the small model's answer to a field when its confidence clears
+the field's threshold and takes the large model's answer otherwise. Escalation only
+chooses which of two answers is kept, so with both models' per-item results on the same
+labelled items (`pcd eval --out`, or `ModelRun.from_decisions`) every threshold can be
+measured without running a model again. That holds when an escalated field is scored over
+all its candidates, as `DeciderStage` does by default; `top_k` simulates a narrowed stage
+by renormalising the large model's distribution over the small model's top k (the real
+narrowed prompt lists fewer candidates, so this is an approximation, and the report says
+which was measured).
+
+- `ModelRun`: one model's per-item results (log scores, prompt tokens, time per item);
+- `evaluate_policy`: the metrics of one set of per-field thresholds;
+- `sweep`: one global threshold swept from "never escalate" to "always escalate";
+- `fit_cascade`: per-field thresholds chosen on a calibration split for a target
+  (`max_escalation=0.3`: the best accuracy at that item budget; `max_accuracy_loss=0.01`:
+  the least escalation within 1 point of large-only accuracy), stored in a calibration
+  file (`CascadeFit.attach`) that `Cascade(..., threshold="fitted")` reads;
+- `cascade_report`: the whole measurement behind `pcd eval --cascade SMALL,LARGE`: the
+  items split into a calibration half and a held-out half, every gate signal (max
+  probability, margin, entropy) from every source (raw, the small model's fitted `auto`
+  calibration, the label-free contextual correction) swept on the held-out half, and the
+  fits for both targets checked on it.
+
+Accuracy of a multi-field schema is the mean over fields. The escalation rate is the
+fraction of items with at least one escalated field (each costs the large model a prefill
+of the item); per field, the fraction of that field's answers escalated. The large
+model's cost is its forward tokens on escalated items as a fraction of large-only (an
+upper bound: the real narrowed prompt describes only the escalated fields), and the wall
+time estimate is the small model's time on every item plus the large model's on the
+escalated ones, over large-only; one real run (`pcd eval --cascade` with models) measures
+it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..schema import Schema, compile_schema
+from .cascade_data import (
+    SIGNALS,
+    CascadeEvalError,
+    ModelRun,
+    Pair,
+    confidence,
+    curve_area,
+    evaluate_policy,
+    gated_fields,
+    pair_runs,
+    sweep,
+    uniform,
+)
+from .cascade_fit import CascadeFit, fit_cascade, fit_pair
+from .datasets import label_index
+
+__all__ = [
+    "SIGNALS",
+    "SOURCES",
+    "CascadeEvalError",
+    "CascadeFit",
+    "ModelRun",
+    "cascade_report",
+    "confidence",
+    "evaluate_policy",
+    "fit_cascade",
+    "pair_runs",
+    "sweep",
+]
+
+# Where the small model's gate distribution comes from.
+SOURCES: tuple[str, ...] = ("raw", "fitted", "contextual")
+
+# --- the whole measurement --------------------------------------------------------------------
+
+
+def split_ids(ids: Sequence[str], cal_fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """A seeded random split of `ids` into (calibration, held-out)."""
+    if not 0.0 < cal_fraction < 1.0:
+        raise InvalidArgumentError(f"cal_fraction must lie in (0, 1); got {cal_fraction!r}.")
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(len(ids))
+    k = round(len(ids) * cal_fraction)
+    if k < 1 or k >= len(ids):
+        raise CascadeEvalError(
+            f"{len(ids)} common items cannot be split {cal_fraction:.0%} / "
+            f"{1 - cal_fraction:.0%}; evaluate on more items."
+        )
+    return [ids[i] for i in sorted(perm[:k])], [ids[i] for i in sorted(perm[k:])]
+
+
+def _fitted_calibration(schema: Schema, run: ModelRun) -> Any:
+    """The small model's `auto` calibration fitted on `run`'s items (no content-free
+    offsets offline, so no label-free candidate)."""
+    from .calibration import calibration_from_scores
+
+    arrays = {}
+    for n in gated_fields(schema):
+        spec = schema.field(n)
+        rows = [(z[n], g[n]) for z, g in zip(run.log_scores, run.gold) if g.get(n) is not None]
+        arrays[n] = (
+            np.array([z for z, _ in rows], np.float64),
+            np.array([label_index(spec, g) for _, g in rows], np.int64),
+        )
+    return calibration_from_scores(schema, arrays, model_id=run.model_id, method="auto")
+
+
+def cascade_report(
+    schema: Any,
+    small: ModelRun,
+    large: ModelRun,
+    *,
+    contextual: ModelRun | None = None,
+    cal_fraction: float = 0.5,
+    seed: int = 0,
+    points: int = 21,
+    top_k: int | None = None,
+    max_escalation: float = 0.3,
+    max_accuracy_loss: float = 0.01,
+    dataset: str = "",
+) -> dict[str, Any]:
+    """Sweeps, compares gates and fits thresholds; everything from saved results.
+
+    The common items are split (seeded) into a calibration part (`cal_fraction`) and a
+    held-out part. On the held-out part: small-only, large-only, and the sweep of every
+    signal from every source (`raw`; `fitted`, the small model's `auto` calibration
+    fitted on the calibration part; `contextual`, when a contextual run is given). The
+    best gate is the one with the largest area under accuracy against the large model's
+    token fraction. Then per-field thresholds are fitted on the calibration part for both
+    targets with that gate and measured on the held-out part.
+
+    Returns:
+        A JSON-serialisable report.
+    """
+    compiled = compile_schema(schema)
+    base = pair_runs(compiled, small, large)
+    common = [i for i in small.ids if i in set(large.ids)]
+    if contextual is not None:
+        common = [i for i in common if i in set(contextual.ids)]
+    cal_ids, test_ids = split_ids(common, cal_fraction, seed)
+    fitted = _fitted_calibration(compiled, small.subset(cal_ids))
+    sources: dict[str, dict[str, Any]] = {
+        "raw": {},
+        "fitted": {"small_calibration": fitted},
+    }
+    if contextual is not None:
+        sources["contextual"] = {"gate": contextual}
+    gates: dict[str, dict[str, Any]] = {}
+    pairs: dict[str, tuple[Pair, Pair]] = {}
+    for src, kw in sources.items():
+        cal_pair = pair_runs(
+            compiled, small.subset(cal_ids), large.subset(cal_ids), top_k=top_k, **kw
+        )
+        test_pair = pair_runs(
+            compiled, small.subset(test_ids), large.subset(test_ids), top_k=top_k, **kw
+        )
+        pairs[src] = (cal_pair, test_pair)
+        for sig in SIGNALS:
+            rows = sweep(test_pair, sig, points)
+            gates[f"{src}/{sig}"] = {
+                "source": src,
+                "signal": sig,
+                "area": curve_area(rows),
+                "sweep": rows,
+            }
+    best = max(gates, key=lambda g: (gates[g]["area"], g == "raw/probability"))
+    src, sig = gates[best]["source"], gates[best]["signal"]
+    cal_pair, test_pair = pairs[src]
+    fits = {}
+    for target, value in (
+        ("max_escalation", max_escalation),
+        ("max_accuracy_loss", max_accuracy_loss),
+    ):
+        for name, (s2, g2) in {
+            "best": (src, sig),
+            "raw/probability": ("raw", "probability"),
+        }.items():
+            cp, tp = pairs[s2]
+            fit = fit_pair(cp, signal=g2, source=s2, large_model=large.model_id, **{target: value})
+            held = evaluate_policy(tp, fit.thresholds)
+            large_acc = evaluate_policy(tp, uniform(tp, g2, math.inf))["accuracy"]
+            fits[f"{target}/{name}"] = {
+                "target": target,
+                "value": value,
+                "gate": f"{s2}/{g2}",
+                "thresholds": fit.to_dict()["thresholds"],
+                "calibration": fit.calibration,
+                "held_out": held,
+                "met": (
+                    held["escalation"] <= value + 0.03
+                    if target == "max_escalation"
+                    else held["accuracy"] >= large_acc - value
+                ),
+            }
+    test_raw = pairs["raw"][1]
+    small_only = evaluate_policy(test_raw, uniform(test_raw, "probability", -math.inf))
+    large_only = evaluate_policy(test_raw, uniform(test_raw, "probability", math.inf))
+    return {
+        "dataset": dataset,
+        "schema": compiled.name,
+        "small_model": small.model_id,
+        "large_model": large.model_id,
+        "n_items": base.n,
+        "n_calibration": len(cal_ids),
+        "n_held_out": len(test_ids),
+        "calibration_ids": cal_ids,
+        "held_out_ids": test_ids,
+        "seed": seed,
+        "top_k": top_k,
+        "escalated_scoring": "all candidates" if top_k is None else f"top {top_k} (simulated)",
+        "small_only": small_only,
+        "large_only": large_only,
+        "fitted_calibration": {
+            n: fitted.metrics.get(n, {}).get("method") for n in gated_fields(compiled)
+        },
+        "gates": gates,
+        "best_gate": best,
+        "fits": fits,
+    }

@@ -1,0 +1,283 @@
+"""Per-field cascade thresholds fitted to a target on labelled items (`fit_cascade`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from .cascade_data import (
+    SIGNALS,
+    ModelRun,
+    Pair,
+    confidence,
+    evaluate_policy,
+    pair_runs,
+    to_threshold,
+    uniform,
+)
+
+__all__ = ["TARGETS", "CascadeFit", "fit_cascade", "fit_pair"]
+
+TARGETS: tuple[str, ...] = ("max_escalation", "max_accuracy_loss")
+
+
+@dataclass
+class CascadeFit:
+    """Per-field thresholds fitted to a target on a calibration split.
+
+    Args:
+        thresholds: Field -> `(signal, threshold)`, as `Cascade(per_field=...)` takes it.
+        signal: The gate signal.
+        target: `"max_escalation"` or `"max_accuracy_loss"`.
+        value: The target's value.
+        source: Where the gate's probabilities came from (`raw`, `fitted`, `contextual`).
+        calibration: The metrics on the calibration split (`evaluate_policy`) with the
+            small-only and large-only accuracies.
+        reached: Whether the target was met on the calibration split.
+        large_model: The large model's id.
+        n: Calibration items.
+    """
+
+    thresholds: dict[str, tuple[str, float]]
+    signal: str
+    target: str
+    value: float
+    source: str = "raw"
+    calibration: dict[str, Any] = field(default_factory=dict)
+    reached: bool = True
+    large_model: str = ""
+    n: int = 0
+
+    @property
+    def per_field(self) -> dict[str, tuple[str, float]]:
+        """The thresholds as `Cascade(per_field=...)` takes them."""
+        return dict(self.thresholds)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON stored in a calibration file's `cascade` entry."""
+        return {
+            "signal": self.signal,
+            "target": {self.target: self.value},
+            "source": self.source,
+            "thresholds": {f: [s, round(t, 6)] for f, (s, t) in self.thresholds.items()},
+            "large_model": self.large_model,
+            "n": self.n,
+            "reached": self.reached,
+            "calibration": self.calibration,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CascadeFit:
+        """Reads `to_dict`'s JSON back (a calibration file's `cascade` entry)."""
+        ((target, value),) = dict(d["target"]).items()
+        return cls(
+            thresholds={f: (str(s), float(t)) for f, (s, t) in dict(d["thresholds"]).items()},
+            signal=str(d["signal"]),
+            target=str(target),
+            value=float(value),
+            source=str(d.get("source", "raw")),
+            calibration=dict(d.get("calibration") or {}),
+            reached=bool(d.get("reached", True)),
+            large_model=str(d.get("large_model", "")),
+            n=int(d.get("n", 0)),
+        )
+
+    def attach(self, calibration: Any) -> Any:
+        """Stores the fit in `calibration` (its `cascade` entry) and returns it; save it
+        with `calibration.save(path)`."""
+        calibration.cascade = self.to_dict()
+        return calibration
+
+
+def _check_target(
+    max_escalation: float | None, max_accuracy_loss: float | None
+) -> tuple[str, float]:
+    given = [
+        (k, v)
+        for k, v in (("max_escalation", max_escalation), ("max_accuracy_loss", max_accuracy_loss))
+        if v is not None
+    ]
+    if len(given) != 1:
+        raise InvalidArgumentError(
+            "fit_cascade needs exactly one target: max_escalation=RATE (the best accuracy "
+            "with at most that fraction of items escalated) or max_accuracy_loss=POINTS "
+            f"(the least escalation within that accuracy of large-only); got {dict(given)}."
+        )
+    k, v = given[0]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= float(v) <= 1.0:
+        raise InvalidArgumentError(f"{k} must be a number in [0, 1] (a fraction); got {v!r}.")
+    return k, float(v)
+
+
+def _greedy_path(
+    pair: Pair, signal: str, lookahead: int = 25
+) -> list[tuple[float, float, dict[str, int]]]:
+    """Escalation steps from none to all: each step escalates the next least-confident
+    items of the field with the best accuracy gain per newly escalated item.
+
+    Returns `(item escalation rate, accuracy, {field: items escalated})` per step."""
+    n, nf = pair.n, len(pair.fields)
+    order, cuts, gain = {}, {}, {}
+    for f in pair.fields:
+        c = confidence(pair.small[f], signal)
+        o = np.argsort(c, kind="stable")
+        g = pair.gold[f]
+        has = g >= 0
+        denom = max(int(has.sum()), 1) * nf
+        s_ok = (pair.small[f].argmax(1) == g) & has
+        l_ok = (pair.large[f].argmax(1) == g) & has
+        order[f] = o
+        gain[f] = (l_ok[o].astype(float) - s_ok[o].astype(float)) / denom
+        cs = c[o]
+        # a cut may only fall between different confidences (ties escalate together)
+        cuts[f] = [0] + [k for k in range(1, n) if cs[k - 1] < cs[k]] + [n]
+    pos = dict.fromkeys(pair.fields, 0)  # index into cuts[f]
+    used = np.zeros(n, dtype=np.int64)  # fields escalating each item
+    acc = float(
+        np.mean(
+            [
+                ((pair.small[f].argmax(1) == pair.gold[f]) & (pair.gold[f] >= 0)).sum()
+                / max(int((pair.gold[f] >= 0).sum()), 1)
+                for f in pair.fields
+            ]
+        )
+    )
+    esc = 0
+    path = [(0.0, acc, {f: 0 for f in pair.fields})]
+    while any(pos[f] < len(cuts[f]) - 1 for f in pair.fields):
+        best: tuple[float, int, float, str, int] | None = None
+        for f in pair.fields:
+            k0 = cuts[f][pos[f]]
+            for j in range(pos[f] + 1, min(pos[f] + 1 + lookahead, len(cuts[f]))):
+                k1 = cuts[f][j]
+                items = order[f][k0:k1]
+                new = int(np.count_nonzero(used[items] == 0))
+                d = float(gain[f][k0:k1].sum())
+                ratio = d / new if new else (math.inf if d >= 0 else -math.inf)
+                key = (ratio, -new, d, f, j)
+                if best is None or key[:3] > best[:3]:
+                    best = key
+        assert best is not None
+        _, _, d, f, j = best
+        items = order[f][cuts[f][pos[f]] : cuts[f][j]]
+        esc += int(np.count_nonzero(used[items] == 0))
+        used[items] += 1
+        pos[f] = j
+        acc += d
+        path.append((esc / n, acc, {g: cuts[g][pos[g]] for g in pair.fields}))
+    return path
+
+
+def _cut_between(conf_sorted: np.ndarray, k: int) -> float:
+    """A confidence cut escalating exactly the `k` least confident items."""
+    if k <= 0:
+        return -math.inf
+    if k >= len(conf_sorted):
+        return math.inf
+    return float((conf_sorted[k - 1] + conf_sorted[k]) / 2.0)
+
+
+def fit_pair(
+    pair: Pair,
+    *,
+    max_escalation: float | None = None,
+    max_accuracy_loss: float | None = None,
+    signal: str = "probability",
+    source: str = "raw",
+    large_model: str = "",
+) -> CascadeFit:
+    """`fit_cascade` on already paired arrays."""
+    target, value = _check_target(max_escalation, max_accuracy_loss)
+    if signal not in SIGNALS:
+        raise InvalidArgumentError(f"unknown signal {signal!r}; accepted: {list(SIGNALS)}.")
+    path = _greedy_path(pair, signal)
+    large_acc = path[-1][1]
+    if target == "max_escalation":
+        ok = [p for p in path if p[0] <= value + 1e-12]
+        chosen = max(ok, key=lambda p: (round(p[1], 12), -p[0]))
+        reached = True
+    else:
+        ok = [p for p in path if p[1] >= large_acc - value - 1e-12]
+        chosen = min(ok, key=lambda p: (p[0], -p[1]))
+        reached = bool(ok)
+    counts = chosen[2]
+    thresholds = {}
+    for f in pair.fields:
+        cs = np.sort(confidence(pair.small[f], signal))
+        cut = _cut_between(cs, counts[f])
+        thresholds[f] = (signal, to_threshold(signal, cut, pair.small[f].shape[1]))
+    got = evaluate_policy(pair, thresholds)
+    small_only = evaluate_policy(pair, uniform(pair, signal, -math.inf))
+    got["small_accuracy"] = small_only["accuracy"]
+    got["large_accuracy"] = large_acc
+    return CascadeFit(
+        thresholds=thresholds,
+        signal=signal,
+        target=target,
+        value=value,
+        source=source,
+        calibration=got,
+        reached=reached,
+        large_model=large_model,
+        n=pair.n,
+    )
+
+
+def fit_cascade(
+    schema: Any,
+    small: ModelRun | Mapping[str, Any],
+    large: ModelRun | Mapping[str, Any],
+    *,
+    max_escalation: float | None = None,
+    max_accuracy_loss: float | None = None,
+    signal: str = "probability",
+    calibration: Any = None,
+) -> CascadeFit:
+    """Per-field thresholds for a small→large cascade, fitted on labelled items.
+
+    Give exactly one target. Escalating a field's least confident answers first, it
+    walks from "never escalate" to "always escalate", at each step escalating more of
+    the field with the best accuracy gain per newly escalated item, and keeps the step
+    that meets the target.
+
+    Args:
+        schema: The decision schema both models were evaluated with.
+        small: The first stage's results on the calibration items (`ModelRun` or a
+            `pcd eval --out` report).
+        large: The second stage's results on the same items.
+        max_escalation: The best accuracy with at most this fraction of items escalated.
+        max_accuracy_loss: The least escalation with accuracy within this much (a
+            fraction: 0.01 is one point) of the large model alone.
+        signal: `"probability"`, `"margin"` or `"entropy"`.
+        calibration: The small model's `Calibration` if its decider will apply one (the
+            thresholds are then on calibrated confidences, as `Cascade` sees them).
+
+    Returns:
+        The `CascadeFit`; `fit.per_field` goes to `Cascade(per_field=...)`, and
+        `fit.attach(calibration).save(path)` stores it for `Cascade(threshold="fitted")`.
+
+    Raises:
+        InvalidArgumentError: for no target or both, a target outside [0, 1] or an
+            unknown signal.
+        CascadeEvalError: for runs that cannot be paired.
+    """
+    s = small if isinstance(small, ModelRun) else ModelRun.from_report(small, where="small")
+    lg = large if isinstance(large, ModelRun) else ModelRun.from_report(large, where="large")
+    pair = pair_runs(schema, s, lg, small_calibration=calibration)
+    return fit_pair(
+        pair,
+        max_escalation=max_escalation,
+        max_accuracy_loss=max_accuracy_loss,
+        signal=signal,
+        source="fitted"
+        if calibration is not None
+        else s.label_free
+        if s.label_free != "none"
+        else "raw",
+        large_model=lg.model_id,
+    )
