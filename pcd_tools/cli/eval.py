@@ -95,6 +95,13 @@ def _cascade_arguments(parser: argparse.ArgumentParser) -> None:
         "--cascade-seed", type=int, default=0, help="seed of the calibration/held-out split"
     )
     g.add_argument(
+        "--cascade-wall",
+        default=None,
+        metavar="SMALL,LARGE",
+        help="the two models (when --cascade gave reports): time one real batched cascade "
+        "at the fitted thresholds against the large model alone on the held-out items",
+    )
+    g.add_argument(
         "--max-escalation", type=float, default=0.3, help="fit target: escalation budget"
     )
     g.add_argument(
@@ -256,6 +263,9 @@ def check_args(args: argparse.Namespace) -> None:
         ):
             if not 0.0 <= v <= 1.0:
                 raise UsageError(f"{flag} must lie in [0, 1] (a fraction); got {v}.")
+        wall = args.cascade_wall
+        if wall is not None and (len(wall.split(",")) != 2 or not all(wall.split(","))):
+            raise UsageError(f"--cascade-wall takes SMALL,LARGE (two models); got {wall!r}.")
         if args.cascade_top_k is not None and args.cascade_top_k < 1:
             raise UsageError(f"--cascade-top-k must be >= 1; got {args.cascade_top_k}.")
         if args.cascade_contextual:
@@ -430,6 +440,10 @@ def _cascade(args: argparse.Namespace, ds: Dataset) -> int:
         max_accuracy_loss=args.max_accuracy_loss,
         dataset=ds.name,
     )
+    if args.cascade_wall:
+        from ..decide.decider import Decider
+
+        small_d, large_d = (Decider.load(p.strip()) for p in args.cascade_wall.split(","))
     if small_d is not None and large_d is not None:
         report["wall"] = _cascade_wall(args, ds, split, report, small_d, large_d)
     if args.diagrams:
