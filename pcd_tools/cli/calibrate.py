@@ -263,7 +263,7 @@ def _fit_cascade(args: argparse.Namespace, compiled: Any, cal: Any, console: Any
         ModelRun.from_decisions(compiled, big, labels, split.ids),
         signal=args.cascade_signal,
         calibration=cal,
-        **cascade_target(args.cascade_target),
+        **cascade_target(args.cascade_target),  # type: ignore[arg-type]
     )
 
 

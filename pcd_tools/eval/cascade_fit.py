@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,10 +228,34 @@ def fit_pair(
     )
 
 
+def _as_run(schema: Any, x: Any, labelled: Any, what: str) -> ModelRun:
+    """A stage's results: as given, from a report, or by deciding `labelled` with it."""
+    if isinstance(x, ModelRun):
+        return x
+    if hasattr(x, "decide_many"):
+        if not labelled:
+            raise InvalidArgumentError(
+                f"fit_cascade got a Decider as the {what} stage but no labelled items to decide; "
+                "pass labelled=[(text, {field: label}), ...] (kept apart from evaluation items)."
+            )
+        texts = [t for t, _ in labelled]
+        labels = [dict(lab) for _, lab in labelled]
+        # all candidates scored, so escalation only chooses between two answers
+        ds = x.decide_many(schema, texts, scoring="full", pruning="off")
+        return ModelRun.from_decisions(schema, ds, labels)
+    if isinstance(x, Mapping):
+        return ModelRun.from_report(x, where=what)
+    raise InvalidArgumentError(
+        f"fit_cascade: the {what} stage is a {type(x).__name__}; accepted: a Decider (with "
+        "labelled=), a ModelRun or a `pcd eval --out` report dict."
+    )
+
+
 def fit_cascade(
     schema: Any,
-    small: ModelRun | Mapping[str, Any],
-    large: ModelRun | Mapping[str, Any],
+    small: Any,
+    large: Any,
+    labelled: Sequence[tuple[str, Mapping[str, Any]]] | None = None,
     *,
     max_escalation: float | None = None,
     max_accuracy_loss: float | None = None,
@@ -247,9 +271,12 @@ def fit_cascade(
 
     Args:
         schema: The decision schema both models were evaluated with.
-        small: The first stage's results on the calibration items (`ModelRun` or a
-            `pcd eval --out` report).
-        large: The second stage's results on the same items.
+        small: The first stage: a `Decider` (then `labelled` is decided with it, under
+            its calibration if it has one), or its results on the calibration items (a
+            `ModelRun` or a `pcd eval --out` report).
+        large: The second stage, likewise (a `Decider`, or its results on the same items).
+        labelled: `(text, {field: label})` pairs, when a stage is a `Decider`; keep them
+            apart from the items you evaluate on.
         max_escalation: The best accuracy with at most this fraction of items escalated.
         max_accuracy_loss: The least escalation with accuracy within this much (a
             fraction: 0.01 is one point) of the large model alone.
@@ -266,8 +293,9 @@ def fit_cascade(
             unknown signal.
         CascadeEvalError: for runs that cannot be paired.
     """
-    s = small if isinstance(small, ModelRun) else ModelRun.from_report(small, where="small")
-    lg = large if isinstance(large, ModelRun) else ModelRun.from_report(large, where="large")
+    if calibration is None and hasattr(small, "decide_many"):
+        calibration = getattr(small, "calibration", None)
+    s, lg = (_as_run(schema, x, labelled, what) for x, what in ((small, "small"), (large, "large")))
     pair = pair_runs(schema, s, lg, small_calibration=calibration)
     return fit_pair(
         pair,

@@ -143,3 +143,29 @@ def test_fitted_thresholds_come_from_the_first_stages_calibration(pair):
             [_with_cascade(small, {k: v for k, v in th.items() if k != "department"}), large],
             threshold="fitted",
         )
+
+
+LABELLED = [
+    (TEXTS[0], {"priority": "P2_NORMAL", "requires_escalation": False, "department": "BILLING"}),
+    (TEXTS[1], {"priority": "P0_CRITICAL", "requires_escalation": True, "department": "TECHNICAL"}),
+    (TEXTS[2], {"priority": "P3_LOW", "requires_escalation": False, "department": "BILLING"}),
+    (TEXTS[3], {"priority": "P3_LOW", "requires_escalation": False, "department": "ACCOUNT"}),
+    (TEXTS[4], {"priority": "P1_HIGH", "requires_escalation": True, "department": "TECHNICAL"}),
+]
+
+
+def test_fit_cascade_from_deciders_predicts_the_real_escalation(pair):
+    from pcd_tools.eval.cascade import fit_cascade
+
+    small, large = pair
+    fit = fit_cascade(Ticket, small, large, LABELLED, max_escalation=0.4)
+    assert fit.calibration["escalation"] <= 0.4
+    out = Cascade(Ticket, [small, large], per_field=fit.per_field).batch(TEXTS)
+    real = sum(1 for r in out if r.stages[0].escalated) / len(TEXTS)
+    assert real == pytest.approx(fit.calibration["escalation"])
+    per_field = {
+        n: sum(n in r.stages[0].escalated for r in out) / len(TEXTS) for n in fit.per_field
+    }
+    assert per_field == pytest.approx(fit.calibration["field_escalation"])
+    with pytest.raises(InvalidArgumentError, match="labelled"):
+        fit_cascade(Ticket, small, large, max_escalation=0.4)
