@@ -1,8 +1,8 @@
 """The cascade's own cost: a batch's escalated rows against calling the large model directly.
 
 A `Cascade` of two `Decider`s runs a batch of tickets. Each field's threshold sits at the
-median of the first stage's probabilities on them, so about half the rows escalate some
-fields. Three ways of doing the same work are timed, interleaved round by round:
+median of the first stage's probabilities on them, so each field escalates on about half
+the rows (and most rows escalate at least one of the three fields). Three ways of doing the same work are timed, interleaved round by round:
 
 - **cascade.batch**: `Cascade.batch(texts)`, the first stage on every row, the escalated
   rows to the second stage in one `decide_many` per narrowed sub-schema;
