@@ -13,6 +13,9 @@ One idea per module:
 - `shots`: few-shot examples drawn from the calibration split (`pcd eval --shots K`);
 - `label_free`: the grid of shot counts × raw, contextual, PMI and fitted;
 - `thresholds`: confidence thresholds for a target risk or coverage;
+- `cascade`: small→large cascades measured from both models' results (sweep, gate
+  signals, `fit_cascade` for a target), with the arrays in `cascade_data` and the fit in
+  `cascade_fit`;
 - `order_bias`: the order-flip rate, and averaging over listing orders;
 - `plots`: reliability diagrams (matplotlib, imported when drawing);
 - `report`: the console and markdown tables of reports and calibrations.
@@ -31,6 +34,7 @@ from .._lazy import lazy_names
 
 if TYPE_CHECKING:
     from .calibration import calibrate
+    from .cascade import CascadeFit, ModelRun, cascade_report, fit_cascade
     from .datasets import Dataset, Split, from_file, load_dataset
     from .evaluate import EvalReport, rescore
     from .order_bias import OrderBiasReport, decide_orderings
@@ -38,14 +42,18 @@ if TYPE_CHECKING:
     from .thresholds import ThresholdChoice, choose_threshold
 
 __all__ = [
+    "CascadeFit",
     "Dataset",
     "EvalReport",
+    "ModelRun",
     "OrderBiasReport",
     "Split",
     "ThresholdChoice",
     "calibrate",
+    "cascade_report",
     "choose_threshold",
     "decide_orderings",
+    "fit_cascade",
     "from_file",
     "load_dataset",
     "reliability_diagram",
@@ -60,6 +68,10 @@ _LAZY = {
     "EvalReport": "evaluate",
     "rescore": "evaluate",
     "calibrate": "calibration",
+    "CascadeFit": "cascade",
+    "ModelRun": "cascade",
+    "cascade_report": "cascade",
+    "fit_cascade": "cascade",
     "OrderBiasReport": "order_bias",
     "decide_orderings": "order_bias",
     "reliability_diagram": "plots",

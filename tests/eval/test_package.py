@@ -12,14 +12,18 @@ import pcd_tools.eval
 pytestmark = pytest.mark.unit
 
 EXPECTED_ALL = [
+    "CascadeFit",
     "Dataset",
     "EvalReport",
+    "ModelRun",
     "OrderBiasReport",
     "Split",
     "ThresholdChoice",
     "calibrate",
+    "cascade_report",
     "choose_threshold",
     "decide_orderings",
+    "fit_cascade",
     "from_file",
     "load_dataset",
     "reliability_diagram",
