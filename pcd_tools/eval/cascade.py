@@ -172,31 +172,47 @@ def cascade_report(
     src, sig = gates[best]["source"], gates[best]["signal"]
     cal_pair, test_pair = pairs[src]
     fits = {}
-    for target, value in (
-        ("max_escalation", max_escalation),
-        ("max_accuracy_loss", max_accuracy_loss),
-    ):
-        for name, (s2, g2) in {
-            "best": (src, sig),
-            "raw/probability": ("raw", "probability"),
-        }.items():
-            cp, tp = pairs[s2]
-            fit = fit_pair(cp, signal=g2, source=s2, large_model=large.model_id, **{target: value})
-            held = evaluate_policy(tp, fit.thresholds)
-            large_acc = evaluate_policy(tp, uniform(tp, g2, math.inf))["accuracy"]
-            fits[f"{target}/{name}"] = {
-                "target": target,
-                "value": value,
-                "gate": f"{s2}/{g2}",
-                "thresholds": fit.to_dict()["thresholds"],
-                "calibration": fit.calibration,
-                "held_out": held,
-                "met": (
-                    held["escalation"] <= value + 0.03
-                    if target == "max_escalation"
-                    else held["accuracy"] >= large_acc - value
-                ),
-            }
+    runs = [
+        ("max_escalation", max_escalation, "best", (src, sig), None),
+        ("max_escalation", max_escalation, "raw/probability", ("raw", "probability"), None),
+        ("max_accuracy_loss", max_accuracy_loss, "best", (src, sig), 0.9),
+        ("max_accuracy_loss", max_accuracy_loss, "raw/probability", ("raw", "probability"), 0.9),
+        # the point estimate, without the confidence bound, for comparison
+        (
+            "max_accuracy_loss",
+            max_accuracy_loss,
+            "raw/probability/point",
+            ("raw", "probability"),
+            None,
+        ),
+    ]
+    for target, value, name, (s2, g2), level in runs:
+        cp, tp = pairs[s2]
+        fit = fit_pair(
+            cp,
+            signal=g2,
+            source=s2,
+            large_model=large.model_id,
+            confidence_level=level,
+            **{target: value},
+        )
+        held = evaluate_policy(tp, fit.thresholds)
+        large_acc = evaluate_policy(tp, uniform(tp, g2, math.inf))["accuracy"]
+        fits[f"{target}/{name}"] = {
+            "target": target,
+            "value": value,
+            "gate": f"{s2}/{g2}",
+            "confidence_level": level,
+            "thresholds": fit.to_dict()["thresholds"],
+            "calibration": fit.calibration,
+            "held_out": held,
+            "held_out_large_accuracy": large_acc,
+            "met": (
+                held["escalation"] <= value + 0.03
+                if target == "max_escalation"
+                else held["accuracy"] >= large_acc - value
+            ),
+        }
     test_raw = pairs["raw"][1]
     small_only = evaluate_policy(test_raw, uniform(test_raw, "probability", -math.inf))
     large_only = evaluate_policy(test_raw, uniform(test_raw, "probability", math.inf))

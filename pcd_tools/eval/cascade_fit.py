@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,14 +164,31 @@ def _greedy_path(
                 if best is None or key[:3] > best[:3]:
                     best = key
         assert best is not None
-        _, _, d, f, j = best
-        items = order[f][cuts[f][pos[f]] : cuts[f][j]]
-        esc += int(np.count_nonzero(used[items] == 0))
-        used[items] += 1
-        pos[f] = j
-        acc += d
-        path.append((esc / n, acc, {g: cuts[g][pos[g]] for g in pair.fields}))
+        f, j = best[3], best[4]
+        while pos[f] < j:  # every cut on the way is a policy too
+            items = order[f][cuts[f][pos[f]] : cuts[f][pos[f] + 1]]
+            acc += float(gain[f][cuts[f][pos[f]] : cuts[f][pos[f] + 1]].sum())
+            esc += int(np.count_nonzero(used[items] == 0))
+            used[items] += 1
+            pos[f] += 1
+            path.append((esc / n, acc, {g: cuts[g][pos[g]] for g in pair.fields}))
     return path
+
+
+def _item_scores(pair: Pair, counts: Mapping[str, int], signal: str) -> np.ndarray:
+    """Per item, the mean correctness over its labelled fields when each field escalates
+    its `counts[field]` least confident items."""
+    total = np.zeros(pair.n)
+    seen = np.zeros(pair.n)
+    for f in pair.fields:
+        order = np.argsort(confidence(pair.small[f], signal), kind="stable")
+        esc = np.zeros(pair.n, dtype=bool)
+        esc[order[: counts[f]]] = True
+        pred = np.where(esc[:, None], pair.large[f], pair.small[f]).argmax(axis=1)
+        g = pair.gold[f]
+        total += (pred == g) & (g >= 0)
+        seen += g >= 0
+    return np.divide(total, seen, out=np.zeros(pair.n), where=seen > 0)
 
 
 def _cut_between(conf_sorted: np.ndarray, k: int) -> float:
@@ -190,21 +208,34 @@ def fit_pair(
     signal: str = "probability",
     source: str = "raw",
     large_model: str = "",
+    confidence_level: float | None = 0.9,
 ) -> CascadeFit:
     """`fit_cascade` on already paired arrays."""
     target, value = _check_target(max_escalation, max_accuracy_loss)
     if signal not in SIGNALS:
         raise InvalidArgumentError(f"unknown signal {signal!r}; accepted: {list(SIGNALS)}.")
+    if confidence_level is not None and not 0.5 <= confidence_level < 1.0:
+        raise InvalidArgumentError(
+            f"confidence_level must lie in [0.5, 1) or be None; got {confidence_level!r}."
+        )
     path = _greedy_path(pair, signal)
     large_acc = path[-1][1]
     if target == "max_escalation":
         ok = [p for p in path if p[0] <= value + 1e-12]
         chosen = max(ok, key=lambda p: (round(p[1], 12), -p[0]))
-        reached = True
-    else:
+    elif confidence_level is None:
         ok = [p for p in path if p[1] >= large_acc - value - 1e-12]
         chosen = min(ok, key=lambda p: (p[0], -p[1]))
-        reached = bool(ok)
+    else:  # the first step whose lower bound on the paired loss is within the target
+        z = statistics.NormalDist().inv_cdf(confidence_level)
+        large_items = _item_scores(pair, {f: pair.n for f in pair.fields}, signal)
+        chosen = path[-1]
+        for p in path:
+            d = _item_scores(pair, p[2], signal) - large_items
+            sd = float(d.std(ddof=1)) if pair.n > 1 else 0.0
+            if float(d.mean()) - z * sd / math.sqrt(pair.n) >= -value - 1e-12:
+                chosen = p
+                break
     counts = chosen[2]
     thresholds = {}
     for f in pair.fields:
@@ -215,6 +246,12 @@ def fit_pair(
     small_only = evaluate_policy(pair, uniform(pair, signal, -math.inf))
     got["small_accuracy"] = small_only["accuracy"]
     got["large_accuracy"] = large_acc
+    got["confidence_level"] = confidence_level if target == "max_accuracy_loss" else None
+    reached = (
+        got["escalation"] <= value + 1e-12
+        if target == "max_escalation"
+        else got["accuracy"] >= large_acc - value - 1e-12
+    )
     return CascadeFit(
         thresholds=thresholds,
         signal=signal,
@@ -261,6 +298,7 @@ def fit_cascade(
     max_accuracy_loss: float | None = None,
     signal: str = "probability",
     calibration: Any = None,
+    confidence_level: float | None = 0.9,
 ) -> CascadeFit:
     """Per-field thresholds for a small→large cascade, fitted on labelled items.
 
@@ -282,7 +320,13 @@ def fit_cascade(
             fraction: 0.01 is one point) of the large model alone.
         signal: `"probability"`, `"margin"` or `"entropy"`.
         calibration: The small model's `Calibration` if its decider will apply one (the
-            thresholds are then on calibrated confidences, as `Cascade` sees them).
+            thresholds are then on calibrated confidences, as `Cascade` sees them); a
+            `Decider` stage brings its own.
+        confidence_level: For `max_accuracy_loss`: the least escalation whose one-sided
+            lower confidence bound (normal, at this level) on the paired accuracy
+            difference against large-only is within the target, so that the target holds
+            on new items too, not only on these (default 0.9; None: the point estimate,
+            which on a few hundred items often falls short on new ones).
 
     Returns:
         The `CascadeFit`; `fit.per_field` goes to `Cascade(per_field=...)`, and
@@ -308,4 +352,5 @@ def fit_cascade(
         if s.label_free != "none"
         else "raw",
         large_model=lg.model_id,
+        confidence_level=confidence_level,
     )

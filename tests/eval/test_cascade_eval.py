@@ -161,11 +161,31 @@ def test_fits_match_brute_force_on_one_field():
     assert fit.calibration["accuracy"] == pytest.approx(best)
     assert fit.calibration["escalation"] <= 0.3
     large_acc = brute[-1][1]
-    fit2 = fit_cascade(One, small, large, max_accuracy_loss=0.01)
+    fit2 = fit_cascade(One, small, large, max_accuracy_loss=0.01, confidence_level=None)
     least = min(e for e, a in brute if a >= large_acc - 0.01 - 1e-12)
     assert fit2.calibration["escalation"] == pytest.approx(least)
     assert fit2.calibration["accuracy"] >= large_acc - 0.01 - 1e-12
     assert fit2.reached
+    # with the default bound: the least escalation whose 90% lower bound on the paired
+    # accuracy difference is within the loss
+    fit3 = fit_cascade(One, small, large, max_accuracy_loss=0.01)
+    c = confidence(pair.small["mood"], "probability")
+    order = np.argsort(c, kind="stable")
+    g = pair.gold["mood"]
+    large_ok = (pair.large["mood"].argmax(1) == g).astype(float)
+    z = 1.2815515655446004  # NormalDist().inv_cdf(0.9)
+    first = None
+    for k in range(pair.n + 1):
+        esc = np.zeros(pair.n, bool)
+        esc[order[:k]] = True
+        ok = np.where(esc[:, None], pair.large["mood"], pair.small["mood"]).argmax(1) == g
+        d = ok.astype(float) - large_ok
+        if d.mean() - z * d.std(ddof=1) / np.sqrt(pair.n) >= -0.01 - 1e-12:
+            first = k / pair.n
+            break
+    assert first is not None and first >= least
+    assert fit3.calibration["escalation"] == pytest.approx(first)
+    assert fit3.calibration["confidence_level"] == 0.9
 
 
 def test_fits_on_two_fields_meet_their_targets():
@@ -189,6 +209,8 @@ def test_fit_errors_are_typed():
         fit_cascade(Two, small, large, max_escalation=0.3, max_accuracy_loss=0.01)
     with pytest.raises(InvalidArgumentError, match=r"in \[0, 1\]"):
         fit_cascade(Two, small, large, max_escalation=1.5)
+    with pytest.raises(InvalidArgumentError, match="confidence_level"):
+        fit_cascade(Two, small, large, max_accuracy_loss=0.01, confidence_level=1.0)
     with pytest.raises(InvalidArgumentError, match="unknown signal"):
         fit_cascade(Two, small, large, max_escalation=0.3, signal="loudness")
     other = ModelRun(
