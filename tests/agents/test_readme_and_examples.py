@@ -26,9 +26,10 @@ def readme_blocks() -> list[str]:
 
 def test_readme_agents_section_executes(monkeypatch, capsys):
     blocks = readme_blocks()
-    # schema, router, tool, guard, cascade, and prediction sets (that one needs a
-    # calibration fitted on the embedded model: tests/docs/test_readme.py runs it)
-    assert len(blocks) == 6
+    # schema, router, tool, guard, cascade, prediction sets and the fitted cascade (the
+    # last two need the embedded model and the labelled tickets: tests/docs/test_readme.py
+    # runs them)
+    assert len(blocks) == 7
     blocks = blocks[:5]
     tiny = tiny_decider(0)
     # the README loads the embedded model; the tiny model keeps this test fast

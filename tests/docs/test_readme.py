@@ -107,7 +107,7 @@ def test_printed_numbers_match_to_float_noise_and_nothing_more():
 
 def test_the_readme_blocks_are_all_run_here():
     assert len(_blocks(README)) == len(QUICK) + len(AGENTS) + len(SERVE) + len(SCALE)
-    assert len(QUICK) == 6 and len(AGENTS) == 6 and len(SERVE) == 3 and len(SCALE) == 1
+    assert len(QUICK) == 6 and len(AGENTS) == 7 and len(SERVE) == 3 and len(SCALE) == 1
 
 
 def test_quick_start_runs_as_written(real, monkeypatch):
