@@ -102,6 +102,13 @@ def _cascade_arguments(parser: argparse.ArgumentParser) -> None:
         "at the fitted thresholds against the large model alone on the held-out items",
     )
     g.add_argument(
+        "--cascade-wall-n",
+        type=int,
+        default=None,
+        metavar="N",
+        help="time the real run on the first N held-out items only (default all)",
+    )
+    g.add_argument(
         "--max-escalation", type=float, default=0.3, help="fit target: escalation budget"
     )
     g.add_argument(
@@ -266,6 +273,8 @@ def check_args(args: argparse.Namespace) -> None:
         wall = args.cascade_wall
         if wall is not None and (len(wall.split(",")) != 2 or not all(wall.split(","))):
             raise UsageError(f"--cascade-wall takes SMALL,LARGE (two models); got {wall!r}.")
+        if args.cascade_wall_n is not None and args.cascade_wall_n < 1:
+            raise UsageError(f"--cascade-wall-n must be >= 1; got {args.cascade_wall_n}.")
         if args.cascade_top_k is not None and args.cascade_top_k < 1:
             raise UsageError(f"--cascade-top-k must be >= 1; got {args.cascade_top_k}.")
         if args.cascade_contextual:
@@ -474,6 +483,7 @@ def _cascade_wall(
 
     held = set(report["held_out_ids"])
     rows = [(t, lab) for (t, lab), i in zip(split.examples, split.ids) if i in held]
+    rows = rows[: args.cascade_wall_n]
     texts = [t for t, _ in rows]
     fit = report["fits"]["max_accuracy_loss/best"]
     gate = fit["gate"].split("/")[0]
@@ -481,6 +491,8 @@ def _cascade_wall(
         fit = report["fits"]["max_accuracy_loss/raw/probability"]
     per_field = {n: (sc, t) for n, (sc, t) in fit["thresholds"].items()}
     casc = Cascade(ds.schema, [small, large], threshold=0.0, per_field=per_field)
+    for d in (small, large):  # warm: the schema's prompt cache, loaded weights
+        d.decide(ds.schema, texts[0])
     t0 = time.perf_counter()
     large.decide_many(ds.schema, texts, batch_size=args.batch_size)
     large_s = time.perf_counter() - t0

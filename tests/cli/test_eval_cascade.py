@@ -149,6 +149,10 @@ def test_calibrate_cascade_stores_thresholds_that_cascade_reads(data, tmp_path, 
 
 
 BAD = [
+    (
+        ["eval", "--dataset", "sst2", "--cascade", "a,b", "--cascade-wall-n", "0"],
+        ["--cascade-wall-n"],
+    ),
     (["eval", "--dataset", "sst2", "--cascade", "a,b", "--cascade-wall", "m"], ["--cascade-wall"]),
     (["eval", "--dataset", "sst2", "--cascade", "only-one"], ["--cascade takes SMALL,LARGE"]),
     (
