@@ -50,17 +50,20 @@ def main() -> None:
             )
             (runs / f"cascade_{d}_{s}_{lg}.json").write_text(json.dumps(rep, indent=1) + "\n")
             so, lo = rep["small_only"], rep["large_only"]
-            for key in (
-                "max_accuracy_loss/raw/probability",
+            keys = [
                 "max_escalation/raw/probability",
-                "max_accuracy_loss/best",
-                "max_escalation/best",
-            ):
+                "max_accuracy_loss/raw/probability/point",
+                "max_accuracy_loss/raw/probability",
+            ]
+            if rep["best_gate"] != "raw/probability":
+                keys += ["max_escalation/best", "max_accuracy_loss/best"]
+            for key in keys:
                 f = rep["fits"][key]
+                bound = " (point)" if key.endswith("/point") else ""
                 h = f["held_out"]
                 fits.append(
                     f"| {d} | {s} → {lg} | {rep['n_calibration']} / {rep['n_held_out']} | "
-                    f"{pct(so['accuracy'])} | {pct(lo['accuracy'])} | {f['target']}={f['value']} | "
+                    f"{pct(so['accuracy'])} | {pct(lo['accuracy'])} | {f['target']}={f['value']}{bound} | "
                     f"{f['gate']} | {pct(f['calibration']['escalation'])} | {pct(h['escalation'])} | "
                     f"{pct(h['accuracy'])} | {pct(h['large_tokens'])} | {h['est_time']:.2f}x | "
                     f"{'yes' if f['met'] else '**no**'} |"

@@ -192,6 +192,8 @@ def cascade_curve(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Pa
     ax.scatter([1.0], [lg["accuracy"]], marker="D", color="black", zorder=5)
     ax.annotate(f"large only ({report['large_model']})", (0.55, lg["accuracy"]), fontsize=7)
     for key, fit in report["fits"].items():
+        if key.endswith("/best") and report["best_gate"] == "raw/probability":
+            continue  # the same fit as the raw/probability one
         h = fit["held_out"]
         ax.scatter([h["large_tokens"]], [h["accuracy"]], marker="*", s=90, zorder=6)
         ax.annotate(key, (h["large_tokens"], h["accuracy"]), fontsize=6)
