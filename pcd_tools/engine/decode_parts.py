@@ -128,9 +128,14 @@ def _default_threads() -> int:
     from .cpus import usable_cpus
 
     env = os.environ.get("PCD_DECODE_THREADS", "").strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return usable_cpus()
+    if not env:
+        return usable_cpus()
+    if not env.isdigit() or int(env) <= 0:
+        raise InvalidArgumentError(
+            f"PCD_DECODE_THREADS={env!r} is not accepted; expected a positive integer (the "
+            "decode step's threads), or unset for the CPUs this process may use."
+        )
+    return int(env)
 
 
 class _ThreadTuner:

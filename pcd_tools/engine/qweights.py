@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from pcd_tools.errors import NativeBuildError
+from pcd_tools.errors import InvalidArgumentError, NativeBuildError
 
 from .native import compile_c
 from .platform import import_mlx, sgemm_address
@@ -73,7 +73,26 @@ GGML_TYPES: dict[str, tuple[int, int, int]] = {
 # results differ from one call by a few float32 ulps (measured <= 6e-7 relative).
 # One call was also the fastest measured (1 MB to 16 MB panels: 1.4-2.6x slower than one
 # call on a contended 2-core EPYC; BENCHMARKS.md).
-PANEL_BYTES = int(os.environ.get("PCD_QPANEL_BYTES", 64 << 20))
+# `PCD_QPANEL_BYTES` overrides it (`panel_bytes`).
+PANEL_BYTES = 64 << 20
+
+
+def panel_bytes() -> int:
+    """`$PCD_QPANEL_BYTES` (a positive number of bytes), else `PANEL_BYTES`.
+
+    Raises:
+        InvalidArgumentError: for a value that is not a positive integer.
+    """
+    env = os.environ.get("PCD_QPANEL_BYTES", "").strip()
+    if not env:
+        return PANEL_BYTES
+    if not env.isdigit() or int(env) <= 0:
+        raise InvalidArgumentError(
+            f"PCD_QPANEL_BYTES={env!r} is not accepted; expected a positive integer number "
+            f"of bytes (default {PANEL_BYTES}, one 64 MiB float32 panel)."
+        )
+    return int(env)
+
 
 _lock = threading.Lock()
 _lib: Any = None
@@ -200,7 +219,7 @@ class QTensor:
         x = np.ascontiguousarray(x, np.float32)
         m = int(x.shape[0])
         out = np.empty((m, n), np.float32)
-        panel = max(1, min(n, PANEL_BYTES // (4 * k)))
+        panel = max(1, min(n, panel_bytes() // (4 * k)))
         scratch = _scratch(panel * k)
         rc = lib.pcd_q_matmul(
             gemm,

@@ -173,3 +173,28 @@ def test_auto_loads_the_embedded_model_dense(monkeypatch):
 
     monkeypatch.delenv("PCD_DTYPE", raising=False)
     assert Decider.load().loaded.dtype == "float32"  # 0.5 GB dense: within the rule
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "1.5"])
+def test_a_bad_panel_size_is_a_typed_error(value, monkeypatch):
+    from pcd_tools.errors import InvalidArgumentError
+
+    monkeypatch.setenv("PCD_QPANEL_BYTES", value)
+    with pytest.raises(InvalidArgumentError, match=r"PCD_QPANEL_BYTES.*positive integer"):
+        qweights.panel_bytes()
+    monkeypatch.setenv("PCD_QPANEL_BYTES", "4096")
+    assert qweights.panel_bytes() == 4096
+    monkeypatch.delenv("PCD_QPANEL_BYTES")
+    assert qweights.panel_bytes() == qweights.PANEL_BYTES
+
+
+@pytest.mark.parametrize("value", ["two", "0", "-1"])
+def test_a_bad_decode_thread_count_is_a_typed_error(value, monkeypatch):
+    from pcd_tools.engine import decode_parts
+    from pcd_tools.errors import InvalidArgumentError
+
+    monkeypatch.setenv("PCD_DECODE_THREADS", value)
+    with pytest.raises(InvalidArgumentError, match=r"PCD_DECODE_THREADS.*positive integer"):
+        decode_parts._default_threads()
+    monkeypatch.setenv("PCD_DECODE_THREADS", "3")
+    assert decode_parts._default_threads() == 3
