@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..decide.options import DecideOptions
 from .batcher import Job
 from .decisions import build_decision, error_type, log_request, parse_decisions
 from .errors import ApiError, error_body
@@ -115,18 +116,16 @@ def _release_date(decider: Decider) -> str:
 
 def _job(req: Any, temperature: float, tokens: int) -> Job:
     """The model job of a parsed `/v1/decide` or chat-completions request."""
-    return Job(
-        req.schema,
-        req.context,
-        temperature,
-        req.scoring,
+    options = DecideOptions(
+        temperature=temperature,
+        scoring=req.scoring,
         orders=req.orders,
         allow_empty=req.allow_empty,
         calibration=req.calibration,
-        tokens=tokens,
         max_new_tokens=getattr(req, "max_new_tokens", None),
         pruning=req.pruning,
     )
+    return Job(req.schema, req.context, options, tokens=tokens)
 
 
 def create_app(
@@ -289,7 +288,8 @@ def create_app(
         req, tokens = await run_in_threadpool(prepare)
         decision = None
         if req.schema is not None:
-            job = Job(req.schema, req.context, req.temperature, "full", tokens=tokens)
+            options = DecideOptions(temperature=req.temperature, scoring="full")
+            job = Job(req.schema, req.context, options, tokens=tokens)
             decision = await srv.decide(request, job, field="state")
             tokens = decision.prompt_tokens
         return JSONResponse(build_response(req, decision, model=model_name, input_tokens=tokens))
@@ -343,9 +343,7 @@ def create_app(
         decision = None
         cached = written = 0
         if req.schema is not None:
-            job = Job(
-                req.schema, req.context, 1.0, "full", tokens=tokens, cache_key=req.prompt_cache_key
-            )
+            job = Job(req.schema, req.context, tokens=tokens, cache_key=req.prompt_cache_key)
             decision = await srv.decide(request, job, field="input")
             tokens = decision.prompt_tokens
             head = srv.head_tokens(req.schema)

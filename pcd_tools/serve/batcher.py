@@ -1,8 +1,8 @@
 """`MicroBatcher`: one model worker thread with continuous micro-batching.
 
 Requests wait in one bounded FIFO queue. Whenever the model is free, the worker takes the
-oldest request plus every queued request that has the same schema fingerprint and options
-(temperature, scoring, orders, allow_empty, calibration), up to `max_batch` requests and
+oldest request plus every queued request that has the same schema fingerprint, options
+(`DecideOptions`) and prompt-cache partition, up to `max_batch` requests and
 `max_batch_tokens` prompt tokens, and scores them with one `decider.decide_many` call. While a batch runs, new requests queue up, so the
 next batch is as large as the load: batches grow with concurrency and stay at one request
 when the server is idle.
@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..decide.options import DecideOptions
 from .errors import ApiError, QueueFullError
 
 if TYPE_CHECKING:
@@ -33,6 +34,12 @@ if TYPE_CHECKING:
 __all__ = ["Job", "MicroBatcher"]
 
 
+def _server_default() -> DecideOptions:
+    # the server scores every candidate unless a request asks otherwise (README, "HTTP
+    # server"); the Python API's default is scoring="auto"
+    return DecideOptions(scoring="full")
+
+
 @dataclass(eq=False)
 class Job:
     """One decision request waiting for the model.
@@ -40,15 +47,10 @@ class Job:
     Args:
         schema: The compiled schema.
         context: The text to decide on.
-        temperature: Softmax temperature.
-        scoring: `"full"` or `"constrained"`.
-        orders: Listing orders averaged over (`decide_many(..., orders=k)`).
-        allow_empty: Decide on an empty or whitespace-only context.
-        calibration: `"contextual"` or `"none"` for this request, or None for the
-            decider's own setting (`Decider.decide(..., calibration=)`).
+        options: The call's checked options (`DecideOptions`: temperature, scoring,
+            orders, allow_empty, calibration, pruning, max_new_tokens); default
+            `scoring="full"` and the rest at `DecideOptions`'s defaults.
         tokens: Prompt tokens (for the per-batch token budget); 0 if unknown.
-        max_new_tokens: The token limit of generated fields that set none, or None.
-        pruning: `"auto"`, `"on"` or `"off"` (`Decider.decide(..., pruning=)`).
         cache_key: The caller's prompt-cache partition (`prompt_cache_key`), or None for
             the shared prefix cache; jobs of different partitions never share a batch.
         future: Resolved with the `Decision`, or with the exception that scoring raised.
@@ -56,32 +58,16 @@ class Job:
 
     schema: Schema
     context: str
-    temperature: float = 1.0
-    scoring: str = "full"
-    orders: int = 1
-    allow_empty: bool = False
-    calibration: str | None = None
+    options: DecideOptions = field(default_factory=_server_default)
     tokens: int = 0
-    max_new_tokens: int | None = None
-    pruning: str = "auto"
     cache_key: str | None = None
     future: Future[Decision[Any]] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.perf_counter)
 
     @property
-    def key(self) -> tuple[str, float, str, int, bool, str | None, int | None, str, str | None]:
+    def key(self) -> tuple[str, DecideOptions, str | None]:
         """Jobs with equal keys can share one `decide_many` call."""
-        return (
-            self.schema.fingerprint(),
-            self.temperature,
-            self.scoring,
-            self.orders,
-            self.allow_empty,
-            self.calibration,
-            self.max_new_tokens,
-            self.pruning,
-            self.cache_key,
-        )
+        return (self.schema.fingerprint(), self.options, self.cache_key)
 
 
 class MicroBatcher:
@@ -268,27 +254,14 @@ class MicroBatcher:
                         job.future.set_exception(e)
 
     def _decide_many(self, job: Job, contexts: list[str]) -> list[Decision[Any]]:
-        # only when asked: the decider's own setting applies otherwise
-        extra: dict[str, Any] = {} if job.calibration is None else {"calibration": job.calibration}
-        if job.max_new_tokens is not None:
-            extra["max_new_tokens"] = job.max_new_tokens
-        if job.pruning != "auto":
-            extra["pruning"] = job.pruning
         if job.cache_key is None:
-            return self._call(job, contexts, extra)
+            return self._call(job, contexts)
         with self.worker_decider.engine.prefix_cache.partition(job.cache_key):
-            return self._call(job, contexts, extra)
+            return self._call(job, contexts)
 
-    def _call(self, job: Job, contexts: list[str], extra: dict[str, Any]) -> list[Decision[Any]]:
+    def _call(self, job: Job, contexts: list[str]) -> list[Decision[Any]]:
         return self.worker_decider.decide_many(
-            job.schema,
-            contexts,
-            temperature=job.temperature,
-            scoring=job.scoring,
-            orders=job.orders,
-            allow_empty=job.allow_empty,
-            batch_size=len(contexts),
-            **extra,
+            job.schema, contexts, options=job.options, batch_size=len(contexts)
         )
 
     def _run(self, jobs: list[Job]) -> None:

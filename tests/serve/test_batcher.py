@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from pcd_tools.decide.options import DecideOptions
 from pcd_tools.schema import compile_schema
 from pcd_tools.serve.batcher import Job, MicroBatcher
 from pcd_tools.serve.errors import QueueFullError
@@ -18,6 +19,10 @@ pytestmark = pytest.mark.serve
 
 A = compile_schema({"a": {"type": "boolean"}})
 B = compile_schema({"b": {"type": "boolean"}})
+
+
+def _opt(**kw):
+    return DecideOptions(scoring="full", **kw)
 
 
 class FakeDecider:
@@ -31,13 +36,11 @@ class FakeDecider:
         self.started = threading.Event()
         self.engine = SimpleNamespace(lock=threading.RLock())
 
-    def decide_many(
-        self, schema, contexts, *, temperature, scoring, batch_size, orders=1, allow_empty=False
-    ):
+    def decide_many(self, schema, contexts, *, options, batch_size):
         self.started.set()
         self.gate.wait(10)
         self.calls.append((schema.field_names[0], list(contexts)))
-        self.options.append({"orders": orders, "allow_empty": allow_empty})
+        self.options.append({"orders": options.orders, "allow_empty": options.allow_empty})
         if "boom" in contexts:
             raise ValueError("boom")
         return [f"{schema.field_names[0]}:{c}" for c in contexts]
@@ -76,7 +79,7 @@ def test_max_batch_splits_and_different_temperatures_do_not_mix(fake):
     b.start()
     _blocked(fake, b)
     futs = [b.submit(Job(A, f"c{i}")) for i in range(3)]
-    futs.append(b.submit(Job(A, "hot", temperature=2.0)))
+    futs.append(b.submit(Job(A, "hot", _opt(temperature=2.0))))
     fake.gate.set()
     for f in futs:
         f.result(5)
@@ -90,12 +93,12 @@ def test_different_orders_and_allow_empty_never_share_a_batch(fake):
     _blocked(fake, b)
     jobs = [
         Job(A, "o1"),
-        Job(A, "o2", orders=2),
+        Job(A, "o2", _opt(orders=2)),
         Job(A, "o1-again"),
-        Job(A, "o2-again", orders=2),
-        Job(A, "o3", orders=3),
-        Job(A, " ", allow_empty=True),
-        Job(A, "o2-empty-ok", orders=2, allow_empty=True),
+        Job(A, "o2-again", _opt(orders=2)),
+        Job(A, "o3", _opt(orders=3)),
+        Job(A, " ", _opt(allow_empty=True)),
+        Job(A, "o2-empty-ok", _opt(orders=2, allow_empty=True)),
     ]
     futs = [b.submit(j) for j in jobs]
     fake.gate.set()
