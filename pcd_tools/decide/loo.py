@@ -29,8 +29,10 @@ Without examples there is nothing to choose on, and with a fitted calibration th
 calibration fixes the label-free correction (it was fitted on top of one): the call then
 uses the decider's own setting, and `calibration_choice.reason` says so.
 
-Cost: 3 decisions per example (each with its own prompt prefix and content-free passes),
-paid on the first call only.
+Cost, paid on the first call only: per example, its own prompt prefix, the content-free
+passes of that prompt, and one decision (every field a plain enum or bool: PMI and
+contextual calibration are the raw full scores minus the cached content-free offsets,
+as the library computes them) or three (one per recipe, otherwise).
 """
 
 from __future__ import annotations
@@ -41,8 +43,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..answers.result import LabelFreeChoice
+from ..engine.prune import auto_constrained
 from ..errors import InvalidArgumentError
+from .contextual import Correction
 
 if TYPE_CHECKING:
     from ..answers.result import Decision, FieldResult
@@ -86,13 +92,68 @@ def _score_example(schema: Schema, example: Example, decision: Decision[Any]) ->
     return right, counted
 
 
+def _derivable(decider: Decider, schema: Schema, options: DecideOptions) -> bool:
+    """Whether PMI's and contextual calibration's answers follow from the raw full scores
+    and the content-free offsets alone: every field is one first-pass question over its
+    declared choices (no multi-label, joint, union or later-wave field), listed in the
+    declared order, and raw under the call's scoring is raw full."""
+    if options.orders > 1 or options.choice_order:
+        return False
+    plan = decider.engine.plan(schema, None)
+    names = [q.field for q in plan.questions]
+    if len(set(names)) != len(names) or set(names) != {f.name for f in schema.fields}:
+        return False
+    for q in plan.questions:
+        spec = schema.field(q.field)
+        if q.given or q.choices is not None or q.label is not None:
+            return False
+        if spec.kind not in ("enum", "boolean") or spec.depends_on:
+            return False
+    if options.scoring == "auto":
+        side = auto_constrained(schema)
+        return not any(side(q, trie) for q, trie in zip(plan.questions, plan.tries))
+    return True
+
+
+def _derived(
+    decider: Decider, held_out: Schema, example: Example, options: DecideOptions
+) -> dict[str, tuple[int, int]]:
+    """Each recipe's (right, counted) on one example from one raw full decision and the
+    cached content-free offsets (`z - offset`, as the library corrects scores)."""
+    opts = dataclasses.replace(options, calibration="none", scoring="full", allow_empty=True)
+    d = decider.decide_many(held_out, [example.input], options=opts, batch_size=1)[0]
+    questions = decider.engine.plan(held_out, None).questions
+    offsets = {}
+    for method, scoring in (("contextual", "full"), ("pmi", "pmi")):  # contextual's cf
+        corr = Correction.make(decider.content_free, held_out, None, method, scoring)
+        assert corr is not None  # both make a correction
+        offsets[method] = dict(zip([q.field for q in questions], corr.offsets(questions)))
+    out = {}
+    for recipe in RECIPES:
+        right = counted = 0
+        for spec in held_out.fields:
+            gold = example.answer(spec.name)
+            if gold is None:
+                continue
+            z = np.asarray(d.fields[spec.name].log_scores, dtype=np.float64)
+            if recipe != "none":
+                z = z - offsets[recipe][spec.name]
+            right += int(int(np.argmax(z)) == gold)
+            counted += 1
+        out[recipe] = (right, counted)
+    return out
+
+
 def loo_accuracies(
     decider: Decider, schema: Schema, options: DecideOptions, recipes: Sequence[str] = RECIPES
 ) -> tuple[dict[str, float], int]:
     """Each recipe's leave-one-out accuracy over `schema`'s examples.
 
     Every example is decided, by `decider`, with the other examples as the shots and
-    each recipe's options.
+    each recipe's options. Where the corrected answers follow from the raw scores (every
+    field a plain enum or bool, `_derivable`), each example is decided once, raw and
+    full, and PMI and contextual calibration subtract their cached content-free offsets
+    from its scores, as the library does; otherwise each recipe decides it.
 
     Returns:
         Recipe -> accuracy, and the number of answers counted per recipe.
@@ -100,8 +161,16 @@ def loo_accuracies(
     examples = schema.examples
     right = dict.fromkeys(recipes, 0)
     counted = 0
+    derive = tuple(recipes) == RECIPES and _derivable(decider, schema, options)
     for i, example in enumerate(examples):
         held_out = dataclasses.replace(schema, examples=examples[:i] + examples[i + 1 :])
+        if derive:
+            got = _derived(decider, held_out, example, options)
+            for recipe in recipes:
+                right[recipe] += got[recipe][0]
+            counted += got["none"][1]
+            continue
+        c = 0
         for recipe in recipes:
             opts = dataclasses.replace(recipe_options(options, recipe), allow_empty=True)
             d = decider.decide_many(held_out, [example.input], options=opts, batch_size=1)[0]
@@ -134,14 +203,14 @@ class LooChoices:
 
     Attributes:
         stats: `hits` (calls that found their choice cached), `misses` and `runs`
-            (leave-one-out runs) and `decisions` (decisions those runs made).
+            (leave-one-out runs).
     """
 
     def __init__(self, max_entries: int = 64) -> None:
         self.max_entries = max(1, int(max_entries))
         self._choices: OrderedDict[Any, LabelFreeChoice] = OrderedDict()
         self._lock = threading.Lock()
-        self.stats: dict[str, int] = {"hits": 0, "misses": 0, "runs": 0, "decisions": 0}
+        self.stats: dict[str, int] = {"hits": 0, "misses": 0, "runs": 0}
 
     def __len__(self) -> int:
         return len(self._choices)
@@ -172,7 +241,6 @@ class LooChoices:
             self.stats["misses"] += 1
             self.stats["runs"] += 1
             accuracy, n = loo_accuracies(decider, schema, options)
-            self.stats["decisions"] += len(schema.examples) * len(RECIPES)
             chosen = pick(accuracy)
             choice = LabelFreeChoice(
                 method=chosen,

@@ -1,0 +1,153 @@
+"""`calibration="auto"`: raw, PMI or contextual chosen by leave-one-out over the examples."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import pytest
+from pydantic import BaseModel
+
+from pcd_tools.decide import loo
+from pcd_tools.decide.loo import RECIPES, pick
+from pcd_tools.errors import InvalidArgumentError
+from pcd_tools.schema import compile_schema, with_examples
+
+
+class Review(BaseModel):
+    """Classify the sentiment of the review."""
+
+    sentiment: Literal["positive", "negative", "neutral"]
+
+
+# On the embedded model, leave-one-out over these three gives raw 2/3, PMI 3/3 and
+# contextual 2/3 (a tie with raw, so not chosen): the choice is PMI.
+EXAMPLES = [
+    ("I loved it, wonderful film.", {"sentiment": "positive"}),
+    ("Terrible, a waste of time.", {"sentiment": "negative"}),
+    ("The package arrived on Tuesday.", {"sentiment": "neutral"}),
+]
+
+
+class Note(BaseModel):
+    sentiment: Literal["positive", "negative"]
+    summary: str
+
+
+@pytest.mark.parametrize(
+    ("accuracy", "chosen"),
+    [
+        ({"none": 0.5, "pmi": 0.5, "contextual": 0.5}, "none"),  # a tie with raw keeps raw
+        ({"none": 0.75, "pmi": 0.5, "contextual": 0.25}, "none"),  # losers never win
+        ({"none": 0.5, "pmi": 0.75, "contextual": 0.75}, "pmi"),  # PMI listed first
+        ({"none": 0.5, "pmi": 0.25, "contextual": 0.75}, "contextual"),
+        ({"none": 0.0, "pmi": 0.25, "contextual": 0.0}, "pmi"),
+    ],
+)
+def test_pick_keeps_raw_unless_a_recipe_beats_it(accuracy, chosen):
+    assert pick(accuracy) == chosen
+    assert accuracy[chosen] == max(accuracy.values())
+
+
+def _recomputed(decider, schema):
+    """Each recipe's leave-one-out accuracy, recomputed here with plain decide calls."""
+    how = {
+        "none": {"calibration": "none"},
+        "pmi": {"calibration": "none", "scoring": "pmi"},
+        "contextual": {"calibration": "contextual"},
+    }
+    right = dict.fromkeys(RECIPES, 0)
+    for i, (text, answer) in enumerate(EXAMPLES):
+        others = EXAMPLES[:i] + EXAMPLES[i + 1 :]
+        for recipe in RECIPES:
+            d = decider.decide(Review, text, examples=others, **how[recipe])
+            right[recipe] += d.fields["sentiment"].label == answer["sentiment"]
+    return {r: right[r] / len(EXAMPLES) for r in RECIPES}
+
+
+def test_auto_choice_on_the_embedded_model(real):
+    decider = real.with_calibration("none")  # shares the model; a fresh choice cache
+    decider.loo_choices = loo.LooChoices()
+    text = "What a great experience"
+    got = decider.decide(Review, text, examples=EXAMPLES, calibration="auto")
+    choice = got.calibration_choice
+    assert choice is not None and decider.loo_choices.stats["runs"] == 1
+    want = _recomputed(decider, compile_schema(Review))
+    assert choice.accuracy == pytest.approx(want, abs=1e-12)
+    assert want["pmi"] > want["none"] == want["contextual"], want  # what the examples give
+    assert choice.method == "pmi"
+    best = max(want.values())
+    assert want[choice.method] == best  # the argmax of the recomputed accuracies
+    if choice.method != "none":  # a recipe is chosen only when it beats raw
+        assert want[choice.method] > want["none"]
+    else:
+        assert all(want[r] <= want["none"] or want[r] == best for r in RECIPES)
+        assert want["none"] == best
+    assert got.calibration_method == f"auto:{choice.method}"
+    assert (choice.examples, choice.answers) == (3, 3)
+    assert "leave-one-out over 3 examples" in choice.reason
+    resp = got.to_response()
+    assert resp["calibration_method"] == got.calibration_method
+    assert resp["calibration_choice"]["method"] == choice.method
+    # the decision is the chosen recipe's own
+    fixed = {
+        "none": {"calibration": "none"},
+        "pmi": {"calibration": "none", "scoring": "pmi"},
+        "contextual": {"calibration": "contextual"},
+    }[choice.method]
+    same = decider.decide(Review, text, examples=EXAMPLES, **fixed)
+    assert got.fields["sentiment"].log_scores == pytest.approx(
+        same.fields["sentiment"].log_scores, abs=1e-4
+    )
+    assert got.scoring == same.scoring
+    assert "calibration_choice" not in same.to_response()  # the old shape when not asked
+
+    # cached: the second call (another text, decide_many) runs no leave-one-out
+    def boom(*a, **k):
+        raise AssertionError("leave-one-out ran again")
+
+    orig = loo.loo_accuracies
+    loo.loo_accuracies = boom
+    try:
+        again = decider.decide_many(
+            Review, ["Lovely day!", "Noted."], examples=EXAMPLES, calibration="auto"
+        )
+    finally:
+        loo.loo_accuracies = orig
+    assert [d.calibration_choice for d in again] == [choice, choice]
+    assert decider.loo_choices.stats == {"hits": 1, "misses": 1, "runs": 1}
+
+
+def test_auto_without_examples_keeps_the_decider_setting(tiny):
+    decider = tiny.with_calibration("contextual")
+    decider.loo_choices = loo.LooChoices()
+    d = decider.decide(Review, "hello", calibration="auto")
+    assert d.calibration_method == "auto:contextual"
+    assert d.calibration_choice.accuracy == {}
+    assert "no examples to choose on" in d.calibration_choice.reason
+    assert decider.loo_choices.stats["runs"] == 0
+
+
+def test_auto_refuses_bad_combinations(tiny):
+    with pytest.raises(InvalidArgumentError, match="calibration='auto' with scoring='pmi'"):
+        tiny.decide(Review, "hi", examples=EXAMPLES, calibration="auto", scoring="pmi")
+    with pytest.raises(InvalidArgumentError, match="calibration='auto' with pruning='on'"):
+        tiny.decide(Review, "hi", calibration="auto", pruning="on")
+    with pytest.raises(InvalidArgumentError, match=r"generated fields \['summary'\]"):
+        tiny.decide(Note, "hi", calibration="auto")
+    with pytest.raises(InvalidArgumentError, match="or 'auto'"):
+        tiny.decide(Review, "hi", calibration="loo")
+
+
+def test_auto_refuses_generated_fields_before_queueing(tiny):
+    import asyncio
+
+    with pytest.raises(InvalidArgumentError, match="generated fields"):
+        asyncio.run(tiny.adecide(Note, "hi", calibration="auto"))
+
+
+def test_the_cache_key_covers_the_examples(tiny):
+    a = with_examples(compile_schema(Review), EXAMPLES[:2])
+    b = with_examples(compile_schema(Review), EXAMPLES[1:3])
+    assert a.fingerprint() != b.fingerprint()
+    assert dataclasses.replace(a, examples=()).fingerprint() == compile_schema(Review).fingerprint()
