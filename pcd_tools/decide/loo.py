@@ -67,7 +67,9 @@ def recipe_options(options: DecideOptions, recipe: str) -> DecideOptions:
     """The call's options with `recipe`'s calibration and scoring (`"auto"` resolved)."""
     if recipe == "pmi":
         return dataclasses.replace(options, calibration="none", scoring="pmi")
-    return dataclasses.replace(options, calibration=recipe)
+    if recipe == "contextual":
+        return dataclasses.replace(options, calibration="contextual")
+    return dataclasses.replace(options, calibration="none")
 
 
 def _answers(spec: FieldSpec, gold: Any, got: FieldResult) -> tuple[int, int]:
