@@ -29,7 +29,9 @@ def test_defaults_are_the_documented_ones():
 def test_auto_calibration_is_a_typed_option():
     assert DecideOptions(calibration="auto").calibration == "auto"
     assert DecideOptions(calibration="auto", scoring="full").scoring == "full"
-    assert DecideOptions.build(DecideOptions(calibration="auto"), calibration=None).calibration is None
+    assert (
+        DecideOptions.build(DecideOptions(calibration="auto"), calibration=None).calibration is None
+    )
 
 
 def test_options_are_frozen_hashable_and_normalised():
