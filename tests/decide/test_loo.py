@@ -152,3 +152,21 @@ def test_the_cache_key_covers_the_examples(tiny):
     b = with_examples(compile_schema(Review), EXAMPLES[1:3])
     assert a.fingerprint() != b.fingerprint()
     assert dataclasses.replace(a, examples=()).fingerprint() == compile_schema(Review).fingerprint()
+
+
+def test_async_calls_choose_once_on_the_worker(tiny):
+    import asyncio
+
+    decider = tiny.with_calibration("none")
+    decider.loo_choices = loo.LooChoices()
+
+    async def both():
+        return await asyncio.gather(
+            decider.adecide(Review, "good", examples=EXAMPLES, calibration="auto"),
+            decider.adecide(Review, "bad", examples=EXAMPLES, calibration="auto"),
+        )
+
+    a, b = asyncio.run(both())
+    assert a.calibration_choice == b.calibration_choice is not None
+    assert a.calibration_method == f"auto:{a.calibration_choice.method}"
+    assert decider.loo_choices.stats["runs"] == 1
