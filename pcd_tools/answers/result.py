@@ -19,6 +19,7 @@ __all__ = [
     "BatchTiming",
     "Decision",
     "FieldResult",
+    "LabelFreeChoice",
     "Segment",
     "choose_labels",
 ]
@@ -341,6 +342,36 @@ class BatchTiming:
 
 
 @dataclass(frozen=True)
+class LabelFreeChoice:
+    """What `calibration="auto"` chose for a call, and why (`pcd_tools.decide.loo`).
+
+    Args:
+        method: The recipe applied: `"none"` (raw), `"pmi"` or `"contextual"`.
+        accuracy: Each recipe's leave-one-out accuracy over the examples (empty when none
+            ran: no examples, or a fitted calibration on the decider).
+        examples: The schema's examples.
+        answers: The answers each recipe's accuracy counts.
+        reason: One line saying why `method` was chosen.
+    """
+
+    method: str
+    accuracy: dict[str, float]
+    examples: int
+    answers: int
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: every attribute, the accuracies rounded to 6 digits."""
+        return {
+            "method": self.method,
+            "accuracy": {k: round(v, 6) for k, v in self.accuracy.items()},
+            "examples": self.examples,
+            "answers": self.answers,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
 class Decision(Generic[T]):
     """A scored decision.
 
@@ -367,7 +398,11 @@ class Decision(Generic[T]):
         calibrated: Whether per-field temperatures from a calibration file were applied.
         calibration_file: That file, if any.
         calibration_method: The label-free calibration applied before any fitted one:
-            `"contextual"` or `"none"` (PMI is a `scoring`).
+            `"contextual"` or `"none"` (PMI is a `scoring`); under `calibration="auto"`,
+            `"auto:"` and the recipe it chose: `"auto:none"`, `"auto:pmi"` or
+            `"auto:contextual"`.
+        calibration_choice: Under `calibration="auto"`, what was chosen and why (each
+            recipe's leave-one-out accuracy over the examples); None otherwise.
         examples: Few-shot examples in the prompt's schema part.
         content_free_ms: This decision's share of the content-free passes its call ran
             (0.0 when the decider had them cached); included in `elapsed_ms`.
@@ -405,6 +440,7 @@ class Decision(Generic[T]):
     content_free_ms: float = 0.0
     generate_ms: float = 0.0
     segments: tuple[Segment, ...] = ()
+    calibration_choice: LabelFreeChoice | None = None
 
     @property
     def json_text(self) -> str | None:
@@ -487,6 +523,11 @@ class Decision(Generic[T]):
             "orders": self.orders,
             "flip_rate": self.flip_rate,
             **({"joint": self._joint_rows()} if self.joint else {}),
+            **(
+                {"calibration_choice": self.calibration_choice.to_dict()}
+                if self.calibration_choice is not None
+                else {}
+            ),
             **(
                 {"generate_ms": round(self.generate_ms, 3), "json_text": self.json_text}
                 if self.segments

@@ -28,9 +28,10 @@ __all__ = [
 
 Scoring = Literal["auto", "full", "constrained", "pmi"]
 SCORINGS = ("auto", "full", "constrained", "pmi")
-# A decision call's label-free calibration: the decider's own (None), or one for the call.
-LabelFree = Literal["none", "contextual"]
-LABEL_FREE = ("none", "contextual")
+# A decision call's label-free calibration: the decider's own (None), or one for the call
+# ("auto": chosen by leave-one-out over the examples, `pcd_tools.decide.loo`).
+LabelFree = Literal["none", "contextual", "auto"]
+LABEL_FREE = ("none", "contextual", "auto")
 
 
 def check_temperature(temperature: Any) -> float:
@@ -74,20 +75,36 @@ def resolve_scoring(scoring: Scoring, calibration: Any, method: str = "none") ->
     return "full" if method == "contextual" else scoring
 
 
-def check_calibration(calibration: Any) -> LabelFree | None:
+def check_calibration(
+    calibration: Any, scoring: str = "auto", pruning: str = "auto"
+) -> LabelFree | None:
     """Validates a decision call's `calibration=` (the label-free method).
 
     Raises:
-        InvalidArgumentError: unless it is None (the decider's own), `"contextual"` or
-            `"none"`.
+        InvalidArgumentError: unless it is None (the decider's own), `"contextual"`,
+            `"none"` or `"auto"`; for `"auto"` with a scoring other than `"auto"` or
+            `"full"` (it chooses PMI, a scoring, itself) or with `pruning="on"` (PMI and
+            contextual calibration need every candidate's score).
     """
     if calibration is None:
         return None
     if not isinstance(calibration, str) or calibration not in LABEL_FREE:
         raise InvalidArgumentError(
             f"unknown calibration {calibration!r} for a decision call; accepted: None (the "
-            "decider's own), 'contextual' (content-free calibration) or 'none'. A fitted "
+            "decider's own), 'contextual' (content-free calibration), 'none', or 'auto' "
+            "(raw, PMI or contextual, chosen by leave-one-out over the examples). A fitted "
             "calibration file goes on the decider: Decider.with_calibration(path)."
+        )
+    if calibration == "auto" and scoring not in ("auto", "full"):
+        raise InvalidArgumentError(
+            f"calibration='auto' with scoring={scoring!r}: 'auto' chooses between raw, PMI "
+            "and contextual calibration itself; accepted: scoring 'auto' or 'full' with it."
+        )
+    if calibration == "auto" and pruning == "on":
+        raise InvalidArgumentError(
+            "calibration='auto' with pruning='on': PMI and contextual calibration, which "
+            "it may choose, need every candidate's score; accepted: pruning 'auto' or "
+            "'off' with it."
         )
     return calibration  # type: ignore[return-value]
 

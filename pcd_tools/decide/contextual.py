@@ -136,8 +136,9 @@ def resolve_method(default: str, requested: str | None, scoring: str) -> str:
 
 def label_free(method: str, scoring: str) -> str:
     """The correction a decision's scores had: `pmi`, `contextual` or `none` (what a
-    `Calibration` file records in `label_free`)."""
-    return "pmi" if scoring == "pmi" else method
+    `Calibration` file records in `label_free`); `method` may be `calibration="auto"`'s
+    report, `"auto:<recipe>"`."""
+    return "pmi" if scoring == "pmi" else method.removeprefix("auto:")
 
 
 def check_method(method: str, calibration: Calibration) -> None:

@@ -6,6 +6,7 @@ It also hosts the process-wide default decider used by `@decision` models' `.dec
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,7 @@ from ..schema import compile_schema
 from .checks import check_batch_size, check_contexts
 from .contextual import ContentFreeScores, check_method, method_with, resolve_method
 from .generated import decide_hybrid
+from .loo import LooChoices, check_auto, choose
 from .options import DecideOptions, check_options
 from .orders import average, orderings
 from .scored import decide_in_order, prompt_preview
@@ -64,6 +66,8 @@ class Decider:
         self.content_free = ContentFreeScores(
             self.engine, max_plans=self.engine.prefix_cache.max_entries
         )
+        # `calibration="auto"` choices, per schema (`pcd_tools.decide.loo`)
+        self.loo_choices = LooChoices()
 
     @classmethod
     def load(
@@ -249,8 +253,10 @@ class Decider:
                 is not set.
             InvalidArgumentError: for an unknown option; a bad temperature, scoring, mode,
                 calibration, `orders` or `pruning`; `scoring="pmi"` with contextual
-                calibration; or `pruning="on"` with `orders > 1`, `scoring="pmi"`,
-                contextual calibration, generated fields or a pass mode other than packed.
+                calibration; `calibration="auto"` with scoring `"constrained"` or
+                `"pmi"`, `pruning="on"` or generated fields; or `pruning="on"` with
+                `orders > 1`, `scoring="pmi"`, contextual calibration, generated fields or
+                a pass mode other than packed.
             CalibrationMismatchError: if the decider's fitted calibration was fitted for
                 another schema or on top of another label-free correction.
             ContextTooLongError: if the prompt does not fit the model's window.
@@ -284,6 +290,15 @@ class Decider:
         compiled, opts = check_options(schema, options, **kwargs)
         ctxs = check_contexts(contexts, opts.allow_empty)
         size = check_batch_size(batch_size)
+        if opts.calibration == "auto":  # the recipe chosen by leave-one-out, cached
+            opts, choice = choose(self, compiled, opts)
+            got = self.decide_many(compiled, ctxs, options=opts, batch_size=size)
+            return [
+                dataclasses.replace(
+                    d, calibration_method=f"auto:{choice.method}", calibration_choice=choice
+                )
+                for d in got
+            ]
         if compiled.hybrid:  # generated fields: segments in declaration order
             return decide_hybrid(self, compiled, ctxs, size, opts)
         method = resolve_method(self.label_free, opts.calibration, opts.scoring)
@@ -331,6 +346,8 @@ class Decider:
 
         compiled, opts = check_options(schema, options, **kwargs)
         resolve_method(self.label_free, opts.calibration, opts.scoring)
+        if opts.calibration == "auto":
+            check_auto(compiled)
         ctxs = check_contexts(contexts, opts.allow_empty)
         return await gather(queue_for(self).submit(compiled, ctxs, opts))
 

@@ -58,7 +58,12 @@ class DecideOptions:
             prefix is cached). The decision reports `orders` and each field's `flip_rate`.
         allow_empty: Decide on an empty or whitespace-only context instead of raising.
         calibration: The label-free calibration of this call: `"contextual"`, `"none"`,
-            or None for the decider's own (`Decider.with_calibration`).
+            `"auto"`, or None for the decider's own (`Decider.with_calibration`).
+            `"auto"` chooses raw, PMI or contextual calibration by leave-one-out over the
+            schema's examples, once per schema (cached on the decider), and never one
+            that loses to raw on them (`pcd_tools.decide.loo`); without examples or with
+            a fitted calibration it keeps the decider's own. It takes scoring `"auto"` or
+            `"full"` and no `pruning="on"`.
         pruning: `"auto"` scores a field with a large candidate trie (over `AUTO_NODES`
             positions, e.g. hundreds of multi-token codes) by certified pruned search, and
             every other field whole; `"on"` prunes every field that can be; `"off"` scores
@@ -70,8 +75,9 @@ class DecideOptions:
 
     Raises:
         InvalidArgumentError: for a bad temperature, scoring, calibration, `orders`,
-            `pruning` or `max_new_tokens`, `orders > 1` with a `choice_order`, or
-            `pruning="on"` with `orders > 1` or `scoring="pmi"`.
+            `pruning` or `max_new_tokens`, `orders > 1` with a `choice_order`,
+            `pruning="on"` with `orders > 1` or `scoring="pmi"`, or `calibration="auto"`
+            with scoring `"constrained"` or `"pmi"` or `pruning="on"`.
     """
 
     temperature: float = 1.0
@@ -99,7 +105,7 @@ class DecideOptions:
             "choice_order": order,
             "orders": k,
             "allow_empty": bool(self.allow_empty),
-            "calibration": check_calibration(self.calibration),
+            "calibration": check_calibration(self.calibration, scoring, str(self.pruning)),
             "pruning": check_pruning(self.pruning, k, scoring),
             "max_new_tokens": check_max_new_tokens(self.max_new_tokens),
         }

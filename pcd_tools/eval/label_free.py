@@ -8,7 +8,11 @@ drawn by `shots.draw_shots` from the calibration split) and each method:
 - `pmi`: domain-conditional PMI (`scoring="pmi"`);
 - `fitted`: the default `auto` calibration (`pcd_tools.eval.auto`), fitted on a
   calibration sample scored with the same examples (disjoint from the evaluation
-  sample and from every shot),
+  sample and from every shot);
+- `auto`: `decide(..., calibration="auto")`, the label-free recipe (raw, PMI or
+  contextual) chosen by leave-one-out over the shots themselves (`pcd_tools.decide.loo`;
+  raw at zero shots). Its metrics are the chosen recipe's; the row's `auto` says what
+  was chosen and each recipe's leave-one-out accuracy,
 
 accuracy, macro-F1, ECE (with its floor) and everything else `metrics.field_metrics`
 gives, per field, plus the warm latency of one request.
@@ -50,6 +54,8 @@ import numpy as np
 
 from ..answers.calibration import Calibration
 from ..answers.softmax import softmax
+from ..decide.loo import choose
+from ..decide.options import DecideOptions
 from ..errors import InvalidArgumentError
 from ..schema import Schema, compile_schema, with_examples
 from .calibration import calibration_from_scores, content_free_offsets, field_arrays
@@ -65,7 +71,9 @@ if TYPE_CHECKING:
 
 __all__ = ["GRID_METHODS", "label_free_grid"]
 
-GRID_METHODS = ("raw", "contextual", "pmi", "fitted")
+GRID_METHODS = ("raw", "contextual", "pmi", "fitted", "auto")
+# `calibration="auto"`'s recipes as the grid's methods
+_AUTO_METHOD = {"none": "raw", "pmi": "pmi", "contextual": "contextual"}
 Arrays = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
@@ -230,12 +238,17 @@ def _one_shot_count(
 
     fields = {m: _metrics(per_method[m], plain) for m in ("raw", "contextual", "pmi")}
     fields["fitted"] = _metrics(raw, lambda key, z: np.asarray(cal.probabilities(key, z)))
+    t_loo, (_, choice) = _timed(lambda: choose(decider, schema, DecideOptions()))
+    auto = _AUTO_METHOD[choice.method]
+    fields["auto"] = fields[auto]
     texts = [t for t, _ in ev.examples[: opts["latency_n"]]]
     latency, consistency = _latency(decider, cal, schema, texts, offsets)
+    latency["auto"] = latency[auto]
     out: dict[str, Any] = {
         "shots": k,
         "shot_ids": list(shots.ids),
         "fields": fields,
+        "auto": {**choice.to_dict(), "grid_method": auto, "loo_ms": t_loo},
         "latency_ms": latency,
         "latency_n": len(texts),
         "consistency": {m: consistency[m] for m in derived if derived[m]},
@@ -265,6 +278,7 @@ def _one_shot_count(
         pcd["fitted"] = _metrics(
             _subset(raw, rows), lambda key, z: np.asarray(cal.probabilities(key, z))
         )
+        pcd["auto"] = pcd[auto]
         out["baseline"] = {"n": len(sub), "ids": sub.ids, "method": base, "pcd": pcd}
     return out
 
@@ -307,7 +321,9 @@ def label_free_grid(
     Returns:
         A strict-JSON dict: the dataset, model, samples, the main field, and `rows`, one
         per shot count, each with `shots`, `shot_ids`, `fields` (method -> field key ->
-        `FieldMetrics.to_dict()`), `latency_ms` (method -> median warm ms),
+        `FieldMetrics.to_dict()`), `auto` (what `calibration="auto"` chose, its
+        leave-one-out accuracies and reason, and `loo_ms`, the time it took),
+        `latency_ms` (method -> median warm ms),
         `consistency`, `derived`, `calibration` (per field: the `auto` choice, its `why`
         and `cv`) and, where the baseline ran, `baseline` (its metrics and PCD's on the
         same items); and `warm_ratio` (shot count -> median, min and max of its warm raw

@@ -311,7 +311,13 @@ def paired_comparison(report: Mapping[str, Any], field: str, n_examples: int = 3
 
 # --- the label-free grid ------------------------------------------------------------------
 
-_NAMES = {"raw": "raw", "contextual": "contextual", "pmi": "PMI", "fitted": "fitted"}
+_NAMES = {
+    "raw": "raw",
+    "contextual": "contextual",
+    "pmi": "PMI",
+    "fitted": "fitted",
+    "auto": "auto (LOO)",
+}
 
 
 def grid_rows(grid: Mapping[str, Any]) -> Iterator[tuple[int, str, dict[str, Any], float, str]]:
@@ -326,6 +332,10 @@ def grid_rows(grid: Mapping[str, Any]) -> Iterator[tuple[int, str, dict[str, Any
             note = ""
             if m == "fitted":
                 note = AUTO_TAGS.get(row["calibration"][main]["method"], "?")
+            if m == "auto" and "auto" not in row.get("fields", {}):
+                continue  # a grid from before `calibration="auto"`
+            if m == "auto":
+                note = _NAMES[row["auto"]["grid_method"]]
             yield row["shots"], m, row["fields"][m][main], row["latency_ms"][m], note
 
 
@@ -369,8 +379,12 @@ def print_label_free_grid(console: Any, grid: Mapping[str, Any]) -> None:
             pcd = base["pcd"]
             console.print(
                 f"{row['shots']} shots, {base['n']} items: constrained generation acc "
-                f"{f['accuracy']:.3f}; PCD raw / contextual / PMI / fitted "
-                + " / ".join(f"{pcd[m][grid['main_field']]['accuracy']:.3f}" for m in _NAMES)
+                f"{f['accuracy']:.3f}; PCD "
+                + " / ".join(_NAMES[m] for m in _NAMES if m in pcd)
+                + " "
+                + " / ".join(
+                    f"{pcd[m][grid['main_field']]['accuracy']:.3f}" for m in _NAMES if m in pcd
+                )
             )
     console.print(f"elapsed {grid['elapsed_s']:.0f} s")
 
@@ -396,14 +410,16 @@ def _dataset_table(grid: Mapping[str, Any]) -> Iterator[str]:
     bases = [r for r in grid["rows"] if r.get("baseline")]
     if bases:
         yield ""
+        cols = [m for m in _NAMES if all(m in r["baseline"]["pcd"] for r in bases)]
         yield (
-            "| shots | items | constrained generation | PCD raw | PCD contextual | PCD PMI "
-            "| PCD fitted |"
+            "| shots | items | constrained generation | "
+            + " | ".join(f"PCD {_NAMES[m]}" for m in cols)
+            + " |"
         )
-        yield "|---|---|---|---|---|---|---|"
+        yield "|---|---|---|" + "---|" * len(cols)
         for r in bases:
             b = r["baseline"]
-            accs = [b["pcd"][m][main]["accuracy"] for m in _NAMES]
+            accs = [b["pcd"][m][main]["accuracy"] for m in cols]
             yield (
                 f"| {r['shots']} | {b['n']} | {_num(b['method']['fields'][main]['accuracy'])} | "
                 + " | ".join(_num(a) for a in accs)
@@ -414,7 +430,7 @@ def _dataset_table(grid: Mapping[str, Any]) -> Iterator[str]:
 
 def _acc(grid: Mapping[str, Any], k: int, m: str) -> float | None:
     for row in grid["rows"]:
-        if row["shots"] == k:
+        if row["shots"] == k and m in row["fields"]:
             return float(row["fields"][m][grid["main_field"]]["accuracy"])
     return None
 

@@ -123,9 +123,12 @@ def test_label_free_grid_from_the_cli(tiny, data, tmp_path, monkeypatch, capsys)
     grid = json.loads(out.read_text())
     assert [r["shots"] for r in grid["rows"]] == [0, 3]
     for row in grid["rows"]:
-        assert set(row["fields"]) == {"raw", "contextual", "pmi", "fitted"}
-        assert set(row["latency_ms"]) == {"raw", "contextual", "pmi", "fitted"}
+        assert set(row["fields"]) == {"raw", "contextual", "pmi", "fitted", "auto"}
+        assert set(row["latency_ms"]) == {"raw", "contextual", "pmi", "fitted", "auto"}
         assert row["consistency"]["contextual"] < 1e-6 and row["consistency"]["pmi"] < 1e-6
+        auto = row["auto"]  # the recipe calibration="auto" chose, by LOO over the shots
+        assert row["fields"]["auto"] == row["fields"][auto["grid_method"]]
+        assert auto["examples"] == row["shots"] and (auto["accuracy"] == {}) == (not row["shots"])
     assert "baseline" in grid["rows"][1] and "baseline" not in grid["rows"][0]
     ratio = grid["warm_ratio"]
     assert ratio["over_shots"] == 0 and set(ratio) == {"over_shots", "3"}

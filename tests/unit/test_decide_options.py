@@ -26,6 +26,14 @@ def test_defaults_are_the_documented_ones():
     assert (o.allow_empty, o.calibration, o.max_new_tokens, o.order) == (False, None, None, None)
 
 
+def test_auto_calibration_is_a_typed_option():
+    assert DecideOptions(calibration="auto").calibration == "auto"
+    assert DecideOptions(calibration="auto", scoring="full").scoring == "full"
+    assert (
+        DecideOptions.build(DecideOptions(calibration="auto"), calibration=None).calibration is None
+    )
+
+
 def test_options_are_frozen_hashable_and_normalised():
     a = DecideOptions(temperature=1, choice_order={"priority": [2, 0, 1]})
     b = DecideOptions(temperature=1.0, choice_order={"priority": (2, 0, 1)})
@@ -45,6 +53,10 @@ def test_options_are_frozen_hashable_and_normalised():
         ({"scoring": "greedy"}, "accepted: 'auto', 'full', 'constrained', 'pmi'"),
         ({"orders": 0}, "orders"),
         ({"calibration": "platt"}, "unknown calibration 'platt'"),
+        ({"calibration": "AUTO"}, "or 'auto'"),
+        ({"calibration": "auto", "scoring": "pmi"}, "calibration='auto' with scoring='pmi'"),
+        ({"calibration": "auto", "scoring": "constrained"}, "accepted: scoring 'auto' or 'full'"),
+        ({"calibration": "auto", "pruning": "on"}, "calibration='auto' with pruning='on'"),
         ({"pruning": "maybe"}, "pruning='maybe'; accepted"),
         ({"pruning": "on", "orders": 2}, "pruning='on' cannot be combined with orders=2"),
         ({"max_new_tokens": 0}, "max_new_tokens must be an int >= 1"),
