@@ -463,7 +463,8 @@ def _cascade(args: argparse.Namespace, ds: Dataset) -> int:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1, default=str) + "\n")
     if args.json:
-        print(json.dumps({k: v for k, v in report.items() if k != "gates"}, indent=2, default=str))
+        skip = ("gates", "calibration_ids", "held_out_ids")  # in --out
+        print(json.dumps({k: v for k, v in report.items() if k not in skip}, indent=2, default=str))
     else:
         print_cascade_report(Console(width=150), report)
     return 0
