@@ -258,10 +258,10 @@ def confidence(probs: np.ndarray, signal: str) -> np.ndarray:
 def to_threshold(signal: str, cut: float, k: int) -> float:
     """A `Cascade` threshold (probability/margin: confident at or above it; entropy in
     nats: confident at or below it) from a confidence cut (escalate below it)."""
-    if signal == "entropy":
-        if cut == -math.inf:
-            return 0.0
-        return math.log(k) if cut == math.inf else float(-cut)
+    if signal == "entropy":  # escalate when the entropy is above the threshold
+        if cut == -math.inf:  # never: above the largest entropy k answers can have
+            return math.log(k) + 1e-9
+        return 0.0 if cut == math.inf else float(-cut)
     if cut == -math.inf:
         return 0.0
     return 1.0 if cut == math.inf else float(min(max(cut, 0.0), 1.0))

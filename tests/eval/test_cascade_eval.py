@@ -23,6 +23,7 @@ from pcd_tools.eval.cascade import (
     pair_runs,
     sweep,
 )
+from pcd_tools.eval.cascade_data import to_threshold
 from pcd_tools.schema import compile_schema
 
 
@@ -107,6 +108,19 @@ def test_the_sweep_runs_from_small_only_to_large_only():
     assert rows[-1]["accuracy"] == evaluate_policy(pair, always)["accuracy"]
     esc = [r["escalation"] for r in rows]
     assert esc == sorted(esc)
+
+
+@pytest.mark.parametrize("signal", ["probability", "margin", "entropy"])
+def test_never_and_always_are_the_single_models(signal):
+    small, large = _random_pair(40, seed=2)
+    pair = pair_runs(Two, small, large)
+    rows = sweep(pair, signal, points=5)
+    assert rows[0]["escalation"] == 0.0 and rows[-1]["escalation"] == 1.0
+    for cut, rate in ((-math.inf, 0.0), (math.inf, 1.0)):
+        th = {f: (signal, to_threshold(signal, cut, pair.small[f].shape[1])) for f in pair.fields}
+        assert evaluate_policy(pair, th)["escalation"] == rate
+    fit = fit_cascade(Two, small, large, max_escalation=0.3, signal=signal)
+    assert fit.calibration["escalation"] <= 0.3
 
 
 def test_signals_order_the_items():
