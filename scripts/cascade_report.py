@@ -52,14 +52,14 @@ def main() -> None:
             so, lo = rep["small_only"], rep["large_only"]
             keys = [
                 "max_escalation/raw/probability",
-                "max_accuracy_loss/raw/probability/point",
                 "max_accuracy_loss/raw/probability",
+                "max_accuracy_loss/raw/probability/bound",
             ]
             if rep["best_gate"] != "raw/probability":
                 keys += ["max_escalation/best", "max_accuracy_loss/best"]
             for key in keys:
                 f = rep["fits"][key]
-                bound = " (point)" if key.endswith("/point") else ""
+                bound = " (90% bound)" if key.endswith("/bound") else ""
                 h = f["held_out"]
                 fits.append(
                     f"| {d} | {s} → {lg} | {rep['n_calibration']} / {rep['n_held_out']} | "

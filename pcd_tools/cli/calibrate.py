@@ -115,6 +115,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "max_accuracy_loss=POINTS (least escalation within that of large-only; default 0.01)",
     )
     parser.add_argument(
+        "--cascade-confidence",
+        type=float,
+        default=None,
+        metavar="LEVEL",
+        help="max_accuracy_loss: hold the loss to a one-sided lower confidence bound at this "
+        "level (e.g. 0.9) instead of the point estimate",
+    )
+    parser.add_argument(
         "--cascade-signal",
         choices=("probability", "margin", "entropy"),
         default="probability",
@@ -263,6 +271,7 @@ def _fit_cascade(args: argparse.Namespace, compiled: Any, cal: Any, console: Any
         ModelRun.from_decisions(compiled, big, labels, split.ids),
         signal=args.cascade_signal,
         calibration=cal,
+        confidence_level=args.cascade_confidence,
         **cascade_target(args.cascade_target),  # type: ignore[arg-type]
     )
 
@@ -297,6 +306,9 @@ def check_args(args: argparse.Namespace) -> None:
                 "from --from-scores; drop one of them."
             )
         cascade_target(args.cascade_target)
+        level = args.cascade_confidence
+        if level is not None and not 0.5 <= level < 1.0:
+            raise UsageError(f"--cascade-confidence must lie in [0.5, 1); got {level}.")
 
 
 def cascade_target(text: str) -> dict[str, float]:

@@ -150,6 +150,10 @@ def test_calibrate_cascade_stores_thresholds_that_cascade_reads(data, tmp_path, 
 
 BAD = [
     (
+        ["calibrate", "--dataset", "sst2", "--cascade", "x", "--cascade-confidence", "1.2"],
+        ["--cascade-confidence"],
+    ),
+    (
         ["eval", "--dataset", "sst2", "--cascade", "a,b", "--cascade-wall-n", "0"],
         ["--cascade-wall-n"],
     ),

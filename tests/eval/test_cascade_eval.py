@@ -175,14 +175,14 @@ def test_fits_match_brute_force_on_one_field():
     assert fit.calibration["accuracy"] == pytest.approx(best)
     assert fit.calibration["escalation"] <= 0.3
     large_acc = brute[-1][1]
-    fit2 = fit_cascade(One, small, large, max_accuracy_loss=0.01, confidence_level=None)
+    fit2 = fit_cascade(One, small, large, max_accuracy_loss=0.01)
     least = min(e for e, a in brute if a >= large_acc - 0.01 - 1e-12)
     assert fit2.calibration["escalation"] == pytest.approx(least)
     assert fit2.calibration["accuracy"] >= large_acc - 0.01 - 1e-12
     assert fit2.reached
-    # with the default bound: the least escalation whose 90% lower bound on the paired
-    # accuracy difference is within the loss
-    fit3 = fit_cascade(One, small, large, max_accuracy_loss=0.01)
+    # with a bound: the least escalation whose 90% lower bound on the paired accuracy
+    # difference is within the loss
+    fit3 = fit_cascade(One, small, large, max_accuracy_loss=0.01, confidence_level=0.9)
     c = confidence(pair.small["mood"], "probability")
     order = np.argsort(c, kind="stable")
     g = pair.gold["mood"]
