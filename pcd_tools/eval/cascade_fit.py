@@ -328,7 +328,7 @@ def fit_cascade(
             lower confidence bound (normal) on the paired accuracy difference against
             large-only is within it. On the shared sets the bound escalated far more
             (sst2 0.5B → 1.5B: 68.5% against 50.5%) and met the target on held-out items
-            no more often (3 of 7 pairs each; EVAL.md, "Cascades").
+            no more often (5 of 9 pairs each; EVAL.md, "Cascades").
 
     Returns:
         The `CascadeFit`; `fit.per_field` goes to `Cascade(per_field=...)`, and
