@@ -220,31 +220,31 @@ class DeciderStage:
         self.temperature = temperature
         self.orders = check_orders(orders)
 
-    def _target(self, request: EscalationRequest) -> tuple[Any, Any]:
-        """The schema this stage scores for `request`, and a key shared by requests that
-        narrow to the same one."""
+    def _target(self, request: EscalationRequest) -> tuple[Any, dict[str, list[Any]] | None]:
+        """A key shared by requests that narrow to the same sub-schema, and the labels each
+        field keeps (None: the whole schema, every field with all its candidates)."""
         schema = request.schema
         full = request.fields == schema.field_names and all(
             len(request.candidates[n]) == schema.field(n).cardinality for n in request.fields
         )
+        if full and not request.fixed:
+            return None, None
         # Declaration order, not the ranked one: the previous stage's ranking must not
         # reach this model's prompt (position bias).
         keep = {
             n: [x for x in schema.field(n).labels if x in request.candidates[n]]
             for n in request.fields
         }
-        if full and not request.fixed:
-            return schema, None
         key = (
             tuple(request.fields),
             tuple((n, json.dumps(keep[n])) for n in request.fields),
             json.dumps(request.fixed, sort_keys=True, default=str),
         )
-        return keep, key
+        return key, keep
 
-    def _compile(self, request: EscalationRequest, keep: Any) -> Any:
-        if keep is request.schema:
-            return keep
+    def _compile(self, request: EscalationRequest, keep: dict[str, list[Any]] | None) -> Any:
+        if keep is None:
+            return request.schema
         return compile_schema(narrowed_model(request.schema, request.fields, keep, request.fixed))
 
     def _answer(self, request: EscalationRequest, d: Any) -> StageAnswer:
@@ -257,7 +257,7 @@ class DeciderStage:
 
     def answer(self, request: EscalationRequest) -> StageAnswer:
         """Scores the requested fields; probabilities are over the candidates it saw."""
-        keep, _ = self._target(request)
+        _, keep = self._target(request)
         d = call_model(
             self.decider,
             self.decider.decide,
@@ -275,7 +275,7 @@ class DeciderStage:
         groups: dict[Any, list[int]] = {}
         targets: dict[Any, Any] = {}
         for i, req in enumerate(requests):
-            keep, key = self._target(req)
+            key, keep = self._target(req)
             groups.setdefault(key, []).append(i)
             if key not in targets:
                 targets[key] = self._compile(req, keep)

@@ -48,6 +48,7 @@ from .cascade_data import (
     CascadeEvalError,
     ModelRun,
     Pair,
+    common_ids,
     confidence,
     curve_area,
     evaluate_policy,
@@ -138,10 +139,8 @@ def cascade_report(
         A JSON-serialisable report.
     """
     compiled = compile_schema(schema)
-    base = pair_runs(compiled, small, large)
-    common = [i for i in small.ids if i in set(large.ids)]
-    if contextual is not None:
-        common = [i for i in common if i in set(contextual.ids)]
+    n_items = pair_runs(compiled, small, large).n  # checks the schema and the common ids
+    common = common_ids(small, large, *([contextual] if contextual is not None else []))
     cal_ids, test_ids = split_ids(common, cal_fraction, seed)
     fitted = _fitted_calibration(compiled, small.subset(cal_ids))
     sources: dict[str, dict[str, Any]] = {
@@ -221,7 +220,7 @@ def cascade_report(
         "schema": compiled.name,
         "small_model": small.model_id,
         "large_model": large.model_id,
-        "n_items": base.n,
+        "n_items": n_items,
         "n_calibration": len(cal_ids),
         "n_held_out": len(test_ids),
         "calibration_ids": cal_ids,

@@ -20,6 +20,7 @@ __all__ = [
     "SIGNALS",
     "CascadeEvalError",
     "ModelRun",
+    "common_ids",
     "confidence",
     "curve_area",
     "evaluate_policy",
@@ -150,16 +151,16 @@ class Pair:
     def n(self) -> int:
         return len(self.small_ms)
 
-    def take(self, idx: np.ndarray) -> Pair:
-        return Pair(
-            self.fields,
-            {f: a[idx] for f, a in self.small.items()},
-            {f: a[idx] for f, a in self.large.items()},
-            {f: a[idx] for f, a in self.gold.items()},
-            self.small_ms[idx],
-            self.large_ms[idx],
-            self.large_tokens[idx],
-        )
+    def final(self, field: str, escalated: np.ndarray) -> np.ndarray:
+        """Field `field`'s kept distribution per item: the large model's where
+        `escalated`, the small model's elsewhere."""
+        return np.where(escalated[:, None], self.large[field], self.small[field])
+
+
+def common_ids(*runs: ModelRun) -> list[str]:
+    """The ids every run has, in the first run's order."""
+    shared = set(runs[0].ids).intersection(*(r.ids for r in runs[1:]))
+    return [i for i in runs[0].ids if i in shared]
 
 
 def gated_fields(schema: Schema) -> list[str]:
@@ -216,7 +217,7 @@ def pair_runs(
                 f"{run.fingerprint}, but {compiled.name}'s is {fp}; evaluate both models "
                 "on the same schema."
             )
-    common = [i for i in small.ids if i in set(large.ids) and (gate is None or i in set(gate.ids))]
+    common = common_ids(small, large, *([gate] if gate is not None else []))
     if not common:
         raise CascadeEvalError(
             f"the small ({small.model_id}) and large ({large.model_id}) runs share no item "
@@ -291,7 +292,7 @@ def evaluate_policy(pair: Pair, thresholds: Mapping[str, tuple[str, float]]) -> 
         sig, t = thresholds[f]
         esc = _escalated(confidence(pair.small[f], sig), sig, t)
         any_esc |= esc
-        final = np.where(esc[:, None], pair.large[f], pair.small[f])
+        final = pair.final(f, esc)
         pred, conf = final.argmax(axis=1), final.max(axis=1)
         g = pair.gold[f]
         has = g >= 0

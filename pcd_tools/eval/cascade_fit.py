@@ -124,14 +124,14 @@ def _greedy_path(
     Returns `(item escalation rate, accuracy, {field: items escalated})` per step."""
     n, nf = pair.n, len(pair.fields)
     order, cuts, gain = {}, {}, {}
+    acc = 0.0  # small-only: the mean over fields of each field's accuracy
     for f in pair.fields:
         c = confidence(pair.small[f], signal)
         o = np.argsort(c, kind="stable")
-        g = pair.gold[f]
-        has = g >= 0
-        denom = max(int(has.sum()), 1) * nf
-        s_ok = (pair.small[f].argmax(1) == g) & has
-        l_ok = (pair.large[f].argmax(1) == g) & has
+        denom = max(int((pair.gold[f] >= 0).sum()), 1) * nf
+        s_ok = _correct(pair, f, np.zeros(n, dtype=bool))
+        l_ok = _correct(pair, f, np.ones(n, dtype=bool))
+        acc += float(s_ok.sum()) / denom
         order[f] = o
         gain[f] = (l_ok[o].astype(float) - s_ok[o].astype(float)) / denom
         cs = c[o]
@@ -139,15 +139,6 @@ def _greedy_path(
         cuts[f] = [0] + [k for k in range(1, n) if cs[k - 1] < cs[k]] + [n]
     pos = dict.fromkeys(pair.fields, 0)  # index into cuts[f]
     used = np.zeros(n, dtype=np.int64)  # fields escalating each item
-    acc = float(
-        np.mean(
-            [
-                ((pair.small[f].argmax(1) == pair.gold[f]) & (pair.gold[f] >= 0)).sum()
-                / max(int((pair.gold[f] >= 0).sum()), 1)
-                for f in pair.fields
-            ]
-        )
-    )
     esc = 0
     path = [(0.0, acc, {f: 0 for f in pair.fields})]
     while any(pos[f] < len(cuts[f]) - 1 for f in pair.fields):
@@ -184,11 +175,15 @@ def _item_scores(pair: Pair, counts: Mapping[str, int], signal: str) -> np.ndarr
         order = np.argsort(confidence(pair.small[f], signal), kind="stable")
         esc = np.zeros(pair.n, dtype=bool)
         esc[order[: counts[f]]] = True
-        pred = np.where(esc[:, None], pair.large[f], pair.small[f]).argmax(axis=1)
-        g = pair.gold[f]
-        total += (pred == g) & (g >= 0)
-        seen += g >= 0
+        total += _correct(pair, f, esc)
+        seen += pair.gold[f] >= 0
     return np.divide(total, seen, out=np.zeros(pair.n), where=seen > 0)
+
+
+def _correct(pair: Pair, field: str, escalated: np.ndarray) -> np.ndarray:
+    """Per item, whether the kept answer of `field` is its gold label (False unlabelled)."""
+    g = pair.gold[field]
+    return (pair.final(field, escalated).argmax(axis=1) == g) & (g >= 0)
 
 
 def _cut_between(conf_sorted: np.ndarray, k: int) -> float:
