@@ -5,6 +5,7 @@
 # `pcd eval --cascade SMALL.json,LARGE.json` (pcd_tools.eval.cascade) splits the items into a
 # calibration half and a held-out half and sweeps, fits and reports without a model.
 # Usage: scripts/cascade_runs.sh [R] [SETS...]   (the models: python ../shared/models/fetch.py)
+# N sets the item count (default 400); RUNS picks the runs (default: all four).
 set -euo pipefail
 R=${1:-/tmp/cascade_runs}; shift || true
 SETS=${*:-sst2 sms_spam}
@@ -12,6 +13,7 @@ M=${PCD_MODELS:-$HOME/.cache/pcd-tools/models}
 mkdir -p "$R"
 run() {  # name model dataset [extra args]
   local name=$1 model=$2 d=$3; shift 3
+  case " ${RUNS:-135m 135m-contextual 0.5b 1.5b} " in *" $name "*) ;; *) return 0 ;; esac
   [ -f "$R/${d}_$name.json" ] && return 0
   pcd eval --dataset "$d" --n "${N:-400}" --seed 0 --no-baseline ${model:+--model "$model"} \
       --out "$R/${d}_$name.json" "$@" --json > "$R/${d}_$name.log"

@@ -110,7 +110,7 @@ class DecisionTool(BaseTool):
         if orders > 1 and schema is not None:  # refuses orders > 1 with generated fields
             compiled = compile_schema(schema)
             if compiled.hybrid:
-                check_hybrid_options(compiled, orders=orders, scoring="full", method="none")
+                check_hybrid_options(compiled, orders=orders)
         super().__init__(**kwargs)
 
     @classmethod

@@ -53,7 +53,9 @@ class WaveAnswers:
     Args:
         schema: The compiled schema.
         temperature: The decision's temperature.
-        scoring: `"full"`, `"constrained"` or `"pmi"` (whose raw scores are full ones).
+        constrained_for: Given a question and its trie, whether its scores are
+            constrained ones (`pcd_tools.decide.methods.Method.constrained_side`: all of
+            them under `scoring="constrained"`, only some under `"auto"`).
         calibration: The decider's calibration, if any (biases can change an answer).
         correction: The decision's label-free correction, if any: called with the
             questions and their log scores, it returns the corrected scores
@@ -62,18 +64,14 @@ class WaveAnswers:
             generated fields), or None for every field. Parents outside it are already
             written in the JSON before the segment, so they are neither waited for nor
             written again.
-        constrained_for: Given a question and its trie, whether its scores are
-            constrained ones (`scoring="auto"` scores only some fields so); None: all
-            are under `scoring="constrained"`, none otherwise.
     """
 
     schema: Schema
     temperature: float
-    scoring: str
+    constrained_for: Callable[[Question, Any], bool]
     calibration: Any = None
     correction: Any = None
     fields: frozenset[str] | None = None
-    constrained_for: Callable[[Question, Any], bool] | None = None
 
     def within(self, names: Sequence[str]) -> WaveAnswers:
         """The same choices, with the waves restricted to the segment `names`."""
@@ -99,7 +97,7 @@ class WaveAnswers:
     def results(self, scored: Sequence[tuple[Question, Any, np.ndarray]]) -> dict[str, FieldResult]:
         """The field results of a context's scored questions so far."""
         qs = [q for q, _, _ in scored]
-        side = self.constrained_for or (lambda q, t: self.scoring == "constrained")
+        side = self.constrained_for
         logz = [t.scores(e, constrained=side(q, t)) for q, t, e in scored]
         if self.correction is not None:
             logz = self.correction(qs, logz)

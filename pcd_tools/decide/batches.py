@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..answers.result import BatchTiming, Decision, FieldResult
 from ..prompt import Segment
-from .contextual import label_free
 
 if TYPE_CHECKING:
     from ..schema import Schema
     from .decider import Decider
+    from .methods import Method
 
 __all__ = ["CallRecord", "length_batches"]
 
@@ -42,7 +42,7 @@ class CallRecord:
         model_id: The decider's model.
         device: `cpu`, `metal` or `cuda`.
         temperature: The softmax temperature.
-        scoring: The call's scoring, resolved (`checks.resolve_scoring`).
+        scoring: The call's scoring, resolved (`methods.Method.scoring`).
         mode: The pass layout, the engine's default filled in.
         calibration: The decider's fitted `Calibration`, or None.
         method: The label-free correction, `"contextual"` or `"none"`.
@@ -66,9 +66,8 @@ class CallRecord:
         ctxs: Sequence[str],
         *,
         temperature: float,
-        scoring: str,
         mode: str | None,
-        method: str,
+        method: Method,
     ) -> CallRecord:
         """The call's record, once its fitted calibration is checked.
 
@@ -79,15 +78,15 @@ class CallRecord:
         cal = decider.calibration
         if cal is not None and ctxs:
             cal.check_schema(compiled)
-            cal.check_label_free(label_free(method, scoring))
+            cal.check_label_free(method.label_free)
         return cls(
             model_id=decider.model_id,
             device=decider.device,
             temperature=temperature,
-            scoring=scoring,
+            scoring=method.scoring,
             mode=mode or decider.engine.default_mode,
             calibration=cal,
-            method=method,
+            method=method.method,
             examples=len(compiled.examples),
         )
 

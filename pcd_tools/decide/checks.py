@@ -23,7 +23,6 @@ __all__ = [
     "check_pruning",
     "check_scoring",
     "check_temperature",
-    "resolve_scoring",
 ]
 
 Scoring = Literal["auto", "full", "constrained", "pmi"]
@@ -51,28 +50,6 @@ def check_scoring(scoring: Any) -> Scoring:
             f"unknown scoring {scoring!r}; accepted: 'auto', 'full', 'constrained', 'pmi'."
         )
     return scoring  # type: ignore[return-value]
-
-
-def resolve_scoring(scoring: Scoring, calibration: Any, method: str = "none") -> Scoring:
-    """A request's scoring once its calibration is known.
-
-    `"auto"` scores a large single-choice field (over `AUTO_NODES` trie positions)
-    constrained, where certified pruning can then skip most of its trie, and every other
-    field full (`pcd_tools.engine.prune.auto_constrained`). It stays `"auto"` unless:
-
-    - the decider has a fitted calibration: its temperatures and biases were fitted on
-      one scoring's scores, so `"auto"` is the scoring it was fitted with;
-    - the label-free correction is contextual calibration: it cannot prune, and its
-      content-free scores are on one side for every field, so `"auto"` is `"full"`.
-    """
-    if scoring != "auto":
-        return scoring
-    if calibration is not None:
-        fitted = getattr(calibration, "scoring", "full")
-        if fitted == "pmi" and method == "contextual":  # refused by the calibration check
-            return "full"
-        return fitted if fitted in SCORINGS and fitted != "auto" else "full"  # type: ignore[return-value]
-    return "full" if method == "contextual" else scoring
 
 
 def check_calibration(

@@ -63,11 +63,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..answers.softmax import log_softmax
 from ..engine.pack import plan_key
 from ..errors import InvalidArgumentError
 from ..prompt import Question
@@ -76,6 +75,7 @@ from ..schema import Schema
 if TYPE_CHECKING:
     from ..answers.calibration import Calibration
     from ..engine.engine import Engine
+    from .methods import LabelFree, ZPair
 
 __all__ = [
     "CONTENT_FREE",
@@ -84,17 +84,12 @@ __all__ = [
     "Correction",
     "check_inputs",
     "check_method",
-    "label_free",
     "method_with",
-    "resolve_method",
 ]
 
 CONTENT_FREE = ("N/A", "", "[MASK]")
 # How the content-free inputs' distributions are averaged into `p_cf`.
 MEANS = ("geometric", "arithmetic")
-# A question's candidate log scores on one content-free input: (full, constrained).
-ZPair = tuple[np.ndarray, np.ndarray]
-_TINY = 1e-300
 
 
 def check_inputs(inputs: Any) -> tuple[str, ...]:
@@ -114,31 +109,6 @@ def check_inputs(inputs: Any) -> tuple[str, ...]:
             f"texts that say nothing about the answer, e.g. {list(CONTENT_FREE)}."
         )
     return tuple(inputs)
-
-
-def resolve_method(default: str, requested: str | None, scoring: str) -> str:
-    """A call's label-free calibration: the one it asks for, else the decider's.
-
-    Raises:
-        InvalidArgumentError: for contextual calibration with `scoring="pmi"`.
-    """
-    method = requested if requested is not None else default
-    if scoring == "pmi" and method == "contextual":
-        how = "this call" if requested is not None else "the decider"
-        raise InvalidArgumentError(
-            f"scoring='pmi' with contextual calibration (asked by {how}): both divide out the "
-            "model's answer prior, so they are not combined; accepted: scoring='pmi' with "
-            "calibration='none', or contextual calibration with scoring 'full' or "
-            "'constrained'."
-        )
-    return method
-
-
-def label_free(method: str, scoring: str) -> str:
-    """The correction a decision's scores had: `pmi`, `contextual` or `none` (what a
-    `Calibration` file records in `label_free`); `method` may be `calibration="auto"`'s
-    report, `"auto:<recipe>"`."""
-    return "pmi" if scoring == "pmi" else method.removeprefix("auto:")
 
 
 def check_method(method: str, calibration: Calibration) -> None:
@@ -277,11 +247,14 @@ class ContentFreeScores:
 class Correction:
     """What one decision call subtracts from each question's candidate log scores.
 
+    Build it with `pcd_tools.decide.methods.Method.correction_for`, or directly with a
+    correction that needs content-free scores (`PMI`, `CONTEXTUAL`).
+
     Args:
         cache: The decider's content-free scores.
         schema: The compiled schema (with its examples).
         order: The listing order of the prompt, or None.
-        method: `"contextual"` or `"pmi"`.
+        kind: The correction, `PMI` or `CONTEXTUAL` (`pcd_tools.decide.methods`).
         constrained: Whether the decision's scores are constrained (contextual only).
         ms: Wall time of the content-free passes this call ran so far.
     """
@@ -289,30 +262,14 @@ class Correction:
     cache: ContentFreeScores
     schema: Schema
     order: dict[str, Sequence[int]] | None
-    method: Literal["contextual", "pmi"]
+    kind: LabelFree
     constrained: bool = False
     ms: float = 0.0
-
-    @classmethod
-    def make(
-        cls,
-        cache: ContentFreeScores,
-        schema: Schema,
-        order: dict[str, Sequence[int]] | None,
-        method: str,
-        scoring: str,
-    ) -> Correction | None:
-        """The correction a call needs, or None when it uses neither method."""
-        if scoring == "pmi":
-            return cls(cache, schema, order, "pmi")
-        if method == "contextual":
-            return cls(cache, schema, order, "contextual", scoring == "constrained")
-        return None
 
     @property
     def texts(self) -> tuple[str, ...]:
         """The content-free inputs this correction reads."""
-        return ("",) if self.method == "pmi" else self.cache.inputs
+        return self.kind.texts(self.cache)
 
     def prepare(self, questions: Sequence[Question]) -> None:
         """Makes sure the questions' content-free scores are cached."""
@@ -321,19 +278,12 @@ class Correction:
     def offsets(self, questions: Sequence[Question]) -> list[np.ndarray]:
         """Per question, what is subtracted from its candidates' log scores: `log p_cf`
         (contextual) or the empty context's log scores (PMI)."""
-        entry, ms = self.cache.scores(self.schema, self.order, self.texts, questions)
+        texts = self.texts
+        entry, ms = self.cache.scores(self.schema, self.order, texts, questions)
         self.ms += ms
-        if self.method == "pmi":
-            return [entry[""][q][0] for q in questions]
-        side = 1 if self.constrained else 0
-        out = []
-        for q in questions:
-            logp = np.array([log_softmax(entry[t][q][side]) for t in self.texts])
-            if self.cache.mean == "arithmetic":
-                out.append(np.log(np.maximum(np.exp(logp).mean(axis=0), _TINY)))
-            else:
-                out.append(log_softmax(logp.mean(axis=0)))
-        return out
+        return self.kind.offsets(
+            entry, questions, texts, constrained=self.constrained, mean=self.cache.mean
+        )
 
     def __call__(self, questions: Sequence[Question], logz: Sequence[Any]) -> list[np.ndarray]:
         """The corrected log scores of `questions`."""

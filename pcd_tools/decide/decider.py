@@ -17,9 +17,10 @@ from ..errors import InvalidArgumentError
 from ..prompt import PromptPreview
 from ..schema import compile_schema
 from .checks import check_batch_size, check_contexts
-from .contextual import ContentFreeScores, check_method, method_with, resolve_method
+from .contextual import ContentFreeScores, check_method, method_with
 from .generated import decide_hybrid
 from .loo import LooChoices, check_auto, choose
+from .methods import Method
 from .options import DecideOptions, check_options
 from .orders import average, orderings
 from .scored import decide_in_order, prompt_preview
@@ -301,7 +302,7 @@ class Decider:
             ]
         if compiled.hybrid:  # generated fields: segments in declaration order
             return decide_hybrid(self, compiled, ctxs, size, opts)
-        method = resolve_method(self.label_free, opts.calibration, opts.scoring)
+        method = Method.resolve(opts.scoring, self.label_free, opts.calibration, self.calibration)
         if opts.orders > 1:  # averaged distributions: every field scored whole
             runs = [
                 decide_in_order(self, compiled, ctxs, size, opts, o, method, "off")
@@ -345,9 +346,10 @@ class Decider:
         from .aio import gather, queue_for
 
         compiled, opts = check_options(schema, options, **kwargs)
-        resolve_method(self.label_free, opts.calibration, opts.scoring)
         if opts.calibration == "auto":
             check_auto(compiled)
+        else:  # refuses PMI with contextual calibration before anything is queued
+            Method.resolve(opts.scoring, self.label_free, opts.calibration, self.calibration)
         ctxs = check_contexts(contexts, opts.allow_empty)
         return await gather(queue_for(self).submit(compiled, ctxs, opts))
 

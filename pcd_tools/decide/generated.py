@@ -30,7 +30,7 @@ from ..errors import GenerationError, GenerationLimitError, InvalidArgumentError
 from ..schema import FieldSpec, Schema
 from ..schema.spec import value_adapter
 from .batches import CallRecord, length_batches
-from .checks import resolve_scoring
+from .methods import RAW_FULL, Method
 
 if TYPE_CHECKING:
     from ..engine.generate import GeneratedValue
@@ -46,22 +46,23 @@ __all__ = [
 
 
 def check_hybrid_options(
-    schema: Schema, *, orders: int, scoring: str, method: str, pruning: str = "auto"
+    schema: Schema, *, orders: int, method: Method = RAW_FULL, pruning: str = "auto"
 ) -> None:
     """Refuses the options a schema with generated fields does not take yet.
 
     Raises:
-        InvalidArgumentError: for `orders > 1`, `scoring="pmi"`, contextual calibration or
+        InvalidArgumentError: for `orders > 1`, a label-free correction (PMI, contextual
+            calibration: its content-free scores would need the generated text) or
             `pruning="on"`.
     """
     generated = [f.name for f in schema.fields if f.generated]
     what = None
     if orders > 1:
         what = f"orders={orders} (each listing order would generate its own text)"
-    elif scoring == "pmi":
-        what = "scoring='pmi' (its empty-context scores would need the generated text)"
-    elif method == "contextual":
-        what = "contextual calibration (its content-free scores would need the generated text)"
+    elif method.correction.needs_every_score:
+        what = (
+            f"{method.correction.option} ({method.correction.what} would need the generated text)"
+        )
     elif pruning == "on":
         what = "pruning='on' (the scored segments between generated fields are scored whole)"
     if what is not None:
@@ -128,20 +129,17 @@ def decide_hybrid(
         CalibrationMismatchError: if the decider's calibration does not fit the schema.
     """
     from ..engine.hybrid import run_hybrid
-    from .contextual import resolve_method
-    from .scored import constrained_side
 
     temperature, mode = options.temperature, options.mode
-    scoring = resolve_scoring(options.scoring, decider.calibration)
-    method = resolve_method(decider.label_free, options.calibration, scoring)
-    check_hybrid_options(
-        compiled, orders=options.orders, scoring=scoring, method=method, pruning=options.pruning
+    method = Method.resolve(
+        options.scoring, decider.label_free, options.calibration, decider.calibration
     )
+    check_hybrid_options(compiled, orders=options.orders, method=method, pruning=options.pruning)
     call = CallRecord.start(
-        decider, compiled, ctxs, temperature=temperature, scoring=scoring, mode=mode, method=method
+        decider, compiled, ctxs, temperature=temperature, mode=mode, method=method
     )
     cal = call.calibration
-    side = constrained_side(scoring, compiled)
+    side = method.constrained_side(compiled)
     eos = decider.loaded.eos_ids()
     out: list[Decision[Any] | None] = [None] * len(ctxs)
     for idx in length_batches(ctxs, batch_size):
@@ -152,7 +150,7 @@ def decide_hybrid(
                 compiled,
                 [ctxs[i] for i in idx],
                 mode=mode,
-                answers=WaveAnswers(compiled, temperature, scoring, cal, constrained_for=side),
+                answers=WaveAnswers(compiled, temperature, side, cal),
                 choice_order=options.order,
                 max_new_tokens=options.max_new_tokens,
                 eos=eos,
@@ -161,7 +159,7 @@ def decide_hybrid(
             if e.context_index is not None:
                 e.context_index = idx[e.context_index]
             raise
-        built = [_fields(compiled, hb, j, temperature, side, cal) for j in range(len(idx))]
+        built = [_fields(compiled, hb, j, temperature, method, cal) for j in range(len(idx))]
         timing = BatchTiming(
             size=len(idx),
             elapsed_ms=(time.perf_counter() - t0) * 1e3,
@@ -185,16 +183,17 @@ def decide_hybrid(
 
 
 def _fields(
-    schema: Schema, hb: Any, j: int, temperature: float, side: Any, cal: Any
+    schema: Schema, hb: Any, j: int, temperature: float, method: Method, cal: Any
 ) -> tuple[dict[str, FieldResult], Any]:
-    """Row `j`'s field results in declaration order, and its joint tables; `side` says
-    whether a question's scores are constrained (`deciding.constrained_side`)."""
+    """Row `j`'s field results in declaration order, and its joint tables, read on the
+    sides of `method`."""
     items = hb.scored[j]
     qs = [q for q, _, _ in items]
+    side = method.constrained_side(schema)
     flags = [side(q, t) for q, t, _ in items]
     logz = [t.score(e, constrained=c) for (_, t, e), c in zip(items, flags)]
     fields, joint = answers(schema, qs, logz, temperature, cal)
-    sides = {q.field: "constrained" if c else "full" for q, c in zip(qs, flags)}
+    sides = {q.field: method.field_scoring(c) for q, c in zip(qs, flags)}
     fields = {n: replace(f, scoring=sides.get(n)) for n, f in fields.items()}
     for name, value in hb.generated[j].items():
         fields[name] = generated_result(schema.field(name), value)

@@ -49,15 +49,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..answers.result import LabelFreeChoice
-from ..engine.prune import auto_constrained
 from ..errors import InvalidArgumentError
 from .contextual import Correction
+from .methods import CONTEXTUAL, CORRECTIONS, PMI, Method
+from .options import DecideOptions
 
 if TYPE_CHECKING:
     from ..answers.result import Decision, FieldResult
     from ..schema import Example, FieldSpec, Schema
     from .decider import Decider
-    from .options import DecideOptions
 
 __all__ = ["MIN_GAIN", "RECIPES", "LooChoices", "check_auto", "choose", "loo_accuracies", "pick"]
 
@@ -71,11 +71,7 @@ _NAMES = {"none": "raw", "pmi": "PMI", "contextual": "contextual"}
 
 def recipe_options(options: DecideOptions, recipe: str) -> DecideOptions:
     """The call's options with `recipe`'s calibration and scoring (`"auto"` resolved)."""
-    if recipe == "pmi":
-        return dataclasses.replace(options, calibration="none", scoring="pmi")
-    if recipe == "contextual":
-        return dataclasses.replace(options, calibration="contextual")
-    return dataclasses.replace(options, calibration="none")
+    return DecideOptions.build(options, **dict(CORRECTIONS[recipe].options))
 
 
 def _answers(spec: FieldSpec, gold: Any, got: FieldResult) -> tuple[int, int]:
@@ -117,10 +113,8 @@ def _derivable(decider: Decider, schema: Schema, options: DecideOptions) -> bool
             return False
         if spec.kind not in ("enum", "boolean") or spec.depends_on:
             return False
-    if options.scoring == "auto":
-        side = auto_constrained(schema)
-        return not any(side(q, trie) for q, trie in zip(plan.questions, plan.tries))
-    return True
+    side = Method(options.scoring).constrained_side(schema)
+    return not any(side(q, trie) for q, trie in zip(plan.questions, plan.tries))
 
 
 def _derived(
@@ -132,10 +126,9 @@ def _derived(
     d = decider.decide_many(held_out, [example.input], options=opts, batch_size=1)[0]
     questions = decider.engine.plan(held_out, None).questions
     offsets = {}
-    for method, scoring in (("contextual", "full"), ("pmi", "pmi")):  # contextual's cf
-        corr = Correction.make(decider.content_free, held_out, None, method, scoring)
-        assert corr is not None  # both make a correction
-        offsets[method] = dict(zip([q.field for q in questions], corr.offsets(questions)))
+    for kind in (CONTEXTUAL, PMI):  # on the raw full scores
+        corr = Correction(decider.content_free, held_out, None, kind)
+        offsets[kind.name] = dict(zip([q.field for q in questions], corr.offsets(questions)))
     out = {}
     for recipe in RECIPES:
         right = counted = 0

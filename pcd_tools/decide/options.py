@@ -47,7 +47,7 @@ class DecideOptions:
             context) or `"auto"` (the default): full, except a single-choice field of over
             `AUTO_NODES` trie positions, scored constrained so that certified pruning can
             skip most of it (`FieldResult.scoring` says which; see
-            `pcd_tools.decide.checks.resolve_scoring`).
+            `pcd_tools.decide.methods.Method.resolve`).
         mode: `"packed"`, `"batched"` or `"sequential"`; None is the engine's fastest
             exact one.
         choice_order: Per-field order (indices) in which allowed values are listed,

@@ -9,7 +9,7 @@ and builds each `Decision` with its share of the call's times.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -19,22 +19,21 @@ from ..answers.bounds import PartialScores
 from ..answers.joint import answers
 from ..answers.result import BatchTiming, Decision
 from ..answers.waves import WaveAnswers, has_waves
-from ..engine.prune import Pruning, auto_constrained, pruning_for
-from ..errors import InvalidArgumentError
+from ..engine.prune import Pruning
 from ..prompt import PromptPreview, field_suffix
 from ..schema import Schema, compile_schema, with_examples
 from ..schema.generated import segments
 from .batches import CallRecord, length_batches
-from .checks import check_context, resolve_scoring
-from .contextual import Correction
+from .checks import check_context
 
 if TYPE_CHECKING:
     from ..engine.engine import PassMode, ScoredBatch
-    from .checks import Scoring
+    from .contextual import Correction
     from .decider import Decider
+    from .methods import Method
     from .options import DecideOptions
 
-__all__ = ["constrained_side", "decide_in_order", "prompt_preview"]
+__all__ = ["decide_in_order", "prompt_preview"]
 
 
 def decide_in_order(
@@ -44,7 +43,7 @@ def decide_in_order(
     batch_size: int,
     options: DecideOptions,
     order: Mapping[str, Sequence[int]] | None,
-    method: str,
+    method: Method,
     pruning: str = "off",
 ) -> list[Decision[Any]]:
     """The decisions of `ctxs` under one listing order, in input order.
@@ -54,12 +53,11 @@ def decide_in_order(
         compiled: The compiled schema, with its examples.
         ctxs: The checked contexts.
         batch_size: Contexts per engine call.
-        options: The call's checked options (its temperature, scoring and pass mode are
-            read here; under scoring `"auto"`, without a fitted calibration, a field that
-            pruning reads in part is scored constrained and every other field full, and
-            each `FieldResult.scoring` says which).
+        options: The call's checked options (its temperature and pass mode are read here).
         order: The listing order of the prompt, or None for the declared one.
-        method: The label-free calibration, `"contextual"` or `"none"`.
+        method: The call's resolved scoring and label-free correction (under side
+            `"auto"`, a field that pruning reads in part is scored constrained and every
+            other field full, and each `FieldResult.scoring` says which).
         pruning: `"auto"`, `"on"` or `"off"` (`pcd_tools.engine.prune.pruning_for`).
 
     Raises:
@@ -70,27 +68,20 @@ def decide_in_order(
     """
     plan_order = dict(order) if order is not None else None
     temperature, mode = options.temperature, options.mode
-    scoring = resolve_scoring(options.scoring, decider.calibration, method)
     call = CallRecord.start(
-        decider, compiled, ctxs, temperature=temperature, scoring=scoring, mode=mode, method=method
+        decider, compiled, ctxs, temperature=temperature, mode=mode, method=method
     )
     cal = call.calibration
-    pruner = _pruning(decider, compiled, pruning, scoring, mode, method)
+    pruner = _pruning(decider, compiled, pruning, method, mode)
+    side = method.constrained_side(compiled)
     out: list[Decision[Any] | None] = [None] * len(ctxs)
     for idx in length_batches(ctxs, batch_size):
         t0 = time.perf_counter()
-        corr = Correction.make(decider.content_free, compiled, plan_order, method, scoring)
+        corr = method.correction_for(decider.content_free, compiled, plan_order)
         if corr is not None:
             corr.prepare(decider.engine.plan(compiled, plan_order).questions)
         follow_up = (
-            WaveAnswers(
-                compiled,
-                temperature,
-                scoring,
-                cal,
-                corr,
-                constrained_for=constrained_side(scoring, compiled),
-            ).next_questions
+            WaveAnswers(compiled, temperature, side, cal, corr).next_questions
             if has_waves(compiled)
             else None
         )
@@ -103,7 +94,7 @@ def decide_in_order(
             pruning=pruner,
         )
         logz = [
-            _log_scores(decider, compiled, batch, j, scoring, plan_order, corr, pruner)
+            _log_scores(decider, compiled, batch, j, method, plan_order, corr, pruner)
             for j in range(len(idx))
         ]
         timing = BatchTiming(
@@ -134,7 +125,7 @@ def _log_scores(
     schema: Schema,
     batch: ScoredBatch,
     i: int,
-    scoring: Scoring,
+    method: Method,
     order: dict[str, Sequence[int]] | None,
     correction: Correction | None,
     pruning: Pruning | None = None,
@@ -145,13 +136,12 @@ def _log_scores(
     plan = decider.engine.plan(schema, order)
     asked = batch.questions[i] if batch.questions else plan.questions
     tries = batch.tries[i] if batch.tries else plan.tries
-    side = constrained_side(scoring, schema)
+    side = method.constrained_side(schema)
     flags = [side(q, trie) for q, trie in zip(asked, tries)]
     logz: list[Any] = [
         trie.scores(edge, constrained=c) for trie, edge, c in zip(tries, batch.edge_logp[i], flags)
     ]
-    plain = "pmi" if scoring == "pmi" else "full"
-    sides = {q.field: "constrained" if c else plain for q, c in zip(asked, flags)}
+    sides = {q.field: method.field_scoring(c) for q, c in zip(asked, flags)}
     if correction is not None:
         logz = correction(asked, logz)
     if pruning is not None:
@@ -162,44 +152,14 @@ def _log_scores(
     return list(asked), logz, sides
 
 
-def constrained_side(scoring: str, schema: Schema) -> Callable[[Any, Any], bool]:
-    """Given a question and its trie, whether its scores are constrained ones: all under
-    `"constrained"`, the large single-choice fields under `"auto"`
-    (`pcd_tools.engine.prune.auto_constrained`), none otherwise."""
-    if scoring == "auto":
-        return auto_constrained(schema)
-    return lambda q, trie: scoring == "constrained"
-
-
 def _pruning(
-    decider: Decider,
-    schema: Schema,
-    pruning: str,
-    scoring: Scoring,
-    mode: PassMode | None,
-    method: str,
+    decider: Decider, schema: Schema, pruning: str, method: Method, mode: PassMode | None
 ) -> Pruning | None:
     """The request's pruning: none with a label-free correction (it needs every score)
     or off the packed pass; fields with fitted biases are scored whole under `"auto"`."""
-    packed = (mode or decider.engine.default_mode) == "packed"
-    if pruning == "on" and (method == "contextual" or not packed):
-        why = "calibration='contextual'" if method == "contextual" else f"mode={mode!r}"
-        raise InvalidArgumentError(
-            f"pruning='on' cannot be combined with {why}: the correction needs every "
-            "candidate's score, and only the packed pass prunes; accepted: pruning='auto' "
-            "or 'off' with it."
-        )
-    if method == "contextual" or scoring == "pmi" or not packed:
-        return None
     cal = decider.calibration
     biased = frozenset(cal.biases) if cal is not None and pruning == "auto" else frozenset()
-    return pruning_for(
-        schema,
-        pruning,
-        constrained=scoring == "constrained",
-        auto_scoring=scoring == "auto",
-        whole=biased,
-    )
+    return method.pruning(schema, pruning, mode=mode or decider.engine.default_mode, whole=biased)
 
 
 def prompt_preview(

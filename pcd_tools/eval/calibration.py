@@ -161,12 +161,12 @@ def calibration_from_decisions(
             (`content_free_offsets`); used only when the decisions had no label-free
             correction themselves.
     """
-    from ..decide.contextual import label_free
+    from ..decide.methods import label_free_of
 
     compiled = compile_schema(schema)
     if not decisions:
         raise CalibrationError("calibrate needs at least one labelled example.")
-    used = {label_free(d.calibration_method, d.scoring) for d in decisions}
+    used = {label_free_of(d.calibration_method, d.scoring) for d in decisions}
     if len(used) > 1:
         raise CalibrationError(
             f"the decisions were made with different label-free corrections {sorted(used)}; "

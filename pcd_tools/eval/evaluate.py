@@ -205,8 +205,8 @@ def evaluate(
         DatasetError: if a label is not one of its field's choices.
         EvalError: if a few-shot example is an item of the evaluated sample.
     """
-    from ..decide.contextual import label_free
     from ..decide.decider import default_decider
+    from ..decide.methods import label_free_of
 
     t_start = time.perf_counter()
     compiled = compile_schema(schema)
@@ -284,7 +284,7 @@ def evaluate(
         batch_size=batch_size,
         calibration_file=getattr(cal, "path", None) if cal is not None else None,
         shots=shots.to_dict() if shots is not None and shots.k else None,
-        label_free=label_free(decisions[0].calibration_method, decisions[0].scoring),
+        label_free=label_free_of(decisions[0].calibration_method, decisions[0].scoring),
         pruning=pruning,
     )
     if cal is not None and cal.thresholds:

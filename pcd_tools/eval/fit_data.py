@@ -115,23 +115,17 @@ def content_free_offsets(
         Method -> field key -> offset.
     """
     from ..decide.contextual import Correction
+    from ..decide.methods import CONTEXTUAL, PMI
 
     questions = decider.engine.plan(schema, None).questions
     per_field: dict[str, int] = {}
     for q in questions:
         per_field[q.field] = per_field.get(q.field, 0) + 1
     out: dict[str, dict[str, np.ndarray]] = {}
-    for method in ("contextual", "pmi"):
-        if method == "pmi" and scoring != "full":
+    for kind in (CONTEXTUAL, PMI):
+        if scoring not in kind.sides:  # PMI subtracts full scores only
             continue
-        corr = Correction.make(
-            decider.content_free,
-            schema,
-            None,
-            method,
-            "pmi" if method == "pmi" else scoring,
-        )
-        assert corr is not None  # both methods make a correction
+        corr = Correction(decider.content_free, schema, None, kind, scoring == "constrained")
         got: dict[str, np.ndarray] = {}
         for q, o in zip(questions, corr.offsets(questions)):
             spec = schema.field(q.field)
@@ -141,7 +135,7 @@ def content_free_offsets(
                 got[q.field] = np.asarray(o, dtype=np.float64)
             elif q.label is not None:
                 got[f"{q.field}[{spec.choices[q.label].label}]"] = np.array([o[0] - o[1], 0.0])
-        out[method] = got
+        out[kind.name] = got
     return out
 
 

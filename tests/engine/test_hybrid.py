@@ -214,7 +214,7 @@ def test_options_the_hybrid_path_does_not_take_are_refused(tiny):
     for kwargs, fragment in [
         ({"orders": 2}, "orders=2"),
         ({"scoring": "pmi"}, "scoring='pmi'"),
-        ({"calibration": "contextual"}, "contextual calibration"),
+        ({"calibration": "contextual"}, "calibration='contextual' (its content-free scores"),
     ]:
         with pytest.raises(InvalidArgumentError, match=re.escape(fragment)):
             tiny.decide(Reasoned, CONTEXT, **kwargs)

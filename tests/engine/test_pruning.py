@@ -162,7 +162,7 @@ def test_auto_scoring_is_constrained_on_large_fields_only_and_says_so():
 
 
 def test_auto_scoring_is_full_where_it_cannot_prune_or_was_fitted_otherwise():
-    from pcd_tools.decide.checks import resolve_scoring
+    from pcd_tools.decide.methods import CONTEXTUAL, PMI, RAW, Method
 
     ctx = CONTEXTS[0]
     cc = decider().decide(Coded, ctx, calibration="contextual")
@@ -173,10 +173,12 @@ def test_auto_scoring_is_full_where_it_cannot_prune_or_was_fitted_otherwise():
     class Fitted:
         scoring = "constrained"
 
-    assert resolve_scoring("auto", Fitted()) == "constrained"
-    assert resolve_scoring("auto", None, "contextual") == "full"
-    assert resolve_scoring("auto", None) == "auto"
-    assert resolve_scoring("full", Fitted()) == "full"
+    assert Method.resolve("auto", "none", None, Fitted()) == Method("constrained", RAW)
+    assert Method.resolve("auto", "contextual") == Method("full", CONTEXTUAL)
+    assert Method.resolve("auto", "none") == Method("auto", RAW)
+    assert Method.resolve("full", "none", None, Fitted()) == Method("full", RAW)
+    Fitted.scoring = "pmi"  # a calibration fitted on PMI scores: "auto" is PMI
+    assert Method.resolve("auto", "none", None, Fitted()) == Method("full", PMI)
     with pytest.raises(InvalidArgumentError, match="accepted: 'auto', 'full'"):
         decider().decide(Coded, ctx, scoring="exact")  # type: ignore[arg-type]
 
