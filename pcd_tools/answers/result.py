@@ -390,6 +390,8 @@ class Decision(Generic[T]):
         prefix_cache_hit: Whether the schema part of the prompt came from the cache.
         model_id: The model that scored it.
         device: `cpu`, `metal` or `cuda`.
+        compute: The arithmetic of the model's matrix products: `float32`, `int8` or
+            `bf16` on CPU (`Decider.load(compute=...)`), `mlx` on a GPU.
         temperature: Softmax temperature used (calibrated temperatures are per field).
         scoring: `"auto"`, `"full"`, `"constrained"` or `"pmi"` (domain-conditional PMI),
             as asked (under a fitted calibration `"auto"` is the scoring it was fitted
@@ -441,6 +443,7 @@ class Decision(Generic[T]):
     generate_ms: float = 0.0
     segments: tuple[Segment, ...] = ()
     calibration_choice: LabelFreeChoice | None = None
+    compute: str = "float32"
 
     @property
     def json_text(self) -> str | None:
@@ -510,6 +513,7 @@ class Decision(Generic[T]):
             "field_telemetry": telemetry,
             "model": self.model_id,
             "device": self.device,
+            "compute": self.compute,
             "temperature": self.temperature,
             "scoring": self.scoring,
             "prompt_tokens": self.prompt_tokens,

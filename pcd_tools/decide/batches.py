@@ -41,6 +41,7 @@ class CallRecord:
     Attributes:
         model_id: The decider's model.
         device: `cpu`, `metal` or `cuda`.
+        compute: The model's matrix arithmetic (`LoadedModel.compute`).
         temperature: The softmax temperature.
         scoring: The call's scoring, resolved (`methods.Method.scoring`).
         mode: The pass layout, the engine's default filled in.
@@ -51,6 +52,7 @@ class CallRecord:
 
     model_id: str
     device: str
+    compute: str
     temperature: float
     scoring: str
     mode: str
@@ -82,6 +84,7 @@ class CallRecord:
         return cls(
             model_id=decider.model_id,
             device=decider.device,
+            compute=decider.loaded.compute,
             temperature=temperature,
             scoring=method.scoring,
             mode=mode or decider.engine.default_mode,
@@ -117,6 +120,7 @@ class CallRecord:
             prefix_cache_hit=prefix_cache_hit,
             model_id=self.model_id,
             device=self.device,
+            compute=self.compute,
             temperature=self.temperature,
             scoring=self.scoring,
             mode=self.mode,

@@ -76,6 +76,7 @@ class Decider:
         source: str | os.PathLike[str] | None = None,
         *,
         dtype: str = "auto",
+        compute: str = "auto",
         calibration: Any = None,
         **engine: Any,
     ) -> Decider:
@@ -90,6 +91,10 @@ class Decider:
                 float32; on a GPU stored weights are kept. Also `"quantized"`,
                 `"float32"`, `"float16"`, `"bfloat16"`, `"keep"` (see
                 `pcd_tools.engine.models.load_model`).
+            compute: `"auto"` (or `PCD_COMPUTE`; float32, the fastest measured on AVX2),
+                `"float32"`, `"int8"` or `"bf16"`: the arithmetic of the passes' matrix
+                products over a GGUF file's blocks on CPU (see
+                `pcd_tools.engine.models.load_model`). `Decision.compute` reports it.
             calibration: `"contextual"` (label-free contextual calibration on every
                 decision, `pcd_tools.decide.contextual`), a fitted `Calibration` or the path of
                 its JSON file; see `with_calibration`.
@@ -102,7 +107,7 @@ class Decider:
         from ..engine.platform import ensure_fast_path
 
         ensure_fast_path()
-        decider = cls(load_model(source, dtype=dtype), **engine)
+        decider = cls(load_model(source, dtype=dtype, compute=compute), **engine)
         if calibration is not None:
             decider = decider.with_calibration(calibration)
         return decider
@@ -121,7 +126,8 @@ class Decider:
 
     def __repr__(self) -> str:
         return (
-            f"Decider(model={self.model_id!r}, device={self.device!r}, dtype={self.loaded.dtype!r})"
+            f"Decider(model={self.model_id!r}, device={self.device!r}, "
+            f"dtype={self.loaded.dtype!r}, compute={self.loaded.compute!r})"
         )
 
     # --- calibration ----------------------------------------------------------------------

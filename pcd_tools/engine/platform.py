@@ -464,11 +464,26 @@ def _budget_text() -> str:
     )
 
 
+def _compute_modes(device: str) -> tuple[list[str], str]:
+    """The `compute=` modes this machine runs on a GGUF file, and the int8 kernel the CPU
+    picks (`pcd_tools.engine.qgemm`), or why there is none."""
+    if device != "cpu":
+        return ["mlx"], "off: not a CPU device (MLX's own kernels)"
+    from ..errors import NativeBuildError
+    from . import qgemm
+
+    try:
+        return ["float32", *qgemm.available_modes()], qgemm.isa()
+    except (NativeBuildError, OSError) as e:
+        return ["float32"], f"off: {e}"
+
+
 def doctor() -> dict[str, Any]:
     """Collect what `pcd models --doctor` prints: device, mlx, BLAS, the native CPU
     kernels (`on (...)` or `off: why`), cache, Python."""
     info, dev = blas_status(), device_info()
     kernels = cpu_kernels_library()[1] if dev.device == "cpu" else "off: not a CPU device"
+    modes, int8 = _compute_modes(dev.device)
     return {
         "device": dev.device,
         "default_dtype": dev.default_dtype,
@@ -482,6 +497,8 @@ def doctor() -> dict[str, Any]:
         "blas_bound_before_import": info.bound_before_import,
         "blas_note": info.note,
         "native_kernels": kernels,
+        "compute_modes": modes,
+        "int8_kernel": int8,
         "cache_dir": str(cache_dir()),
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -48,6 +48,7 @@ __all__ = [
     "available",
     "dequantize",
     "library",
+    "set_compute",
 ]
 
 _SOURCE = Path(__file__).with_name("_qweights.c")
@@ -177,6 +178,10 @@ class QTensor:
         self.shape = (int(data.shape[0]), int(cols))
         self.ndim = 2
         self.nbytes = int(data.nbytes)
+        # "float32" (dequantized panels + sgemm) or "int8" / "bf16" (`qgemm`), set by
+        # `set_compute`; the int8 / bf16 view of the same bytes is made on first use
+        self.compute = "float32"
+        self._qmatrix: Any = None
 
     def dequantize(self, rows: np.ndarray | None = None, threads: int = 1) -> np.ndarray:
         """Float32 rows: all of them, or those at `rows` (int indices, any shape)."""
@@ -210,7 +215,10 @@ class QTensor:
         return out if rows is None else out.reshape(*np.shape(rows), self.shape[1])
 
     def matmul(self, x: np.ndarray, threads: int = 1, bias: np.ndarray | None = None) -> np.ndarray:
-        """x (m, cols) float32 times this tensor transposed (+ bias): (m, rows) float32."""
+        """x (m, cols) float32 times this tensor transposed (+ bias): (m, rows) float32,
+        in this tensor's `compute` mode."""
+        if self.compute != "float32":
+            return self._qgemm(x, threads, bias)
         lib = library()
         gemm = sgemm_address()
         if lib is None or not gemm:
@@ -241,6 +249,44 @@ class QTensor:
         if rc != 0:
             raise ValueError(f"cannot multiply by a {self.type_name} tensor of {self.shape}")
         return out
+
+    def _qgemm(self, x: np.ndarray, threads: int, bias: np.ndarray | None) -> np.ndarray:
+        """`matmul` on the int8 / bf16 kernels, over the same bytes (no copy)."""
+        from . import qgemm
+
+        if self._qmatrix is None:
+            self._qmatrix = qgemm.prepare(self.data, self.type_name, self.shape)
+        y = self._qmatrix.matmul(
+            np.ascontiguousarray(x, np.float32), mode=self.compute, threads=max(1, threads)
+        )
+        if self.rows is not None:  # stored row rows[i] is output i
+            y = y[:, self.rows]
+        if bias is not None:
+            y += bias
+        return np.ascontiguousarray(y)
+
+
+def set_compute(model: Any, mode: str) -> int:
+    """Sets the compute mode of every file-encoded matrix of `model` that has an int8 /
+    bf16 kernel (the others, e.g. F16 or BF16 tensors, stay float32).
+
+    Args:
+        model: An mlx-lm model with `GGUFLinear` / `GGUFEmbedding` modules.
+        mode: `"float32"`, `"int8"` or `"bf16"`.
+
+    Returns:
+        How many matrices now run in `mode`.
+    """
+    from .qgemm import GGML_TYPES as KERNEL_TYPES
+
+    n = 0
+    for _, m in model.named_modules():
+        if isinstance(m, (GGUFLinear, GGUFEmbedding)):
+            qt = m.weight
+            if mode == "float32" or qt.type_name in KERNEL_TYPES:
+                qt.compute = mode
+                n += 1
+    return n
 
 
 def _scratch(n: int) -> np.ndarray:

@@ -260,6 +260,8 @@ def test_doctor_keys(shared_cache: Path) -> None:
             "blas_bound_before_import",
             "blas_note",
             "native_kernels",
+            "compute_modes",
+            "int8_kernel",
             "cache_dir",
             "python",
             "platform",
@@ -269,6 +271,8 @@ def test_doctor_keys(shared_cache: Path) -> None:
     assert out["device"] in ("cpu", "metal", "cuda")
     if out["device"] == "cpu":
         assert out["default_dtype"] == "float32"
+        assert out["compute_modes"][:2] == ["float32", "int8"]
+        assert out["int8_kernel"] in ("avx512vnni", "avxvnni", "avx2", "scalar")
 
 
 def test_cache_dir_env_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

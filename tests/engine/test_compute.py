@@ -1,0 +1,126 @@
+"""`Decider.load(compute=...)`: the passes' matrix products on the int8 (and bf16) kernels
+over a GGUF file's blocks (`engine.qgemm` through `engine.qweights`).
+
+PCD stays exact for the numbers it computes: in int8 mode its probabilities equal one
+prompt per candidate run through the same int8 kernels; against float32 the scores move
+by the activations' 8-bit rounding only. Bad combinations are typed errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+
+from benchmarks.model_size import SHAPES, write_random_gguf  # noqa: E402
+from pcd_tools import Decider  # noqa: E402
+from pcd_tools.engine import qgemm  # noqa: E402
+from pcd_tools.engine.models import COMPUTES, embedded_model_path, resolve_compute  # noqa: E402
+from pcd_tools.engine.qweights import GGUFLinear, QTensor  # noqa: E402
+from pcd_tools.errors import InvalidArgumentError, ModelLoadError  # noqa: E402
+from pcd_tools.schema import compile_schema  # noqa: E402
+from tests.engine.test_qweights import encoded  # noqa: E402
+from tests.oracle import oracle_log_scores, softmax  # noqa: E402
+from tests.schemas import Ticket  # noqa: E402
+
+pytestmark = pytest.mark.engine
+
+CONTEXT = "Checkout fails for every EU customer since 9:00; we lose orders."
+
+
+@pytest.fixture(scope="module")
+def tiny_file(tmp_path_factory):
+    try:
+        tokenizer = embedded_model_path()
+    except ModelLoadError as e:
+        pytest.skip(str(e))
+    path = tmp_path_factory.mktemp("random") / "tiny.gguf"
+    return write_random_gguf(path, SHAPES["tiny"], tokenizer, seed=5)
+
+
+def test_compute_values(monkeypatch):
+    monkeypatch.delenv("PCD_COMPUTE", raising=False)
+    assert resolve_compute("auto") == "auto" and resolve_compute("int8") == "int8"
+    monkeypatch.setenv("PCD_COMPUTE", "int8")
+    assert resolve_compute("auto") == "int8" and resolve_compute("float32") == "float32"
+    monkeypatch.setenv("PCD_COMPUTE", "int4")
+    with pytest.raises(InvalidArgumentError, match=r"PCD_COMPUTE='int4'.*'int8'"):
+        resolve_compute("auto")
+    with pytest.raises(InvalidArgumentError, match=r"compute='fp8' is not accepted.*'bf16'"):
+        resolve_compute("fp8")
+    assert COMPUTES == ("auto", "float32", "int8", "bf16")
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
+def test_qtensor_int8_matmul_is_the_kernels_with_rows_and_bias(name):
+    raw = encoded(name, 24, 256, seed=4)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((9, 256)).astype(np.float32)
+    bias = rng.standard_normal(24).astype(np.float32)
+    order = rng.permutation(24).astype(np.int32)
+    qt = QTensor(raw, name, 256, order)
+    dense = qt.matmul(x, 2, bias)
+    qt.compute = "int8"
+    got = qt.matmul(x, 2, bias)
+    want = qgemm.prepare(raw, name, (24, 256)).matmul(x, threads=2)[:, order] + bias
+    np.testing.assert_array_equal(got, want)  # the kernel's numbers, in model row order
+    scale = float(np.abs(dense).max())
+    assert np.abs(got - dense).max() < 0.05 * scale  # 8-bit activations: close, not equal
+    assert got.dtype == np.float32 and got.flags.c_contiguous
+
+
+def test_int8_decisions_equal_one_prompt_per_candidate_through_the_same_kernels(tiny_file):
+    dec = Decider.load(tiny_file, compute="int8")
+    assert dec.loaded.compute == "int8" and dec.loaded.dtype.startswith("gguf-")
+    q = dec.engine.model.model.layers[0].self_attn.q_proj
+    assert isinstance(q, GGUFLinear) and q.weight.compute == "int8"
+    sch = compile_schema(Ticket)
+    d = dec.decide(sch, CONTEXT)
+    assert d.compute == "int8" and d.to_response()["compute"] == "int8"
+    for f in sch.fields:
+        z = oracle_log_scores(dec, sch, CONTEXT, f.name)
+        got = np.array(list(d.fields[f.name].distribution.values()))
+        assert np.abs(got - softmax(z)).max() < 1e-4, f.name
+    # against float32 on the same file: the same answers, probabilities close
+    ref = Decider.load(tiny_file, dtype="quantized").decide(sch, CONTEXT)
+    assert ref.compute == "float32"
+    for name, f in d.fields.items():
+        p = np.array(list(f.distribution.values()))
+        r = np.array(list(ref.fields[name].distribution.values()))
+        assert np.abs(p - r).max() < 0.02, name
+
+
+@pytest.mark.integration
+def test_embedded_model_in_int8_stays_near_float32():
+    from tests.schemas import Ticket as T
+
+    fast = Decider.load(compute="int8")  # "auto" would load the 135M dense: int8 keeps it encoded
+    ref = Decider.load(dtype="quantized")
+    assert fast.loaded.compute == "int8" and "compute='int8'" in repr(fast)
+    texts = [CONTEXT, "Please add a dark mode some day.", "I was charged twice for March."]
+    diffs, agree = [], 0
+    for a, b in zip(fast.decide_many(T, texts), ref.decide_many(T, texts)):
+        for name, f in a.fields.items():
+            agree += f.label == b.fields[name].label
+            p = np.array(list(f.distribution.values()))
+            q = np.array(list(b.fields[name].distribution.values()))
+            diffs.append(np.abs(p - q))
+    worst, mean = float(np.max(np.concatenate(diffs))), float(np.mean(np.concatenate(diffs)))
+    # measured: 8 of 9 answers agree, max |dp| 0.11, mean 0.02: the 135M's activations
+    # have outliers that 8 bits per block of 32 round coarsely (EVAL.md, "Compute modes")
+    assert agree >= 8 and 0 < worst < 0.15 and mean < 0.04, (agree, worst, mean)
+
+
+def test_bad_combinations_are_typed_errors(tiny_file, monkeypatch):
+    monkeypatch.delenv("PCD_COMPUTE", raising=False)
+    with pytest.raises(InvalidArgumentError, match=r"dtype='float32' makes dense weights"):
+        Decider.load(tiny_file, dtype="float32", compute="int8")
+    if "bf16" not in qgemm.available_modes():
+        with pytest.raises(InvalidArgumentError, match=r"needs AVX-512 BF16.*\['float32', 'int8'"):
+            Decider.load(tiny_file, compute="bf16")
+    with pytest.raises(InvalidArgumentError, match="compute='int3' is not accepted"):
+        Decider.load(tiny_file, compute="int3")
+    auto = Decider.load(tiny_file)
+    assert auto.loaded.compute == "float32"  # measured fastest on AVX2: BENCHMARKS.md
+    monkeypatch.setenv("PCD_COMPUTE", "int8")
+    assert Decider.load(tiny_file).loaded.compute == "int8"
