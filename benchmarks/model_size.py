@@ -320,7 +320,12 @@ def child_pcd(
     compiled = {n: compile_schema(scenarios[n].schema) for n in SCENARIOS}
     rss0 = _status_kb("VmRSS")
     t0 = time.perf_counter()
-    decider = Decider.load(path, dtype=dtype)
+    # "int8": the file's encoding with the int8 kernels (`compute="int8"`)
+    decider = (
+        Decider.load(path, dtype="quantized", compute="int8")
+        if dtype == "int8"
+        else Decider.load(path, dtype=dtype)
+    )
     load_s = time.perf_counter() - t0
     out: dict[str, Any] = {
         "load_s": load_s,
@@ -622,8 +627,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         warmup = warmup if args.warmup < 0 else args.warmup
         procs = args.processes or procs
         dtypes = ["auto", "float32"] if name in FLOAT32_MODELS else ["auto"]
-        if args.dtypes:
-            dtypes = [d for d in dtypes if d in args.dtypes.split(",")]
+        if args.dtypes:  # int8 (compute="int8" on the encoded weights) only when asked
+            dtypes = [d for d in (*dtypes, "int8") if d in args.dtypes.split(",")]
         entry: dict[str, Any] = {
             "file": str(path),
             "file_bytes": path.stat().st_size,
@@ -719,7 +724,7 @@ def merge(paths: list[Path]) -> dict[str, Any]:
             if have is None or "skipped" in have:
                 out["models"][name] = e
                 continue
-            for key in ("auto", "float32", "llamacpp"):  # one model's modes from two runs
+            for key in ("auto", "float32", "int8", "llamacpp"):  # a model's modes from two runs
                 a, b = _procs(have, key), _procs(e, key)
                 if a or b:
                     have[key] = a + b
@@ -824,7 +829,7 @@ def tables(result: dict[str, Any]) -> str:
             continue
         label = name + (" (random weights)" if e["random_weights"] else "")
         file_mib = e["file_bytes"] / 2**20  # MiB, as the RSS figures (/proc: KiB / 1024)
-        for dtype in ("auto", "float32", "llamacpp"):
+        for dtype in ("auto", "float32", "int8", "llamacpp"):
             procs = _ok(_procs(e, dtype))
             bad = [p for p in _procs(e, dtype) if p not in procs]
             for p in bad:
@@ -881,7 +886,7 @@ def tables(result: dict[str, Any]) -> str:
                 rate = f"{_med(g)} ({statistics.median(g) / peak:.0%})" if g and peak else "-"
                 if g and not _vals(procs, "triage", "prefill_gflops_per_s"):
                     rate += " (fraud)"
-                shown = "encoded" if dtype == "auto" else dtype
+                shown = {"auto": "encoded", "int8": "encoded, int8"}.get(dtype, dtype)
                 rss_s = _med(rss)
                 ratio = f"{statistics.median(rss) / file_mib:.2f}x"
             lines.append(
@@ -891,7 +896,7 @@ def tables(result: dict[str, Any]) -> str:
             )
     cpu_rows = []
     for name, e in _ordered(result):
-        for dtype in ("auto", "float32"):
+        for dtype in ("auto", "float32", "int8"):
             procs = [p for p in _ok(_procs(e, dtype)) if "cold_cpu_ms" in p.get("fraud", {})]
             if procs:
                 cells = [
@@ -967,6 +972,30 @@ def tables(result: dict[str, Any]) -> str:
         else:
             cells.append("- (no llama.cpp)")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    for name, e in _ordered(result):  # issue 31: int8 compute against float32 (encoded)
+        fast, ref = _ok(_procs(e, "int8")), _ok(_procs(e, "auto"))
+        if not fast or not ref:
+            continue
+        ratios = [
+            f"{n} warm {statistics.median(_vals(fast, n, 'warm_ms')) / statistics.median(_vals(ref, n, 'warm_ms')):.2f}x"
+            for n in SCENARIOS
+            if _vals(fast, n, "warm_ms") and _vals(ref, n, "warm_ms")
+        ]
+        diff = max(
+            (
+                max_prob_diff(p[n]["distributions"], q[n]["distributions"])
+                for p in fast
+                for q in ref
+                for n in SCENARIOS
+                if "distributions" in p.get(n, {}) and "distributions" in q.get(n, {})
+            ),
+            default=float("nan"),
+        )
+        notes.append(
+            f"{name}: compute='int8' against float32 on the encoded weights: "
+            + ", ".join(ratios)
+            + f"; max probability difference {diff:.3f}"
+        )
     if result.get("peer_note"):
         notes.append(result["peer_note"])
     if result.get("peer_skipped"):
@@ -992,7 +1021,11 @@ def main() -> None:
         "--processes", type=int, default=0, help="processes per dtype (default per model)"
     )
     ap.add_argument("--no-peer", action="store_true", help="leave llama.cpp out")
-    ap.add_argument("--dtypes", default="", help="only these of auto,float32 (default both)")
+    ap.add_argument(
+        "--dtypes",
+        default="",
+        help="only these of auto,float32,int8 (default auto,float32; int8: compute='int8')",
+    )
     ap.add_argument(
         "--first",
         default="triage",
