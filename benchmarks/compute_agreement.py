@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from pcd_tools.eval.datasets.builtin import load_dataset
 
     path = _model_path(args.model)
-    ref = Decider.load(path, dtype="quantized")
+    ref = Decider.load(path, dtype="quantized", compute="float32")
     fast = Decider.load(path, dtype="quantized", compute=args.compute)
     out: dict[str, Any] = {
         "model": ref.model_id,

@@ -13,6 +13,9 @@ itself):
   runs (``avx512vnni``, ``avxvnni``, ``avx2``; ``scalar`` with ``--scalar``);
 - ``int8-k256/<kernel>``: the same for K-quant weights with activations per 256
   (``act_block=256``: sub-block scales folded into the integer sums);
+- ``int8-cols/avx512vnni``: K-quant weights, activations per 256, on the column-panel
+  kernel (``vpdpbusd`` across 16 output columns; what ``compute="int8"`` runs for
+  K-quant matrices on an AVX-512 VNNI CPU);
 - ``bf16``: the bf16 route, where the CPU has AVX-512 BF16;
 - ``sgemm``: float32 ``mx.matmul(x, W.T)`` over dense weights already in memory, through
   the BLAS bound by `engine.platform` (what the engine runs today; 4 bytes a weight);
@@ -111,6 +114,10 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 for p in paths:
                     methods[f"int8-k256/{p}"] = lambda p=p, m=m, x=x: m.matmul(
                         x, path=p, threads=args.threads, act_block=256
+                    )
+                if "avx512vnni" in paths:  # the column-panel kernel (compute="int8")
+                    methods["int8-cols/avx512vnni"] = lambda m=m, x=x: m.matmul(
+                        x, path="avx512vnni-cols", threads=args.threads
                     )
             if "bf16" in qgemm.available_modes():
                 methods["bf16"] = lambda m=m, x=x: m.matmul(x, mode="bf16", threads=args.threads)

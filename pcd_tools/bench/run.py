@@ -166,6 +166,7 @@ def measure(
         "runs": runs,
         "model": decider.model_id,
         "device": decider.device,
+        "compute": getattr(getattr(decider, "loaded", None), "compute", None),
         "reference": dict(scenario.reference),
         "scoring": scoring,
     }

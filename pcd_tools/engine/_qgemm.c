@@ -1267,3 +1267,258 @@ int pcd_qgemm_bf16(int type, const uint8_t *w, int n, int k, const float *x, int
     return 3;
 #endif
 }
+
+/* ---------------------------------------------------------------- K-quants, column panels
+ *
+ * The K-quant mode again (activations per 256: xq, dx, bs16 from pcd_qgemm_quantize_k),
+ * with the products laid out for VNNI across output columns, as llama.cpp's repacked
+ * kernels do: a task decodes a panel of KC = 32 columns into two groups of 16, in which
+ * the 64 bytes at (group, 4-byte group q) hold bytes 4q..4q+3 of each of the 16 columns'
+ * unsigned quants. One vpdpbusd then takes 64 multiply-adds, the activation's 4 bytes
+ * broadcast to every lane, and one weight load serves KR rows. Per (row, column,
+ * superblock s) every kernel computes the same integers and float operations:
+ *     I = sum_j sc[j] * sum_{e in sub-block j} u[e] * xq[e]    (int32, exact; sub-blocks
+ *                                                               of 32, Q6_K: 16)
+ *     M = sum_h mi16[h] * bs16[h]                              (int32, exact; per 16)
+ *     acc = fma((float)I, dx * d, acc);  acc = fma(-(float)M, dx * fm, acc)
+ * so the scalar twin (cols-scalar) and cols-avx512vnni are bit-identical, and a row's
+ * result never depends on the other rows of the call. The float order differs from the
+ * 8-lane K micro kernels above (there the lanes are summed at the end): equal within
+ * float32 rounding, with fewer roundings here (the superblock's lanes are summed in
+ * integers).
+ * Bounds: |sum_e u xq| <= 32 * 31 * 127 (Q5_K), times sc <= 63, 8 sub-blocks: < 2^31;
+ * Q6_K: 16 * 63 * 127 * 128 * 16 < 2^31; |M| <= 16 * 2032 * 4096 < 2^31. */
+
+#define KG 2  /* groups of 16 columns (lanes) per panel */
+#define KC (16 * KG) /* columns per panel */
+#define KR 6  /* rows per tile */
+
+typedef struct {
+    int type, k, n, rows, L; /* L: sub-block length, 32 (Q4_K, Q5_K) or 16 (Q6_K) */
+    const uint8_t *w;
+    int64_t rb;
+    const int8_t *xq;
+    const float *dx;
+    const int16_t *bs16;
+    float *y;
+    int64_t ldy;
+    int vec;
+} kcjob_t;
+
+/* Panel layout in the scratch, per group g of 16 columns (lane = column % 16):
+ *   wp  [KG][k/4][16] int32: 4 quant bytes
+ *   scp [KG][k/L][16] int32: sub-block scale
+ *   mip [KG][k/32][16] int32: mins of sub-blocks of 16, pairs (h, h+1) as 2 x int16
+ *   dp, fmp [KG][ns][16] float */
+static size_t panel_kc_bytes(int k) {
+    int ns = k / SB;
+    return (size_t)KG * 16 * 4 * ((size_t)k / 4 + (size_t)k / 16 + (size_t)k / 32 + 2 * (size_t)ns) +
+           (size_t)k + (size_t)k / 16 * 4 + (size_t)ns * 8 + 256;
+}
+
+static void decode_kc_panel(const kcjob_t *j, int c0, int nc, void *scratch) {
+    int k = j->k, ns = k / SB, L = j->L;
+    int32_t *wp = (int32_t *)scratch;
+    int32_t *scp = wp + (size_t)KG * 16 * (k / 4);
+    int32_t *mip = scp + (size_t)KG * 16 * (k / L);
+    float *dp = (float *)(mip + (size_t)KG * 16 * (k / 32));
+    float *fmp = dp + (size_t)KG * 16 * ns;
+    int8_t *u = (int8_t *)(fmp + (size_t)KG * 16 * ns);
+    int16_t *sc16 = (int16_t *)(u + k), *mi16 = sc16 + k / 16;
+    float *d = (float *)(mi16 + k / 16), *fm = d + ns;
+    memset(scratch, 0, (size_t)KG * 16 * 4 * ((size_t)k / 4 + k / L + k / 32 + 2 * (size_t)ns));
+    for (int c = 0; c < nc; c++) {
+        int g = c / 16, l = c % 16;
+#if X86
+        if (j->vec) decode_k_avx2(j->type, j->w + (int64_t)(c0 + c) * j->rb, k, u, sc16, mi16, d, fm);
+        else
+#endif
+            decode_k_generic(j->type, j->w + (int64_t)(c0 + c) * j->rb, k, u, sc16, mi16, d, fm);
+        const int32_t *u4 = (const int32_t *)u;
+        int32_t *wg = wp + (size_t)g * 16 * (k / 4);
+        for (int q = 0; q < k / 4; q++) wg[q * 16 + l] = u4[q];
+        int32_t *sg = scp + (size_t)g * 16 * (k / L);
+        for (int b = 0; b < k / L; b++) sg[b * 16 + l] = sc16[b * L / 16];
+        int32_t *mg = mip + (size_t)g * 16 * (k / 32);
+        for (int p = 0; p < k / 32; p++)
+            mg[p * 16 + l] = (int32_t)(((uint32_t)(uint16_t)mi16[2 * p + 1] << 16) | (uint16_t)mi16[2 * p]);
+        for (int s = 0; s < ns; s++) {
+            dp[((size_t)g * ns + s) * 16 + l] = d[s];
+            fmp[((size_t)g * ns + s) * 16 + l] = fm[s];
+        }
+    }
+}
+
+/* The scalar twin: rows [r0, r0 + R), panel columns [0, nc). */
+static void kc_scalar(const kcjob_t *j, const void *scratch, int r0, int R, int c0, int nc) {
+    int k = j->k, ns = k / SB, L = j->L;
+    const int32_t *wp = (const int32_t *)scratch;
+    const int32_t *scp = wp + (size_t)KG * 16 * (k / 4);
+    const int32_t *mip = scp + (size_t)KG * 16 * (k / L);
+    const float *dp = (const float *)(mip + (size_t)KG * 16 * (k / 32));
+    const float *fmp = dp + (size_t)KG * 16 * ns;
+    for (int r = r0; r < r0 + R; r++) {
+        const int8_t *xr = j->xq + (int64_t)r * k;
+        const int16_t *bs = j->bs16 + (int64_t)r * (k / 16);
+        for (int c = 0; c < nc; c++) {
+            int g = c / 16, l = c % 16;
+            const int32_t *wg = wp + (size_t)g * 16 * (k / 4);
+            float acc = 0.0f;
+            for (int s = 0; s < ns; s++) {
+                int32_t I = 0, M = 0;
+                for (int b = s * (SB / L); b < (s + 1) * (SB / L); b++) {
+                    int32_t dot = 0;
+                    for (int q = b * L / 4; q < (b + 1) * L / 4; q++) {
+                        int32_t wv = wg[q * 16 + l];
+                        for (int e = 0; e < 4; e++)
+                            dot += (int32_t)(uint8_t)(wv >> (8 * e)) * xr[4 * q + e];
+                    }
+                    I += dot * scp[((size_t)g * (k / L) + b) * 16 + l];
+                }
+                for (int p = s * 8; p < s * 8 + 8; p++) {
+                    int32_t mv = mip[((size_t)g * (k / 32) + p) * 16 + l];
+                    M += (int32_t)(int16_t)(mv & 0xFFFF) * bs[2 * p] + (int32_t)(int16_t)(mv >> 16) * bs[2 * p + 1];
+                }
+                float dxs = j->dx[(int64_t)r * ns + s];
+                float t = dxs * dp[((size_t)g * ns + s) * 16 + l];
+                float tm = dxs * fmp[((size_t)g * ns + s) * 16 + l];
+                acc = fmaf((float)I, t, acc);
+                acc = fmaf(-(float)M, tm, acc);
+            }
+            j->y[(int64_t)r * j->ldy + c0 + c] = acc;
+        }
+    }
+}
+
+#if X86
+/* R rows x G groups of 16 columns; `mask`: the lanes of the last group to store. The
+ * float sums live in y (one load and store per superblock), which leaves the registers
+ * to the integer accumulators. */
+VNNI512_T AI void kc_avx512_rg(const int R, const int G, const int L, const kcjob_t *j,
+                               const void *scratch, int r0, int c0, __mmask16 mask) {
+    const int k = j->k, ns = k / SB;
+    const int32_t *wp = (const int32_t *)scratch;
+    const int32_t *scp = wp + (size_t)KG * 16 * (k / 4);
+    const int32_t *mip = scp + (size_t)KG * 16 * (k / L);
+    const float *dp = (const float *)(mip + (size_t)KG * 16 * (k / 32));
+    const float *fmp = dp + (size_t)KG * 16 * ns;
+    const int8_t *xq = j->xq + (int64_t)r0 * k;
+    const int16_t *bs = j->bs16 + (int64_t)r0 * (k / 16);
+    const float *dx = j->dx + (int64_t)r0 * ns;
+    float *y = j->y + (int64_t)r0 * j->ldy + c0;
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < G; g++)
+            _mm512_mask_storeu_ps(y + (int64_t)r * j->ldy + 16 * g, g == G - 1 ? mask : (__mmask16)0xFFFF,
+                                  _mm512_setzero_ps());
+    for (int s = 0; s < ns; s++) {
+        __m512i I[KR][KG];
+        for (int r = 0; r < R; r++)
+            for (int g = 0; g < G; g++) I[r][g] = _mm512_setzero_si512();
+        for (int b = s * (SB / L); b < (s + 1) * (SB / L); b++) {
+            __m512i a[KR][KG];
+            for (int r = 0; r < R; r++)
+                for (int g = 0; g < G; g++) a[r][g] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int qi = 0; qi < L / 4; qi++) {
+                const int q = b * (L / 4) + qi;
+                __m512i w[KG];
+                for (int g = 0; g < G; g++)
+                    w[g] = _mm512_load_si512((const void *)(wp + ((size_t)g * (k / 4) + q) * 16));
+                for (int r = 0; r < R; r++) {
+                    int32_t xv;
+                    memcpy(&xv, xq + (int64_t)r * k + 4 * q, 4);
+                    __m512i xb = _mm512_set1_epi32(xv);
+                    for (int g = 0; g < G; g++) a[r][g] = _mm512_dpbusd_epi32(a[r][g], w[g], xb);
+                }
+            }
+            for (int g = 0; g < G; g++) {
+                __m512i sv = _mm512_load_si512((const void *)(scp + ((size_t)g * (k / L) + b) * 16));
+                for (int r = 0; r < R; r++) I[r][g] = _mm512_add_epi32(I[r][g], _mm512_mullo_epi32(a[r][g], sv));
+            }
+        }
+        __m512i M[KR][KG];
+        for (int r = 0; r < R; r++)
+            for (int g = 0; g < G; g++) M[r][g] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int p = s * 8; p < s * 8 + 8; p++) {
+            __m512i mv[KG];
+            for (int g = 0; g < G; g++)
+                mv[g] = _mm512_load_si512((const void *)(mip + ((size_t)g * (k / 32) + p) * 16));
+            for (int r = 0; r < R; r++) {
+                int32_t bv;
+                memcpy(&bv, bs + (int64_t)r * (k / 16) + 2 * p, 4);
+                __m512i bb = _mm512_set1_epi32(bv);
+                for (int g = 0; g < G; g++) M[r][g] = _mm512_dpwssd_epi32(M[r][g], mv[g], bb);
+            }
+        }
+        for (int g = 0; g < G; g++) {
+            __m512 dv = _mm512_load_ps(dp + ((size_t)g * ns + s) * 16);
+            __m512 fv = _mm512_load_ps(fmp + ((size_t)g * ns + s) * 16);
+            __mmask16 mk = g == G - 1 ? mask : (__mmask16)0xFFFF;
+            for (int r = 0; r < R; r++) {
+                float *yr = y + (int64_t)r * j->ldy + 16 * g;
+                __m512 xs = _mm512_set1_ps(dx[(int64_t)r * ns + s]);
+                __m512 acc = _mm512_maskz_loadu_ps(mk, yr);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[r][g]), _mm512_mul_ps(xs, dv), acc);
+                acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M[r][g]), _mm512_mul_ps(xs, fv), acc);
+                _mm512_mask_storeu_ps(yr, mk, acc);
+            }
+        }
+    }
+}
+
+VNNI512_T static void kc_avx512(const kcjob_t *j, const void *scratch, int r0, int R, int c0, int nc) {
+    int G = (nc + 15) / 16;
+    __mmask16 mask = (__mmask16)(nc % 16 ? (1u << (nc % 16)) - 1 : 0xFFFF);
+#define KC_G(RR, LL)                                                                       \
+    if (G == 2) kc_avx512_rg(RR, 2, LL, j, scratch, r0, c0, mask);                    \
+    else kc_avx512_rg(RR, 1, LL, j, scratch, r0, c0, mask);
+#define KC_CASE(RR)                                                                        \
+    if (j->L == 32) {                                                                      \
+        KC_G(RR, 32)                                                                       \
+    } else {                                                                               \
+        KC_G(RR, 16)                                                                       \
+    }
+    switch (R) {
+    case 6: KC_CASE(6) break;
+    case 5: KC_CASE(5) break;
+    case 4: KC_CASE(4) break;
+    case 3: KC_CASE(3) break;
+    case 2: KC_CASE(2) break;
+    default: KC_CASE(1) break;
+    }
+#undef KC_CASE
+#undef KC_G
+}
+#endif
+
+static void gemm_kc_task(void *ctx, int t, void *scratch) {
+    kcjob_t *j = (kcjob_t *)ctx;
+    int c0 = t * KC, nc = j->n - c0 < KC ? j->n - c0 : KC;
+    decode_kc_panel(j, c0, nc, scratch);
+    for (int r0 = 0; r0 < j->rows; r0 += KR) {
+        int R = j->rows - r0 < KR ? j->rows - r0 : KR;
+#if X86
+        if (j->vec) {
+            kc_avx512(j, scratch, r0, R, c0, nc);
+            continue;
+        }
+#endif
+        kc_scalar(j, scratch, r0, R, c0, nc);
+    }
+}
+
+/* The column-panel K-quant kernel: path PATH_AVX512VNNI (vpdpbusd) or PATH_SCALAR (its
+ * bit-identical twin). Returns 0; 1 threads failed; 2 not a K-quant type or k not a
+ * multiple of 256; 3 path unavailable. */
+int pcd_qgemm_int8_kc(int type, const uint8_t *w, int n, int k, const int8_t *xq,
+                      const float *dx, const int16_t *bs16, int rows, float *y, int64_t ldy,
+                      int path, int threads) {
+    if ((type != T_Q4_K && type != T_Q5_K && type != T_Q6_K) || k % SB) return 2;
+    if (path == PATH_AUTO) path = have(PATH_AVX512VNNI) ? PATH_AVX512VNNI : PATH_SCALAR;
+    if ((path != PATH_AVX512VNNI && path != PATH_SCALAR) || !have(path)) return 3;
+    int bb = pcd_qgemm_block(type, 0);
+    kcjob_t j = {type, k, n, rows, type == T_Q6_K ? 16 : 32, w, (int64_t)(k / SB) * bb,
+                 xq, dx, bs16, y, ldy, path == PATH_AVX512VNNI};
+    return run_parallel(gemm_kc_task, &j, (n + KC - 1) / KC, panel_kc_bytes(k), threads);
+}

@@ -264,8 +264,12 @@ def _from_gguf(
 
         set_compute(model, compute)
         mode = compute
-    else:  # "auto": float32 (BENCHMARKS.md, "Compute modes")
-        mode = "float32"
+    else:  # "auto": int8 for K-quant files on AVX-512 VNNI, else float32 (auto_compute)
+        from .qweights import auto_compute, set_compute
+
+        mode = auto_compute(model) if compute == "auto" else "float32"
+        if mode != "float32":
+            set_compute(model, mode)
     return LoadedModel(
         model=model,
         tokenizer=tok,
@@ -488,12 +492,16 @@ def load_model(
             (about 4 bytes a weight: 5-8x a 4-bit file). `"float16"` and `"bfloat16"` cast
             every weight; `"keep"` keeps MLX's own decoding of the stored weights.
         compute: One of `COMPUTES`: the arithmetic of the passes' matrix products on
-            CPU. `"auto"` reads `PCD_COMPUTE` if set, else is `"float32"`: measured
-            fastest on AVX2 CPUs, where the int8 kernels ran at 0.61-0.89x of the
-            float32 route (BENCHMARKS.md, "Compute modes"). `"int8"` multiplies a GGUF
-            file's blocks by activations quantized to 8 bits per block of 32, as
-            llama.cpp does (kernels picked at run time: AVX-512 VNNI, AVX-VNNI, AVX2 or
-            portable C; `pcd_tools.engine.qgemm`); `"bf16"` rounds both sides to
+            CPU. `"auto"` reads `PCD_COMPUTE` if set; else it is `"int8"` for a file
+            kept in its encoding whose matrices are mostly K-quants (Q4_K_M and the
+            like) on a CPU with AVX-512 VNNI, where the column-panel int8 kernel is the
+            fastest route measured, and `"float32"` otherwise (on AVX2 the int8 kernels
+            ran at 0.61-0.89x of the float32 route; BENCHMARKS.md, "Compute modes";
+            `qweights.auto_compute`). `"int8"` multiplies a GGUF file's blocks by
+            activations quantized to 8 bits, per block of 32, or per 256 for K-quant
+            matrices (llama.cpp's Q8_K), as llama.cpp does (kernels picked at run time:
+            AVX-512 VNNI, AVX-VNNI, AVX2 or portable C; `pcd_tools.engine.qgemm`);
+            `"bf16"` rounds both sides to
             bfloat16 (AVX-512 BF16 CPUs only). Both keep the weights in the file's
             encoding (also under `dtype="auto"`), change scores by about 1e-3, and keep
             PCD exact for the numbers they compute (every candidate's prompt runs through

@@ -20,11 +20,30 @@ Modes:
 - ``bf16`` (AVX-512 BF16 CPUs only): activations and the dequantized panel rounded to
   bf16, products summed in float32 by ``vdpbf16ps``.
 
+- ``int8`` on K-quants (Q4_K, Q5_K, Q6_K) with ``act_block=256`` (llama.cpp's Q8_K
+  activations; what ``compute="int8"`` runs for them): on an AVX-512 VNNI CPU the
+  column-panel kernel ``avx512vnni-cols``. A task decodes 32 output columns into two
+  groups of 16 lanes, the 4-byte groups of the 16 columns side by side, so one
+  ``vpdpbusd`` takes 64 multiply-adds with the activation's 4 bytes broadcast and one
+  weight load serves 6 rows; the sub-block scales multiply the int32 sums once per
+  sub-block and the float work is two FMAs per superblock of 256. Its scalar twin
+  ``scalar-cols`` gives bit-identical results, and a row's output never depends on the
+  other rows of the call. Elsewhere the 8-lane K micro kernels (``avx2``, ``avxvnni``,
+  ``scalar``) run, equal within float32 rounding.
+
 Supported weight types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K (rows whose
 length is a multiple of the type's block: 32, or 256 for the K-quants).
 
 Which route won, and why (BENCHMARKS.md, "Quantized GEMM kernels"; `python
-benchmarks/qgemm.py`). On this session's 2-core AMD EPYC (Zen 3: AVX2 + FMA, no AVX-512,
+benchmarks/qgemm.py`). On a 2-core AMD EPYC with AVX-512 VNNI and BF16 (one thread,
+512 rows, Qwen2.5-1.5B shapes, quiet), ``vpdpbusd`` on 512 bits reaches 214 G
+multiply-adds a second in a register-only loop against 56 for ``vfmadd231ps``: int8 can
+be ~4x float32 there. The 8-lane kernels reached only 1.0-1.2x of sgemm, because their
+float work per superblock and column (lane fold, two conversions, two FMAs, the minimum's
+madd) is as large as their integer work, and each activation load serves two columns.
+The column-panel kernel does that float work once per 16 columns and reached 2.0-2.9x
+of sgemm (bf16: 1.0-1.4x), so ``compute="auto"`` runs it for K-quant files on such
+CPUs (`qweights.auto_compute`). On the earlier session's 2-core AMD EPYC (Zen 3: AVX2 + FMA, no AVX-512,
 no VNNI; shared, so compared by CPU time on one thread, 512 rows, Qwen2.5-1.5B and
 SmolLM2-135M shapes), dequantize + float32 sgemm (issue 30's per-matrix scratch) won:
 0.90-0.95x of sgemm over dense weights, as dequantizing costs 2-5% of one 512-row GEMM.
@@ -95,6 +114,8 @@ PATHS: dict[str, int] = {
     "avx512bf16": 5,
 }
 _PATH_NAMES = {v: k for k, v in PATHS.items()}
+#: the column-panel K-quant kernels (activations per 256 only) and their C path ids
+COLUMN_PATHS: dict[str, int] = {"scalar-cols": 1, "avx512vnni-cols": 4}
 _QB = 32
 
 _lock = threading.Lock()
@@ -136,6 +157,8 @@ def _library() -> Any:
         lib.pcd_qgemm_quantize_k.restype = i32
         lib.pcd_qgemm_int8_k.argtypes = [i32, p, i32, i32, p, p, p, i32, p, i64, i32, i32]
         lib.pcd_qgemm_int8_k.restype = i32
+        lib.pcd_qgemm_int8_kc.argtypes = [i32, p, i32, i32, p, p, p, i32, p, i64, i32, i32]
+        lib.pcd_qgemm_int8_kc.restype = i32
         lib.pcd_qgemm_dequantize.argtypes = [i32, p, i64, i32, i32, i32, p]
         lib.pcd_qgemm_dequantize.restype = None
         _lib = lib
@@ -274,23 +297,45 @@ class QuantizedMatrix:
             return y.reshape(*lead, self.n)
         raw = self.raw.ctypes.data
         if mode == "int8":
-            pid = 0 if path is None else PATHS.get(path, -1)
-            if pid in (-1, PATHS["avx512bf16"]):
+            pid = 0 if path is None else PATHS.get(path, COLUMN_PATHS.get(path, -1))
+            if pid in (-1, PATHS["avx512bf16"]) and path not in COLUMN_PATHS:
                 raise InvalidArgumentError(
-                    f"int8 kernel {path!r} is unknown; one of: scalar, avx2, avxvnni, avx512vnni"
+                    f"int8 kernel {path!r} is unknown; one of: scalar, avx2, avxvnni, "
+                    f"avx512vnni, {', '.join(COLUMN_PATHS)}"
                 )
             if pid and not lib.pcd_qgemm_has_path(pid):
                 raise InvalidArgumentError(
                     f"this CPU cannot run the {path} kernel; it runs {available_paths()}"
                 )
-            block = 32 if act_block is None else act_block
+            cols = path in COLUMN_PATHS
+            if cols:
+                pid = COLUMN_PATHS[str(path)]
+                if not self.kquant or act_block not in (None, 256):
+                    raise InvalidArgumentError(
+                        f"the {path} kernel takes K-quant weights (Q4_K, Q5_K, Q6_K) with "
+                        f"act_block 256; got a {self.type_name} matrix, act_block {act_block!r}"
+                    )
+                if not lib.pcd_qgemm_has_path(pid):
+                    raise InvalidArgumentError(
+                        f"this CPU cannot run the {path} kernel; it runs {available_paths()}"
+                    )
+            block = (256 if cols else 32) if act_block is None else act_block
+            cols = cols or (
+                path is None and block == 256 and lib.pcd_qgemm_has_path(PATHS["avx512vnni"])
+            )
             if block not in (32, 256) or (block == 256 and not self.kquant):
                 raise InvalidArgumentError(
                     f"act_block must be 32{' or 256' if self.kquant else ''} for a "
                     f"{self.type_name} matrix; got {act_block!r}"
                 )
             xq, dx, xs = quantize_activations(x2, threads=nthreads, block=block)
-            fn = lib.pcd_qgemm_int8_k if block == 256 else lib.pcd_qgemm_int8
+            fn = (
+                lib.pcd_qgemm_int8_kc
+                if cols
+                else lib.pcd_qgemm_int8_k
+                if block == 256
+                else lib.pcd_qgemm_int8
+            )
             rc = fn(
                 self.ggml_type, raw, self.n, self.k, xq.ctypes.data, dx.ctypes.data,
                 xs.ctypes.data, rows, y.ctypes.data, self.n, pid, nthreads,

@@ -16,7 +16,7 @@ from benchmarks.model_size import SHAPES, write_random_gguf  # noqa: E402
 from pcd_tools import Decider  # noqa: E402
 from pcd_tools.engine import qgemm  # noqa: E402
 from pcd_tools.engine.models import COMPUTES, embedded_model_path, resolve_compute  # noqa: E402
-from pcd_tools.engine.qweights import GGUFLinear, QTensor  # noqa: E402
+from pcd_tools.engine.qweights import GGUFLinear, QTensor, auto_compute  # noqa: E402
 from pcd_tools.errors import InvalidArgumentError, ModelLoadError  # noqa: E402
 from pcd_tools.schema import compile_schema  # noqa: E402
 from tests.engine.test_qweights import encoded  # noqa: E402
@@ -62,7 +62,9 @@ def test_qtensor_int8_matmul_is_the_kernels_with_rows_and_bias(name):
     dense = qt.matmul(x, 2, bias)
     qt.compute = "int8"
     got = qt.matmul(x, 2, bias)
-    want = qgemm.prepare(raw, name, (24, 256)).matmul(x, threads=2)[:, order] + bias
+    m = qgemm.prepare(raw, name, (24, 256))
+    # K-quants: activations per 256 (llama.cpp's Q8_K), the others per 32
+    want = m.matmul(x, threads=2, act_block=256 if m.kquant else None)[:, order] + bias
     np.testing.assert_array_equal(got, want)  # the kernel's numbers, in model row order
     scale = float(np.abs(dense).max())
     assert np.abs(got - dense).max() < 0.05 * scale  # 8-bit activations: close, not equal
@@ -82,7 +84,7 @@ def test_int8_decisions_equal_one_prompt_per_candidate_through_the_same_kernels(
         got = np.array(list(d.fields[f.name].distribution.values()))
         assert np.abs(got - softmax(z)).max() < 1e-4, f.name
     # against float32 on the same file: the same answers, probabilities close
-    ref = Decider.load(tiny_file, dtype="quantized").decide(sch, CONTEXT)
+    ref = Decider.load(tiny_file, dtype="quantized", compute="float32").decide(sch, CONTEXT)
     assert ref.compute == "float32"
     for name, f in d.fields.items():
         p = np.array(list(f.distribution.values()))
@@ -120,7 +122,31 @@ def test_bad_combinations_are_typed_errors(tiny_file, monkeypatch):
             Decider.load(tiny_file, compute="bf16")
     with pytest.raises(InvalidArgumentError, match="compute='int3' is not accepted"):
         Decider.load(tiny_file, compute="int3")
-    auto = Decider.load(tiny_file)
-    assert auto.loaded.compute == "float32"  # measured fastest on AVX2: BENCHMARKS.md
     monkeypatch.setenv("PCD_COMPUTE", "int8")
     assert Decider.load(tiny_file).loaded.compute == "int8"
+    monkeypatch.setenv("PCD_COMPUTE", "float32")
+    assert Decider.load(tiny_file).loaded.compute == "float32"
+
+
+def test_auto_picks_int8_for_k_quant_files_on_avx512_vnni(tiny_file, monkeypatch):
+    """`auto`: int8 where the column-panel kernel runs (AVX-512 VNNI) and K-quants hold
+    most of the matrix bytes; float32 elsewhere (BENCHMARKS.md, "Compute modes")."""
+    monkeypatch.delenv("PCD_COMPUTE", raising=False)
+    fast = qgemm.isa() == "avx512vnni"
+    auto = Decider.load(tiny_file, dtype="quantized")  # Q4_K matrices, a Q6_K head
+    assert auto.loaded.compute == ("int8" if fast else "float32")
+    assert auto_compute(auto.engine.model) == auto.loaded.compute
+    if fast:  # what it runs is the int8 mode's numbers, bit for bit
+        sch = compile_schema(Ticket)
+        a = auto.decide(sch, CONTEXT)
+        b = Decider.load(tiny_file, compute="int8").decide(sch, CONTEXT)
+        for name, f in a.fields.items():
+            assert f.distribution == b.fields[name].distribution
+    # a 32-block file (the embedded Q4_1 model, kept encoded) stays float32
+    try:
+        q41 = Decider.load(dtype="quantized")
+    except ModelLoadError as e:
+        pytest.skip(str(e))
+    assert q41.loaded.compute == "float32" and auto_compute(q41.engine.model) == "float32"
+    # dense weights (the embedded model under dtype="auto") have no encoded matrices
+    assert Decider.load().loaded.compute == "float32"
