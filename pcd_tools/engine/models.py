@@ -496,7 +496,7 @@ def load_model(
             kept in its encoding whose matrices are mostly K-quants (Q4_K_M and the
             like) on a CPU with AVX-512 VNNI, where the column-panel int8 kernel is the
             fastest route measured, and `"float32"` otherwise (on AVX2 the int8 kernels
-            ran at 0.61-0.89x of the float32 route; BENCHMARKS.md, "Compute modes";
+            ran at 0.61-0.89x of the float32 route; BENCHMARKS.md, "Quantized GEMM kernels";
             `qweights.auto_compute`). `"int8"` multiplies a GGUF file's blocks by
             activations quantized to 8 bits, per block of 32, or per 256 for K-quant
             matrices (llama.cpp's Q8_K), as llama.cpp does (kernels picked at run time:

@@ -304,7 +304,7 @@ def auto_compute(model: Any) -> str:
     `"int8"` when this CPU runs the column-panel K-quant kernel (AVX-512 VNNI:
     `qgemm.isa() == "avx512vnni"`) and K-quant matrices (Q4_K, Q5_K, Q6_K) hold at least
     half of the model's encoded matrix bytes, as in the Q4_K_M files users run: measured
-    faster than float32 there (BENCHMARKS.md, "Compute modes"). Otherwise `"float32"`:
+    faster than float32 there (BENCHMARKS.md, "Quantized GEMM kernels"). Otherwise `"float32"`:
     on AVX2 every int8 kernel ran below the float32 route, and the 32-block types (the
     embedded Q4_1 model) gain nothing from int8 on either CPU.
 

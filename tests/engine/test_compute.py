@@ -130,7 +130,7 @@ def test_bad_combinations_are_typed_errors(tiny_file, monkeypatch):
 
 def test_auto_picks_int8_for_k_quant_files_on_avx512_vnni(tiny_file, monkeypatch):
     """`auto`: int8 where the column-panel kernel runs (AVX-512 VNNI) and K-quants hold
-    most of the matrix bytes; float32 elsewhere (BENCHMARKS.md, "Compute modes")."""
+    most of the matrix bytes; float32 elsewhere (BENCHMARKS.md, "Quantized GEMM kernels")."""
     monkeypatch.delenv("PCD_COMPUTE", raising=False)
     fast = qgemm.isa() == "avx512vnni"
     auto = Decider.load(tiny_file, dtype="quantized")  # Q4_K matrices, a Q6_K head
