@@ -1125,6 +1125,8 @@ typedef struct {
     int64_t ldy;
     decodek_t decode;
     microk_t micro;
+    int L;   /* column panels: sub-block length, 32 (Q4_K, Q5_K) or 16 (Q6_K) */
+    int vec; /* column panels: 1 for the AVX-512 VNNI kernel, 0 for its scalar twin */
 } kjob_t;
 
 static size_t panel_k_bytes(int k) {
@@ -1293,17 +1295,6 @@ int pcd_qgemm_bf16(int type, const uint8_t *w, int n, int k, const float *x, int
 #define KC (16 * KG) /* columns per panel */
 #define KR 6  /* rows per tile */
 
-typedef struct {
-    int type, k, n, rows, L; /* L: sub-block length, 32 (Q4_K, Q5_K) or 16 (Q6_K) */
-    const uint8_t *w;
-    int64_t rb;
-    const int8_t *xq;
-    const float *dx;
-    const int16_t *bs16;
-    float *y;
-    int64_t ldy;
-    int vec;
-} kcjob_t;
 
 /* Panel layout in the scratch, per group g of 16 columns (lane = column % 16):
  *   wp  [KG][k/4][16] int32: 4 quant bytes
@@ -1316,7 +1307,7 @@ static size_t panel_kc_bytes(int k) {
            (size_t)k + (size_t)k / 16 * 4 + (size_t)ns * 8 + 256;
 }
 
-static void decode_kc_panel(const kcjob_t *j, int c0, int nc, void *scratch) {
+static void decode_kc_panel(const kjob_t *j, int c0, int nc, void *scratch) {
     int k = j->k, ns = k / SB, L = j->L;
     int32_t *wp = (int32_t *)scratch;
     int32_t *scp = wp + (size_t)KG * 16 * (k / 4);
@@ -1350,7 +1341,7 @@ static void decode_kc_panel(const kcjob_t *j, int c0, int nc, void *scratch) {
 }
 
 /* The scalar twin: rows [r0, r0 + R), panel columns [0, nc). */
-static void kc_scalar(const kcjob_t *j, const void *scratch, int r0, int R, int c0, int nc) {
+static void kc_scalar(const kjob_t *j, const void *scratch, int r0, int R, int c0, int nc) {
     int k = j->k, ns = k / SB, L = j->L;
     const int32_t *wp = (const int32_t *)scratch;
     const int32_t *scp = wp + (size_t)KG * 16 * (k / 4);
@@ -1394,7 +1385,7 @@ static void kc_scalar(const kcjob_t *j, const void *scratch, int r0, int R, int 
 /* R rows x G groups of 16 columns; `mask`: the lanes of the last group to store. The
  * float sums live in y (one load and store per superblock), which leaves the registers
  * to the integer accumulators. */
-VNNI512_T AI void kc_avx512_rg(const int R, const int G, const int L, const kcjob_t *j,
+VNNI512_T AI void kc_avx512_rg(const int R, const int G, const int L, const kjob_t *j,
                                const void *scratch, int r0, int c0, __mmask16 mask) {
     const int k = j->k, ns = k / SB;
     const int32_t *wp = (const int32_t *)scratch;
@@ -1467,7 +1458,7 @@ VNNI512_T AI void kc_avx512_rg(const int R, const int G, const int L, const kcjo
     }
 }
 
-VNNI512_T static void kc_avx512(const kcjob_t *j, const void *scratch, int r0, int R, int c0, int nc) {
+VNNI512_T static void kc_avx512(const kjob_t *j, const void *scratch, int r0, int R, int c0, int nc) {
     int G = (nc + 15) / 16;
     __mmask16 mask = (__mmask16)(nc % 16 ? (1u << (nc % 16)) - 1 : 0xFFFF);
 #define KC_G(RR, LL)                                                                       \
@@ -1493,7 +1484,7 @@ VNNI512_T static void kc_avx512(const kcjob_t *j, const void *scratch, int r0, i
 #endif
 
 static void gemm_kc_task(void *ctx, int t, void *scratch) {
-    kcjob_t *j = (kcjob_t *)ctx;
+    kjob_t *j = (kjob_t *)ctx;
     int c0 = t * KC, nc = j->n - c0 < KC ? j->n - c0 : KC;
     decode_kc_panel(j, c0, nc, scratch);
     for (int r0 = 0; r0 < j->rows; r0 += KR) {
@@ -1518,7 +1509,8 @@ int pcd_qgemm_int8_kc(int type, const uint8_t *w, int n, int k, const int8_t *xq
     if (path == PATH_AUTO) path = have(PATH_AVX512VNNI) ? PATH_AVX512VNNI : PATH_SCALAR;
     if ((path != PATH_AVX512VNNI && path != PATH_SCALAR) || !have(path)) return 3;
     int bb = pcd_qgemm_block(type, 0);
-    kcjob_t j = {type, k, n, rows, type == T_Q6_K ? 16 : 32, w, (int64_t)(k / SB) * bb,
-                 xq, dx, bs16, y, ldy, path == PATH_AVX512VNNI};
+    kjob_t j = {.type = type, .k = k, .n = n, .rows = rows, .w = w, .rb = (int64_t)(k / SB) * bb,
+                .xq = xq, .dx = dx, .bs16 = bs16, .y = y, .ldy = ldy,
+                .L = type == T_Q6_K ? 16 : 32, .vec = path == PATH_AVX512VNNI};
     return run_parallel(gemm_kc_task, &j, (n + KC - 1) / KC, panel_kc_bytes(k), threads);
 }

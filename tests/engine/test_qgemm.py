@@ -139,12 +139,7 @@ def test_kquant_mode_is_bit_identical_on_every_path(name):
     for path in INT8_PATHS:
         np.testing.assert_array_equal(m.matmul(x, path=path, act_block=256), scalar, err_msg=path)
     # exact integers again: dx = 1 per superblock, small integer weights
-    raw = _exact_weights(name, n, k, rng)
-    wd = dequant(raw, name)
-    x = rng.integers(-127, 128, (rows, k)).astype(np.float32)
-    x[:, ::256] = 127.0
-    want = (x.astype(np.int64) @ wd.astype(np.int64).T).astype(np.float32)
-    m = qgemm.prepare(raw, name, (n, k))
+    m, x, want = _exact_superblock_case(name, n, k, rows, rng)
     for path in INT8_PATHS:
         np.testing.assert_array_equal(m.matmul(x, path=path, act_block=256), want, err_msg=path)
 
@@ -188,12 +183,7 @@ def test_column_kernels_are_bit_identical_and_rows_independent(name):
         for lo, hi in ((5, 6), (0, 4), (11, 17), (2, 9)):
             np.testing.assert_array_equal(m.matmul(x[lo:hi], path=path), scalar[lo:hi])
     # integer operands: every product and sum exact
-    raw = _exact_weights(name, n, k, rng)
-    wd = dequant(raw, name)
-    x = rng.integers(-127, 128, (rows, k)).astype(np.float32)
-    x[:, ::256] = 127.0
-    want = (x.astype(np.int64) @ wd.astype(np.int64).T).astype(np.float32)
-    m = qgemm.prepare(raw, name, (n, k))
+    m, x, want = _exact_superblock_case(name, n, k, rows, rng)
     for path in COL_PATHS:
         np.testing.assert_array_equal(m.matmul(x, path=path), want, err_msg=path)
 
@@ -250,6 +240,17 @@ def test_simd_paths_equal_the_scalar_path(name):
     for path in set(INT8_PATHS) - set(SAME_ORDER):
         diff = np.abs(m.matmul(x, path=path).astype(np.float64) - scalar)
         assert (diff <= bound).all(), (path, float((diff / bound).max()))
+
+
+def _exact_superblock_case(name: str, n: int, k: int, rows: int, rng: np.random.Generator):
+    """A K-quant matrix of small integers, integer activations whose every superblock's
+    max|x| is 127 (dx = 1 per 256, xq = x), and their exact product."""
+    raw = _exact_weights(name, n, k, rng)
+    wd = dequant(raw, name)
+    x = rng.integers(-127, 128, (rows, k)).astype(np.float32)
+    x[:, ::256] = 127.0
+    want = (x.astype(np.int64) @ wd.astype(np.int64).T).astype(np.float32)
+    return qgemm.prepare(raw, name, (n, k)), x, want
 
 
 def _exact_weights(name: str, n: int, k: int, rng: np.random.Generator) -> np.ndarray:
