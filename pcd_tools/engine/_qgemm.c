@@ -1307,13 +1307,27 @@ static size_t panel_kc_bytes(int k) {
            (size_t)k + (size_t)k / 16 * 4 + (size_t)ns * 8 + 256;
 }
 
+/* The panel's arrays in a task's scratch (the layout above). */
+typedef struct {
+    int32_t *wp, *scp, *mip;
+    float *dp, *fmp;
+} kcpanel_t;
+
+static kcpanel_t kc_panel(const void *scratch, int k, int L) {
+    kcpanel_t p;
+    p.wp = (int32_t *)scratch;
+    p.scp = p.wp + (size_t)KG * 16 * (k / 4);
+    p.mip = p.scp + (size_t)KG * 16 * (k / L);
+    p.dp = (float *)(p.mip + (size_t)KG * 16 * (k / 32));
+    p.fmp = p.dp + (size_t)KG * 16 * (k / SB);
+    return p;
+}
+
 static void decode_kc_panel(const kjob_t *j, int c0, int nc, void *scratch) {
     int k = j->k, ns = k / SB, L = j->L;
-    int32_t *wp = (int32_t *)scratch;
-    int32_t *scp = wp + (size_t)KG * 16 * (k / 4);
-    int32_t *mip = scp + (size_t)KG * 16 * (k / L);
-    float *dp = (float *)(mip + (size_t)KG * 16 * (k / 32));
-    float *fmp = dp + (size_t)KG * 16 * ns;
+    kcpanel_t P = kc_panel(scratch, k, L);
+    int32_t *wp = P.wp, *scp = P.scp, *mip = P.mip;
+    float *dp = P.dp, *fmp = P.fmp;
     int8_t *u = (int8_t *)(fmp + (size_t)KG * 16 * ns);
     int16_t *sc16 = (int16_t *)(u + k), *mi16 = sc16 + k / 16;
     float *d = (float *)(mi16 + k / 16), *fm = d + ns;
@@ -1343,11 +1357,9 @@ static void decode_kc_panel(const kjob_t *j, int c0, int nc, void *scratch) {
 /* The scalar twin: rows [r0, r0 + R), panel columns [0, nc). */
 static void kc_scalar(const kjob_t *j, const void *scratch, int r0, int R, int c0, int nc) {
     int k = j->k, ns = k / SB, L = j->L;
-    const int32_t *wp = (const int32_t *)scratch;
-    const int32_t *scp = wp + (size_t)KG * 16 * (k / 4);
-    const int32_t *mip = scp + (size_t)KG * 16 * (k / L);
-    const float *dp = (const float *)(mip + (size_t)KG * 16 * (k / 32));
-    const float *fmp = dp + (size_t)KG * 16 * ns;
+    kcpanel_t P = kc_panel(scratch, k, L);
+    const int32_t *wp = P.wp, *scp = P.scp, *mip = P.mip;
+    const float *dp = P.dp, *fmp = P.fmp;
     for (int r = r0; r < r0 + R; r++) {
         const int8_t *xr = j->xq + (int64_t)r * k;
         const int16_t *bs = j->bs16 + (int64_t)r * (k / 16);
@@ -1388,11 +1400,9 @@ static void kc_scalar(const kjob_t *j, const void *scratch, int r0, int R, int c
 VNNI512_T AI void kc_avx512_rg(const int R, const int G, const int L, const kjob_t *j,
                                const void *scratch, int r0, int c0, __mmask16 mask) {
     const int k = j->k, ns = k / SB;
-    const int32_t *wp = (const int32_t *)scratch;
-    const int32_t *scp = wp + (size_t)KG * 16 * (k / 4);
-    const int32_t *mip = scp + (size_t)KG * 16 * (k / L);
-    const float *dp = (const float *)(mip + (size_t)KG * 16 * (k / 32));
-    const float *fmp = dp + (size_t)KG * 16 * ns;
+    kcpanel_t P = kc_panel(scratch, k, L);
+    const int32_t *wp = P.wp, *scp = P.scp, *mip = P.mip;
+    const float *dp = P.dp, *fmp = P.fmp;
     const int8_t *xq = j->xq + (int64_t)r0 * k;
     const int16_t *bs = j->bs16 + (int64_t)r0 * (k / 16);
     const float *dx = j->dx + (int64_t)r0 * ns;

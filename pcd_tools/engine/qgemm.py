@@ -297,8 +297,9 @@ class QuantizedMatrix:
             return y.reshape(*lead, self.n)
         raw = self.raw.ctypes.data
         if mode == "int8":
-            pid = 0 if path is None else PATHS.get(path, COLUMN_PATHS.get(path, -1))
-            if pid in (-1, PATHS["avx512bf16"]) and path not in COLUMN_PATHS:
+            cols = path in COLUMN_PATHS
+            pid = 0 if path is None else (COLUMN_PATHS if cols else PATHS).get(path, -1)
+            if pid in (-1, PATHS["avx512bf16"]) and not cols:
                 raise InvalidArgumentError(
                     f"int8 kernel {path!r} is unknown; one of: scalar, avx2, avxvnni, "
                     f"avx512vnni, {', '.join(COLUMN_PATHS)}"
@@ -307,18 +308,11 @@ class QuantizedMatrix:
                 raise InvalidArgumentError(
                     f"this CPU cannot run the {path} kernel; it runs {available_paths()}"
                 )
-            cols = path in COLUMN_PATHS
-            if cols:
-                pid = COLUMN_PATHS[str(path)]
-                if not self.kquant or act_block not in (None, 256):
-                    raise InvalidArgumentError(
-                        f"the {path} kernel takes K-quant weights (Q4_K, Q5_K, Q6_K) with "
-                        f"act_block 256; got a {self.type_name} matrix, act_block {act_block!r}"
-                    )
-                if not lib.pcd_qgemm_has_path(pid):
-                    raise InvalidArgumentError(
-                        f"this CPU cannot run the {path} kernel; it runs {available_paths()}"
-                    )
+            if cols and (not self.kquant or act_block not in (None, 256)):
+                raise InvalidArgumentError(
+                    f"the {path} kernel takes K-quant weights (Q4_K, Q5_K, Q6_K) with "
+                    f"act_block 256; got a {self.type_name} matrix, act_block {act_block!r}"
+                )
             block = (256 if cols else 32) if act_block is None else act_block
             cols = cols or (
                 path is None and block == 256 and lib.pcd_qgemm_has_path(PATHS["avx512vnni"])

@@ -112,19 +112,29 @@ def test_int8_equals_float64_of_the_same_quantized_operands(name, path):
 KQUANTS = ["Q4_K", "Q5_K", "Q6_K"]
 
 
-@pytest.mark.parametrize("path", INT8_PATHS)
+# the column-panel kernels (vpdpbusd across 16 output columns), K-quants per 256 only
+COL_PATHS = ["scalar-cols"] + (["avx512vnni-cols"] if "avx512vnni" in INT8_PATHS else [])
+
+
+@pytest.mark.parametrize("path", INT8_PATHS + COL_PATHS)
 @pytest.mark.parametrize("name", KQUANTS)
 def test_kquant_mode_equals_float64_of_the_same_quantized_operands(name, path):
-    """act_block=256: activations per superblock, sub-block scales in the integer sums."""
+    """act_block=256: activations per superblock, sub-block scales in the integer sums.
+    Rows 13 = column-kernel tiles of 6, 6 and 1; columns 37 = a full column panel of 32
+    and a partial one of 5 lanes."""
     rng = np.random.default_rng(12)
     n, k, rows = 37, 768, 13
     raw = weights(name, n, k, rng)
     wd = dequant(raw, name)
     x = (rng.standard_normal((rows, k)) * rng.uniform(0.1, 10, (rows, 1))).astype(np.float32)
     ref, bound = reference(x, wd, block=256)
-    y = qgemm.prepare(raw, name, (n, k)).matmul(x, path=path, threads=2, act_block=256)
+    m = qgemm.prepare(raw, name, (n, k))
+    y = m.matmul(x, path=path, threads=2, act_block=256)
     err = np.abs(y - ref)
     assert (err <= 2e-6 * bound + 1e-30).all(), f"max err/bound {(err / bound).max():.3g}"
+    if path in COL_PATHS:  # the 8-lane K kernels sum the same products in another order
+        k256 = m.matmul(x, path="scalar", act_block=256)
+        assert (np.abs(y - k256) <= 4e-6 * bound + 1e-30).all()
 
 
 @pytest.mark.parametrize("name", KQUANTS)
@@ -142,29 +152,6 @@ def test_kquant_mode_is_bit_identical_on_every_path(name):
     m, x, want = _exact_superblock_case(name, n, k, rows, rng)
     for path in INT8_PATHS:
         np.testing.assert_array_equal(m.matmul(x, path=path, act_block=256), want, err_msg=path)
-
-
-COL_PATHS = ["scalar-cols"] + (["avx512vnni-cols"] if "avx512vnni" in INT8_PATHS else [])
-
-
-@pytest.mark.parametrize("path", COL_PATHS)
-@pytest.mark.parametrize("name", KQUANTS)
-def test_column_kernels_equal_float64_of_the_same_quantized_operands(name, path):
-    """The column-panel kernels (vpdpbusd across 16 output columns): rows 13 = tiles of
-    6, 6 and 1, columns 37 = a full panel of 32 and a partial one of 5 lanes."""
-    rng = np.random.default_rng(22)
-    n, k, rows = 37, 768, 13
-    raw = weights(name, n, k, rng)
-    wd = dequant(raw, name)
-    x = (rng.standard_normal((rows, k)) * rng.uniform(0.1, 10, (rows, 1))).astype(np.float32)
-    ref, bound = reference(x, wd, block=256)
-    m = qgemm.prepare(raw, name, (n, k))
-    y = m.matmul(x, path=path, threads=2)
-    err = np.abs(y - ref)
-    assert (err <= 2e-6 * bound + 1e-30).all(), f"max err/bound {(err / bound).max():.3g}"
-    # the 8-lane K micro kernels sum the same products in another float order
-    k256 = m.matmul(x, path="scalar", act_block=256)
-    assert (np.abs(y - k256) <= 4e-6 * bound + 1e-30).all()
 
 
 @pytest.mark.parametrize("name", KQUANTS)
