@@ -3,8 +3,10 @@
  * Attention runs one block of query rows at a time. For each (batch row, head, block)
  * the kernel computes the block's scores
  * with the bound BLAS (`cblas_sgemm`, passed in as a pointer), normalises them in place
- * while they are still in the core's L2 cache (mask, max, exp, sum in one sweep per row),
- * multiplies by V with the same BLAS and divides by the row sums. The full score matrix
+ * while they are still in the core's L2 cache (mask, max, exp in one sweep per row), then
+ * sums each row's nonzero weights and multiplies them by V in SIMD over the features, in
+ * key order over those weights only, and divides by the sum: a query's output does not
+ * depend on the masked keys beside it (see "composition-invariant sums"). The full score matrix
  * (1,398 x 1,552 floats per head group for a 466-token pass) never goes to memory, and
  * for a causal pass the masked keys past each block are never computed.
  *
@@ -38,6 +40,10 @@ typedef struct {
     int b, h, kh, lq, s, d, causal, block, nqb, ntasks;
     float scale;
     softmax_row_t softmax_row;
+    int (*compact)(const float *restrict, int, float *restrict, int32_t *restrict);
+    float (*lane_sum)(const float *restrict, int);
+    void (*pv_row)(const float *restrict, const int32_t *restrict, int, const float *restrict,
+                   int64_t, float *restrict, int, float);
 } job_t;
 
 /* Runs fn(ctx, task, scratch) for every task in [0, ntasks) on `threads` threads, each
@@ -219,17 +225,193 @@ __attribute__((target("avx2,fma"))) static float softmax_row_avx2(
         _mm256_storeu_ps(row + j, e);
         acc = _mm256_add_ps(acc, e);
     }
+    if (n > full) { /* the tail through the same vector exp: one key, one value anywhere */
+        __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - full), lane);
+        __m256 e = exp_neg8(_mm256_sub_ps(_mm256_maskload_ps(row + full, keep), m));
+        e = _mm256_and_ps(e, _mm256_castsi256_ps(keep));
+        _mm256_maskstore_ps(row + full, keep, e);
+        acc = _mm256_add_ps(acc, e);
+    }
     _mm256_storeu_ps(lanes, acc);
     float sum = 0.0f;
     for (int i = 0; i < 8; i++) sum += lanes[i];
-    for (int j = full; j < n; j++) {
-        row[j] = exp_neg(row[j] - mx);
-        sum += row[j];
-    }
     for (int j = n; j < width; j++) row[j] = 0.0f;
     return sum;
 }
 #endif
+
+/* ---- composition-invariant sums ------------------------------------------------------
+ * A query's weights are summed, and multiplied by V, over its nonzero weights only, in key
+ * order, with lanes taken by the weight's rank among them, never by the key's position.
+ * Masked keys add nothing and shift nothing, so a query's output does not depend on which
+ * other keys share the call (the packed fields pass against one prompt per candidate, a
+ * pruned pass against an exhaustive one, how rows are split over threads): bit-identical,
+ * given the same scores. 8-bit activations downstream round a float32-sized difference to
+ * a whole step, so this is what keeps int8 scores exact (issue 31). */
+
+/* The nonzero weights of row[0, n) and their key indices, in key order; returns how many. */
+static int compact_scalar(const float *restrict row, int n, float *restrict pv,
+                          int32_t *restrict idx) {
+    int c = 0;
+    for (int j = 0; j < n; j++)
+        if (row[j] != 0.0f) pv[c] = row[j], idx[c++] = j;
+    return c;
+}
+
+/* The sum of pv[0, n) in the path's lanes (lane = rank mod width), then a fixed tree. */
+static float lane_sum_scalar(const float *restrict pv, int n) {
+    float s = 0.0f;
+    for (int t = 0; t < n; t++) s += pv[t];
+    return s;
+}
+
+/* out[0, d) = inv * sum_t pv[t] * v[idx[t]], each feature summed in rank order. */
+static void pv_row_scalar(const float *restrict pv, const int32_t *restrict idx, int n,
+                          const float *restrict v, int64_t v_sr, float *restrict out, int d,
+                          float inv) {
+    for (int c = 0; c < d; c++) out[c] = 0.0f;
+    for (int t = 0; t < n; t++) {
+        const float *vr = v + (int64_t)idx[t] * v_sr;
+        float p = pv[t];
+        for (int c = 0; c < d; c++) out[c] += p * vr[c];
+    }
+    for (int c = 0; c < d; c++) out[c] *= inv;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx512f"))) static int compact_avx512(const float *restrict row, int n,
+                                                             float *restrict pv,
+                                                             int32_t *restrict idx) {
+    int c = 0, j = 0;
+    __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (; j < n; j += 16) {
+        __mmask16 in = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1u);
+        __m512 x = _mm512_maskz_loadu_ps(in, row + j);
+        __mmask16 nz = _mm512_mask_cmp_ps_mask(in, x, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+        _mm512_mask_compressstoreu_ps(pv + c, nz, x);
+        _mm512_mask_compressstoreu_epi32(idx + c, nz,
+                                         _mm512_add_epi32(lane, _mm512_set1_epi32(j)));
+        c += __builtin_popcount((unsigned)nz);
+    }
+    return c;
+}
+
+__attribute__((target("avx512f"))) static float lane_sum_avx512(const float *restrict pv, int n) {
+    __m512 acc = _mm512_setzero_ps();
+    int t = 0;
+    for (; t + 16 <= n; t += 16) acc = _mm512_add_ps(acc, _mm512_loadu_ps(pv + t));
+    if (t < n) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps((__mmask16)((1u << (n - t)) - 1u), pv + t));
+    return _mm512_reduce_add_ps(acc);
+}
+
+/* NC vectors of 16 features, accumulated in registers over every weight. */
+#define PV512(NC)                                                                          \
+    do {                                                                                   \
+        __m512 acc[NC];                                                                    \
+        for (int u = 0; u < NC; u++) acc[u] = _mm512_setzero_ps();                         \
+        for (int t = 0; t < n; t++) {                                                      \
+            const float *vr = v + (int64_t)idx[t] * v_sr + c0;                             \
+            __m512 p = _mm512_set1_ps(pv[t]);                                              \
+            for (int u = 0; u < NC; u++)                                                   \
+                acc[u] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vr + 16 * u), acc[u]);          \
+        }                                                                                  \
+        for (int u = 0; u < NC; u++)                                                       \
+            _mm512_storeu_ps(out + c0 + 16 * u, _mm512_mul_ps(acc[u], vinv));               \
+        c0 += 16 * NC;                                                                     \
+    } while (0)
+
+__attribute__((target("avx512f"))) static void pv_row_avx512(
+    const float *restrict pv, const int32_t *restrict idx, int n, const float *restrict v,
+    int64_t v_sr, float *restrict out, int d, float inv) {
+    if (d % 16) {
+        pv_row_scalar(pv, idx, n, v, v_sr, out, d, inv);
+        return;
+    }
+    __m512 vinv = _mm512_set1_ps(inv);
+    int c0 = 0;
+    while (d - c0 >= 128) PV512(8);
+    if (d - c0 >= 64) PV512(4);
+    if (d - c0 >= 32) PV512(2);
+    if (d - c0 >= 16) PV512(1);
+}
+
+__attribute__((target("avx2,fma"))) static float lane_sum_avx2(const float *restrict pv, int n) {
+    __m256 acc = _mm256_setzero_ps();
+    int t = 0;
+    for (; t + 8 <= n; t += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(pv + t));
+    if (t < n) {
+        __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - t),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        acc = _mm256_add_ps(acc, _mm256_maskload_ps(pv + t, keep));
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc);
+    return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+           ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+}
+
+#define PV256(NC)                                                                          \
+    do {                                                                                   \
+        __m256 acc[NC];                                                                    \
+        for (int u = 0; u < NC; u++) acc[u] = _mm256_setzero_ps();                         \
+        for (int t = 0; t < n; t++) {                                                      \
+            const float *vr = v + (int64_t)idx[t] * v_sr + c0;                             \
+            __m256 p = _mm256_set1_ps(pv[t]);                                              \
+            for (int u = 0; u < NC; u++)                                                   \
+                acc[u] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr + 8 * u), acc[u]);           \
+        }                                                                                  \
+        for (int u = 0; u < NC; u++)                                                       \
+            _mm256_storeu_ps(out + c0 + 8 * u, _mm256_mul_ps(acc[u], vinv));                \
+        c0 += 8 * NC;                                                                      \
+    } while (0)
+
+__attribute__((target("avx2,fma"))) static void pv_row_avx2(
+    const float *restrict pv, const int32_t *restrict idx, int n, const float *restrict v,
+    int64_t v_sr, float *restrict out, int d, float inv) {
+    if (d % 8) {
+        pv_row_scalar(pv, idx, n, v, v_sr, out, d, inv);
+        return;
+    }
+    __m256 vinv = _mm256_set1_ps(inv);
+    int c0 = 0;
+    while (d - c0 >= 64) PV256(8);
+    if (d - c0 >= 32) PV256(4);
+    if (d - c0 >= 16) PV256(2);
+    if (d - c0 >= 8) PV256(1);
+}
+#endif
+
+typedef struct {
+    int width; /* 512, 256 or 1 */
+    softmax_row_t softmax_row;
+    int (*compact)(const float *restrict, int, float *restrict, int32_t *restrict);
+    float (*lane_sum)(const float *restrict, int);
+    void (*pv_row)(const float *restrict, const int32_t *restrict, int, const float *restrict,
+                   int64_t, float *restrict, int, float);
+} attn_path_t;
+
+/* The attention code path: `path` as for `pick_softmax_row`; width 0 if unavailable. */
+static attn_path_t pick_attention(int path) {
+    attn_path_t a = {0, 0, 0, 0, 0};
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if ((path == 0 || path == 512) && __builtin_cpu_supports("avx512f")) {
+        attn_path_t w = {512, softmax_row_avx512, compact_avx512, lane_sum_avx512, pv_row_avx512};
+        return w;
+    }
+    if ((path == 0 || path == 256) && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma")) {
+        attn_path_t w = {256, softmax_row_avx2, compact_scalar, lane_sum_avx2, pv_row_avx2};
+        return w;
+    }
+#endif
+    if (path == 0 || path == 1) {
+        attn_path_t w = {1, softmax_row_scalar, compact_scalar, lane_sum_scalar, pv_row_scalar};
+        return w;
+    }
+    return a;
+}
 
 /* The softmax code path: `path` 0 for the best this CPU has, or 512, 256 or 1 to ask for
  * one (tests); NULL if the one asked for is not available here. */
@@ -242,11 +424,6 @@ static softmax_row_t pick_softmax_row(int path) {
         return softmax_row_avx2;
 #endif
     return (path == 0 || path == 1) ? softmax_row_scalar : 0;
-}
-
-static void scale_rows(float *restrict out, const float *restrict inv, int m, int d) {
-    for (int r = 0; r < m; r++)
-        for (int j = 0; j < d; j++) out[(int64_t)r * d + j] *= inv[r];
 }
 
 static void attention_task(void *ctx, int t, void *scratch) {
@@ -265,32 +442,39 @@ static void attention_task(void *ctx, int t, void *scratch) {
     const float *k = jb->k + bb * jb->k_sb + (hh / g) * jb->k_sh;
     const float *v = jb->v + bb * jb->v_sb + (hh / g) * jb->v_sh;
     float *out = jb->out + (((int64_t)bb * jb->h + hh) * jb->lq + i0) * jb->d;
+    float *pv = inv + jb->block;
+    int32_t *idx = (int32_t *)(pv + jb->s);
     jb->gemm(ROW_MAJOR, NO_TRANS, TRANS, m, width, jb->d, jb->scale, q, (int)jb->q_sr, k,
              (int)jb->k_sr, 0.0f, buf, width);
     for (int r = 0; r < m; r++) {
         int n = jb->causal ? past + i0 + r + 1 : width;
         const float *madd = jb->mask ? jb->mask + bb * jb->m_sb + (int64_t)(i0 + r) * jb->s : 0;
-        float sum = jb->softmax_row(buf + (int64_t)r * width, madd, n, width);
-        inv[r] = 1.0f / sum;
+        float *row = buf + (int64_t)r * width;
+        jb->softmax_row(row, madd, n, width);
+        /* sum and product over the row's nonzero weights in rank order (see above) */
+        int nz = jb->compact(row, n, pv, idx);
+        float sum = jb->lane_sum(pv, nz);
+        jb->pv_row(pv, idx, nz, v, jb->v_sr, out + (int64_t)r * jb->d, jb->d, 1.0f / sum);
     }
-    jb->gemm(ROW_MAJOR, NO_TRANS, NO_TRANS, m, jb->d, width, 1.0f, buf, width, v,
-             (int)jb->v_sr, 0.0f, out, jb->d);
-    scale_rows(out, inv, m, jb->d);
 }
 
 /* Attention of q (B, H, Lq, D) over k, v (B, KH, S, D) into out (B, H, Lq, D), contiguous.
  * `strides` holds the q, k and v strides in floats: batch, head, row for each (9 values).
  * `mask` is NULL, or additive (B or 1, Lq, S) with batch stride `m_sb`. `causal` masks
  * key j > S - Lq + i for query i. Returns 0 on success, nonzero on failure. */
-int pcd_attention(void *gemm, const float *q, const float *k, const float *v, float *out,
-                  const int64_t *strides, const float *mask, int64_t m_sb, int b, int h, int kh,
-                  int lq, int s, int d, float scale, int causal, int block, int threads) {
-    if (!gemm || b < 1 || h < 1 || kh < 1 || h % kh || lq < 1 || s < lq || d < 1 || block < 1)
+int pcd_attention_path(int path, void *gemm, const float *q, const float *k, const float *v,
+                       float *out, const int64_t *strides, const float *mask, int64_t m_sb, int b,
+                       int h, int kh, int lq, int s, int d, float scale, int causal, int block,
+                       int threads) {
+    attn_path_t ap = pick_attention(path);
+    if (!ap.width || !gemm || b < 1 || h < 1 || kh < 1 || h % kh || lq < 1 || s < lq || d < 1 ||
+        block < 1)
         return 1;
     job_t jb;
     memset(&jb, 0, sizeof jb);
     jb.gemm = (sgemm_t)gemm;
-    jb.softmax_row = pick_softmax_row(0);
+    jb.softmax_row = ap.softmax_row;
+    jb.compact = ap.compact, jb.lane_sum = ap.lane_sum, jb.pv_row = ap.pv_row;
     jb.q = q, jb.k = k, jb.v = v, jb.out = out, jb.mask = mask;
     jb.q_sb = strides[0], jb.q_sh = strides[1], jb.q_sr = strides[2];
     jb.k_sb = strides[3], jb.k_sh = strides[4], jb.k_sr = strides[5];
@@ -301,8 +485,17 @@ int pcd_attention(void *gemm, const float *q, const float *k, const float *v, fl
     jb.block = (lq + jb.nqb - 1) / jb.nqb; /* even blocks: 152 rows -> 2 x 76, not 128 + 24 */
     jb.causal = causal, jb.scale = scale;
     jb.ntasks = b * h * jb.nqb;
-    size_t scratch = sizeof(float) * ((size_t)jb.block * s + jb.block);
+    /* scores (block x s), 1 / sums (block), a row's nonzero weights and their keys (2 x s) */
+    size_t scratch = sizeof(float) * ((size_t)jb.block * s + jb.block + 2 * (size_t)s);
     return run_parallel(attention_task, &jb, jb.ntasks, scratch, threads);
+}
+
+/* Attention on the best code path this CPU has (`pcd_attention_path` with path 0). */
+int pcd_attention(void *gemm, const float *q, const float *k, const float *v, float *out,
+                  const int64_t *strides, const float *mask, int64_t m_sb, int b, int h, int kh,
+                  int lq, int s, int d, float scale, int causal, int block, int threads) {
+    return pcd_attention_path(0, gemm, q, k, v, out, strides, mask, m_sb, b, h, kh, lq, s, d,
+                              scale, causal, block, threads);
 }
 
 /* silu(g) * x = g * sigmoid(g) * x, with sigmoid(g) = 1 / (1 + e) for g >= 0 and

@@ -65,7 +65,7 @@ _native: Any = None
 
 
 @contextlib.contextmanager
-def active(on: bool = True, threads: int = 1) -> Iterator[None]:
+def active(on: bool = True, threads: int = 1, every_size: bool = False) -> Iterator[None]:
     """Turns the kernels on (or off) for model calls made by this thread.
 
     Args:
@@ -73,17 +73,32 @@ def active(on: bool = True, threads: int = 1) -> Iterator[None]:
         threads: Threads the native attention may use. The caller promises that the
             bound BLAS runs at this many threads meanwhile; the kernel sets it to 1
             while its own threads call it, then back to `threads`.
+        every_size: Attention and SwiGLU take the kernels at every call size, not only
+            where they are faster (`MIN_SCORES`, `MIN_GATE`): a row's numbers then do not
+            depend on the size of the call it is in. Engines over file-encoded (GGUF)
+            matrices ask for it: they sync at every matrix product anyway, and in int8 or
+            bf16 a float32-sized difference is rounded up to a whole activation step.
     """
-    prev = getattr(_state, "on", False), getattr(_state, "threads", 1)
-    _state.on, _state.threads = on, max(1, int(threads))
+    prev = (
+        getattr(_state, "on", False),
+        getattr(_state, "threads", 1),
+        getattr(_state, "every", False),
+    )
+    _state.on, _state.threads, _state.every = on, max(1, int(threads)), bool(every_size)
     try:
         yield
     finally:
-        _state.on, _state.threads = prev
+        _state.on, _state.threads, _state.every = prev
 
 
 def _on() -> bool:
     return bool(getattr(_state, "on", False))
+
+
+def _small(size: int, least: int) -> bool:
+    """Whether a call of `size` work is left to MLX (below `least`, unless every size
+    goes through the kernels on this thread)."""
+    return size < least and not getattr(_state, "every", False)
 
 
 def _masks() -> OrderedDict[Any, tuple[Any, np.ndarray]]:
@@ -235,7 +250,7 @@ def sdpa(
         or keys.dtype != mx.float32
         or values.dtype != mx.float32
         or h % kh
-        or b * h * lq * s < MIN_SCORES
+        or _small(b * h * lq * s, MIN_SCORES)
     ):
         return original(queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks)
     if mask is not None and not isinstance(mask, str):
@@ -344,7 +359,7 @@ def swiglu(gate: Any, x: Any) -> Any:
         or gate.dtype != mx.float32
         or x.dtype != mx.float32
         or gate.shape != x.shape
-        or gate.size < MIN_GATE
+        or _small(gate.size, MIN_GATE)
     ):
         return _ORIGINALS["swiglu"](gate, x)
     mx.eval(gate, x)

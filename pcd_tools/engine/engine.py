@@ -123,6 +123,12 @@ class Engine:
         if cpu_kernels is None:
             cpu_kernels = device == "cpu" and os.environ.get("PCD_CPU_KERNELS", "1") != "0"
         self.cpu_kernels = bool(cpu_kernels) and device == "cpu" and _kernels.install(model)
+        # Over file-encoded matrices every attention and SwiGLU call takes the kernels,
+        # whatever its size, so that a row's scores do not depend on the call it is in
+        # (in int8 / bf16 a float32 rounding difference becomes a whole activation step).
+        self.every_size = self.cpu_kernels and any(
+            getattr(m, "gguf_encoded", False) for _, m in model.named_modules()
+        )
         self.decode = check_decode(decode)
         if self.decode == "int8":
             decoder_for(self)  # build now: say at load time when it cannot run
@@ -131,7 +137,7 @@ class Engine:
 
     def kernels(self) -> Any:
         """Context manager: this engine's kernel choice for model calls on this thread."""
-        return _kernels.active(self.cpu_kernels, threads=self.threads)
+        return _kernels.active(self.cpu_kernels, threads=self.threads, every_size=self.every_size)
 
     def fit_threads(self) -> int:
         """Sizes BLAS threads and CPU streams for the request about to run (call it under
@@ -188,6 +194,7 @@ class Engine:
             kernels=self.cpu_kernels,
             blas_threads=self.stream_blas_threads,
             after=self.threads,
+            every_size=self.every_size,
         )
 
     # --- plans and the prefix cache -------------------------------------------------------

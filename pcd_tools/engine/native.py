@@ -191,6 +191,8 @@ def load_cpu_kernels(gemm: int | None) -> tuple[Any, str]:
     lib.pcd_attention.argtypes = [p, p, p, p, p, p, p, i64, *[i32] * 6, ctypes.c_float]
     lib.pcd_attention.argtypes += [i32, i32, i32]
     lib.pcd_attention.restype = i32
+    lib.pcd_attention_path.argtypes = [i32, *lib.pcd_attention.argtypes]
+    lib.pcd_attention_path.restype = i32
     lib.pcd_attention_simd_width.restype = i32
     lib.pcd_swiglu.argtypes = [p, p, p, i64, i32, i32]
     lib.pcd_swiglu.restype = i32

@@ -124,6 +124,7 @@ def run_on_workers(
     kernels: bool,
     blas_threads: int,
     after: int = ALL_THREADS,
+    every_size: bool = False,
 ) -> list[Any]:
     """Runs `jobs` at once on the shared pool of `n_workers` stream workers.
 
@@ -133,13 +134,14 @@ def run_on_workers(
         kernels: Whether the jobs' model calls go through the CPU kernels.
         blas_threads: BLAS threads while the jobs run.
         after: BLAS threads afterwards (the request's count; all usable CPUs by default).
+        every_size: The kernels take every call size (`cpu_kernels.active`).
 
     Returns:
         The jobs' results, in order. A job's exception is raised here.
     """
 
     def run(job: Callable[[], Any]) -> Any:
-        with cpu_kernels.active(kernels, threads=blas_threads):
+        with cpu_kernels.active(kernels, threads=blas_threads, every_size=every_size):
             return job()
 
     set_blas_threads(blas_threads)

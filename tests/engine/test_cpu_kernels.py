@@ -284,6 +284,85 @@ def test_softmax_row_on_every_code_path(lib, n, width):
     assert lib.pcd_softmax_row(7, _row(x.copy()), None, n, width) == -1.0  # no such path
 
 
+def _attend(lib, path, q, k, v, mask, threads=1, block=K.BLOCK_ROWS, causal=0):
+    """`pcd_attention_path` on float32 numpy arrays (B = 1); mask additive (Lq, S) or None."""
+    _, h, lq, d = q.shape
+    kh, s = k.shape[1], k.shape[2]
+    out = np.full((1, h, lq, d), np.nan, np.float32)
+    strides = [h * lq * d, lq * d, d, kh * s * d, s * d, d, kh * s * d, s * d, d]
+    rc = lib.pcd_attention_path(
+        path, lib.gemm, _row(q), _row(k), _row(v), _row(out), (ctypes.c_int64 * 9)(*strides),
+        None if mask is None else _row(mask), 0, 1, h, kh, lq, s, d, 0.125, causal, block,
+        threads,
+    )  # fmt: skip
+    assert rc == 0, f"path {path}"
+    return out
+
+
+@pytest.mark.parametrize("d", [64, 128, 40])
+def test_a_query_attends_the_same_whatever_masked_keys_share_its_call(lib, d):
+    """A packed pass puts a candidate's tokens among other candidates' (masked) keys; a
+    pruned pass or another thread count puts them elsewhere. A query's output must be
+    bit-identical to the one it gets alone after the prefix (one prompt per candidate):
+    8-bit activations downstream turn a float32 rounding difference into a whole step."""
+    rng = np.random.default_rng(d)
+    f, neg = np.float32, np.finfo(np.float32).min
+    h, kh, past, chain = 6, 2, 333, 7
+    pre_k, pre_v = (rng.normal(size=(1, kh, past, d)).astype(f) for _ in range(2))
+    ck, cv = (rng.normal(size=(1, kh, chain, d)).astype(f) for _ in range(2))
+    cq = (rng.normal(size=(1, h, chain, d)) * 3).astype(f)
+    # alone: the prefix, then the chain causally (the reference: one prompt per candidate)
+    alone_k, alone_v = np.concatenate([pre_k, ck], 2), np.concatenate([pre_v, cv], 2)
+    sees = np.arange(chain)[:, None] >= np.arange(chain)[None, :]
+    causal_mask = np.where(sees, 0.0, neg).astype(f)
+    alone_mask = np.concatenate([np.zeros((chain, past), f), causal_mask], 1)
+    # packed: the chain's tokens scattered among 90 other tokens, which it must not see
+    n = 97
+    at = np.sort(rng.choice(n, size=chain, replace=False))
+    pk, pv = (rng.normal(size=(1, kh, n, d)).astype(f) for _ in range(2))
+    pq = (rng.normal(size=(1, h, n, d)) * 3).astype(f)
+    pk[:, :, at], pv[:, :, at], pq[:, :, at] = ck, cv, cq
+    keep = rng.random((n, n)) > 0.5
+    keep[at] = False
+    keep[np.ix_(at, at)] = causal_mask == 0
+    packed_mask = np.concatenate([np.zeros((n, past), f), np.where(keep, 0.0, neg).astype(f)], 1)
+    packed_k, packed_v = np.concatenate([pre_k, pk], 2), np.concatenate([pre_v, pv], 2)
+    for p in _paths(lib):
+        alone = _attend(lib, p, cq, alone_k, alone_v, alone_mask)
+        # the same rows from the causal code path (a prefill): identical too
+        causal = _attend(lib, p, cq, alone_k, alone_v, None, causal=1)
+        assert np.array_equal(alone, causal), f"path {p}"
+        for threads, block in ((1, K.BLOCK_ROWS), (2, 16), (3, 5)):
+            packed = _attend(lib, p, pq, packed_k, packed_v, packed_mask, threads, block)
+            assert np.array_equal(packed[:, :, at], alone), f"path {p}, {threads} threads"
+        want = reference(mx.array(cq), mx.array(alone_k), mx.array(alone_v), 0.125, alone_mask)
+        np.testing.assert_allclose(alone, want, rtol=1e-5, atol=2e-5, err_msg=f"path {p}")
+
+
+def test_every_size_sends_small_calls_through_the_kernels_too(lib, monkeypatch):
+    """Engines over file-encoded matrices ask for every call size (`Engine.every_size`):
+    a two-row call must then take the same kernel as a large one."""
+    rng = np.random.default_rng(11)
+    q, k, v = _qkv(rng, 1, 3, 1, 2, 40)  # 240 scores: below MIN_SCORES
+    g = mx.array(rng.normal(size=(2, 50)).astype(np.float32))
+    seen = []
+    real = K._native_sdpa
+    monkeypatch.setattr(K, "_native_sdpa", lambda *a: seen.append("sdpa") or real(*a))
+    with K.active(True):
+        K.sdpa(q, k, v, None, 0.2, "causal")
+        small = np.asarray(K.swiglu(g, g))
+    assert seen == []  # MLX's own ops: faster at this size
+    with K.active(True, every_size=True):
+        K.sdpa(q, k, v, None, 0.2, "causal")
+        every = np.asarray(K.swiglu(g, g))
+    assert seen == ["sdpa"]
+    out = np.empty((2, 50), np.float32)
+    gn = np.asarray(g)
+    assert lib.pcd_swiglu(_row(gn), _row(gn), _row(out), gn.size, 1, 0) == 0
+    assert np.array_equal(every, out)  # the native SwiGLU's own numbers
+    np.testing.assert_allclose(small, every, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("n", [0, 5, 16, 1000, 16384 * 3 + 7])
 def test_swiglu_on_every_code_path_and_thread_count(lib, n):
     rng = np.random.default_rng(n)
