@@ -324,7 +324,7 @@ def child_pcd(
     decider = (
         Decider.load(path, dtype="quantized", compute="int8")
         if dtype == "int8"
-        else Decider.load(path, dtype=dtype, compute="float32")
+        else Decider.load(path, dtype=dtype, compute="float32")  # auto may pick int8
     )
     load_s = time.perf_counter() - t0
     out: dict[str, Any] = {

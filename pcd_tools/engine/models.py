@@ -264,8 +264,12 @@ def _from_gguf(
 
         set_compute(model, compute)
         mode = compute
-    else:  # "auto": float32 (int8 is opt-in: see load_model's `compute`)
-        mode = "float32"
+    else:  # "auto": int8 for K-quant files on AVX-512 VNNI, else float32 (auto_compute)
+        from .qweights import auto_compute, set_compute
+
+        mode = auto_compute(model) if compute == "auto" else "float32"
+        if mode != "float32":
+            set_compute(model, mode)
     return LoadedModel(
         model=model,
         tokenizer=tok,
@@ -488,22 +492,22 @@ def load_model(
             (about 4 bytes a weight: 5-8x a 4-bit file). `"float16"` and `"bfloat16"` cast
             every weight; `"keep"` keeps MLX's own decoding of the stored weights.
         compute: One of `COMPUTES`: the arithmetic of the passes' matrix products on CPU.
-            `"auto"` reads `PCD_COMPUTE` if set, else is `"float32"`. int8 is opt-in: on
-            AVX-512 VNNI CPUs its column-panel kernel makes a K-quant 1.5B 2.5-3x faster,
-            but there its scores were measured to depend on how a pass is composed (up to
-            0.14 in log-probability between the pruned and the exhaustive pass, and with the
-            thread count), which float32 does not (5e-6); on AVX2 the int8 kernels ran at
-            0.61-0.89x of the float32 route (BENCHMARKS.md, "Quantized GEMM kernels").
-            `"int8"` multiplies a GGUF file's blocks by activations quantized to 8 bits, per
-            block of 32, or per 256 for K-quant matrices (llama.cpp's Q8_K), as llama.cpp
-            does (kernels picked at run time: AVX-512 VNNI, AVX-VNNI, AVX2 or portable C;
-            `pcd_tools.engine.qgemm`); `"bf16"` rounds both sides to bfloat16 (AVX-512 BF16
-            CPUs only). Both keep the weights in the file's encoding (also under
-            `dtype="auto"`) and move scores away from float32's (at 1.5B in int8 by up to a
-            few hundredths, flipping near ties: EVAL.md, "Compute modes"); on the tiny test
-            model PCD stays exact for the numbers they compute (every candidate's prompt
-            runs through the same kernels), at 1.5B in int8 see the composition dependence
-            above. Tensors without an int8 kernel (F16, BF16) stay float32.
+            `"auto"` reads `PCD_COMPUTE` if set; else it is `"int8"` for a file kept in its
+            encoding whose matrices are mostly K-quants (Q4_K_M and the like) on a CPU with
+            AVX-512 VNNI, where the column-panel int8 kernel made a 1.5B 2.5-3x faster
+            than float32, and `"float32"` otherwise (on AVX2 the int8 kernels ran at
+            0.61-0.89x of the float32 route; BENCHMARKS.md, "Quantized GEMM kernels";
+            `qweights.auto_compute`). `"int8"` multiplies a GGUF file's blocks by
+            activations quantized to 8 bits, per block of 32, or per 256 for K-quant
+            matrices (llama.cpp's Q8_K), as llama.cpp does (kernels picked at run time:
+            AVX-512 VNNI, AVX-VNNI, AVX2 or portable C; `pcd_tools.engine.qgemm`); `"bf16"`
+            rounds both sides to bfloat16 (AVX-512 BF16 CPUs only). Both keep the weights
+            in the file's encoding (also under `dtype="auto"`) and move scores away from
+            float32's by the activations' rounding: at 1.5B in int8 as far as llama.cpp's
+            own 8-bit activations move them (EVAL.md, "Compute modes"). PCD stays exact
+            for the numbers they compute: a candidate's score does not depend on what
+            else its pass holds, and equals its own prompt run through the same kernels.
+            Tensors without an int8 kernel (F16, BF16) stay float32.
             Only GGUF files on CPU take them; a GPU reports `"mlx"`.
 
     Raises:

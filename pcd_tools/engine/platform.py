@@ -499,6 +499,13 @@ def doctor() -> dict[str, Any]:
         "native_kernels": kernels,
         "compute_modes": modes,
         "int8_kernel": int8,
+        "compute_auto": (
+            "int8 for a K-quant GGUF kept encoded (the avx512vnni-cols kernel), else float32"
+            if int8 == "avx512vnni"
+            else "float32"
+            if dev.device == "cpu"
+            else "mlx"
+        ),
         "cache_dir": str(cache_dir()),
         "python": platform.python_version(),
         "platform": platform.platform(),

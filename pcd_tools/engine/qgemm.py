@@ -42,8 +42,8 @@ be ~4x float32 there. The 8-lane kernels reached only 1.0-1.2x of sgemm, because
 float work per superblock and column (lane fold, two conversions, two FMAs, the minimum's
 madd) is as large as their integer work, and each activation load serves two columns.
 The column-panel kernel does that float work once per 16 columns and reached 2.0-2.9x
-of sgemm (bf16: 1.0-1.4x); ``compute="int8"`` runs it for K-quant matrices on such
-CPUs (opt-in: ``auto`` stays float32, see `models.load_model`). On the earlier session's 2-core AMD EPYC (Zen 3: AVX2 + FMA, no AVX-512,
+of sgemm (bf16: 1.0-1.4x), so ``compute="auto"`` runs it for K-quant files on such
+CPUs (`qweights.auto_compute`). On the earlier session's 2-core AMD EPYC (Zen 3: AVX2 + FMA, no AVX-512,
 no VNNI; shared, so compared by CPU time on one thread, 512 rows, Qwen2.5-1.5B and
 SmolLM2-135M shapes), dequantize + float32 sgemm (issue 30's per-matrix scratch) won:
 0.90-0.95x of sgemm over dense weights, as dequantizing costs 2-5% of one 512-row GEMM.

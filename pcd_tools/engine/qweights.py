@@ -45,6 +45,7 @@ __all__ = [
     "GGUFEmbedding",
     "GGUFLinear",
     "QTensor",
+    "auto_compute",
     "available",
     "dequantize",
     "library",
@@ -295,6 +296,39 @@ def set_compute(model: Any, mode: str) -> int:
                 qt.compute = mode
                 n += 1
     return n
+
+
+def auto_compute(model: Any) -> str:
+    """The compute mode `compute="auto"` picks for a model loaded in its file's encoding.
+
+    `"int8"` when this CPU runs the column-panel K-quant kernel (AVX-512 VNNI:
+    `qgemm.isa() == "avx512vnni"`) and K-quant matrices (Q4_K, Q5_K, Q6_K) hold at least
+    half of the model's encoded matrix bytes, as in the Q4_K_M files users run: measured
+    faster than float32 there (BENCHMARKS.md, "Quantized GEMM kernels"). Otherwise `"float32"`:
+    on AVX2 every int8 kernel ran below the float32 route, and the 32-block types (the
+    embedded Q4_1 model) gain nothing from int8 on either CPU.
+
+    Args:
+        model: An mlx-lm model, with `GGUFLinear` / `GGUFEmbedding` modules when it was
+            loaded encoded (a dense model has none: `"float32"`).
+
+    Returns:
+        `"int8"` or `"float32"`.
+    """
+    total = kq = 0
+    for _, m in model.named_modules():
+        if isinstance(m, (GGUFLinear, GGUFEmbedding)):
+            total += m.weight.data.nbytes
+            if m.weight.type_name in ("Q4_K", "Q5_K", "Q6_K"):
+                kq += m.weight.data.nbytes
+    if not total or kq * 2 < total:
+        return "float32"
+    from . import qgemm
+
+    try:
+        return "int8" if qgemm.isa() == "avx512vnni" else "float32"
+    except NativeBuildError:  # no compiler: the float32 route needs no int8 kernels
+        return "float32"
 
 
 def _scratch(n: int) -> np.ndarray:

@@ -16,7 +16,7 @@ from benchmarks.model_size import SHAPES, write_random_gguf  # noqa: E402
 from pcd_tools import Decider  # noqa: E402
 from pcd_tools.engine import qgemm  # noqa: E402
 from pcd_tools.engine.models import COMPUTES, embedded_model_path, resolve_compute  # noqa: E402
-from pcd_tools.engine.qweights import GGUFLinear, QTensor  # noqa: E402
+from pcd_tools.engine.qweights import GGUFLinear, QTensor, auto_compute  # noqa: E402
 from pcd_tools.errors import InvalidArgumentError, ModelLoadError  # noqa: E402
 from pcd_tools.schema import compile_schema  # noqa: E402
 from tests.engine.test_qweights import encoded  # noqa: E402
@@ -166,10 +166,25 @@ def test_bad_combinations_are_typed_errors(tiny_file, monkeypatch):
     assert Decider.load(tiny_file).loaded.compute == "float32"
 
 
-def test_auto_is_float32_on_every_cpu(tiny_file, monkeypatch):
-    """`auto` stays float32, also for K-quant files on AVX-512 VNNI CPUs, where int8 is
-    faster but its scores were measured to depend on a pass's composition at 1.5B
-    (BENCHMARKS.md, "Quantized GEMM kernels"): int8 is opt-in."""
+def test_auto_picks_int8_for_k_quant_files_on_avx512_vnni(tiny_file, monkeypatch):
+    """`auto`: int8 where the column-panel kernel runs (AVX-512 VNNI) and K-quants hold
+    most of the matrix bytes; float32 elsewhere (BENCHMARKS.md, "Quantized GEMM kernels")."""
     monkeypatch.delenv("PCD_COMPUTE", raising=False)
-    assert Decider.load(tiny_file, dtype="quantized").loaded.compute == "float32"
-    assert Decider.load(tiny_file).loaded.compute == "float32"
+    fast = qgemm.isa() == "avx512vnni"
+    auto = Decider.load(tiny_file, dtype="quantized")  # Q4_K matrices, a Q6_K head
+    assert auto.loaded.compute == ("int8" if fast else "float32")
+    assert auto_compute(auto.engine.model) == auto.loaded.compute
+    if fast:  # what it runs is the int8 mode's numbers, bit for bit
+        sch = compile_schema(Ticket)
+        a = auto.decide(sch, CONTEXT)
+        b = Decider.load(tiny_file, compute="int8").decide(sch, CONTEXT)
+        for name, f in a.fields.items():
+            assert f.distribution == b.fields[name].distribution
+    # a 32-block file (the embedded Q4_1 model, kept encoded) stays float32
+    try:
+        q41 = Decider.load(dtype="quantized")
+    except ModelLoadError as e:
+        pytest.skip(str(e))
+    assert q41.loaded.compute == "float32" and auto_compute(q41.engine.model) == "float32"
+    # dense weights (the embedded model under dtype="auto") have no encoded matrices
+    assert Decider.load().loaded.compute == "float32"

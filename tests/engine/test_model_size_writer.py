@@ -54,7 +54,7 @@ def test_file_holds_the_planned_tensors(tiny_file):
 
 def test_loads_through_decider_and_modes_agree(tiny_file):
     path, _ = tiny_file
-    # the file's encoding on CPU, in float32 whatever PCD_COMPUTE says
+    # the file's encoding on CPU, in float32 ("auto" picks int8 on AVX-512 VNNI CPUs)
     encoded = Decider.load(path, dtype="quantized", compute="float32")
     dense = Decider.load(path, dtype="float32")
     assert encoded.loaded.dtype.startswith("gguf-")
