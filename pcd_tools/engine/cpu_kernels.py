@@ -10,9 +10,12 @@ Attention takes the first of these that applies, all in float32 (the same math, 
 about 1e-6):
 
 - `_cpu_kernels.c`, compiled once into the cache: per block of query rows, the scores
-  from the bound BLAS, a one-sweep SIMD softmax while they sit in L2, and the product
-  with V, on `threads` threads; a causal pass skips the masked keys. About 10 ms for
-  that layer. Needs a C compiler and a bound fast BLAS; built and loaded by `native`.
+  from the bound BLAS, a one-sweep SIMD softmax while they sit in L2, then per query the
+  sum of its nonzero weights and their product with V, in key order over those weights
+  only (SIMD over the features), on `threads` threads; a causal pass skips the masked
+  keys. About 10 ms for that layer. A query's output is then bit-identical whatever
+  masked keys share its call (`active(every_size=True)` keeps small calls on it too).
+  Needs a C compiler and a bound fast BLAS; built and loaded by `native`.
 - numpy: the matmuls in MLX, the softmax in numpy on the evaluated scores (21 ms).
 
 SwiGLU (`silu(gate) * x`) runs in the same library in one SIMD sweep, else in numpy.
