@@ -415,21 +415,13 @@ static attn_path_t pick_attention(int path) {
 
 /* The softmax code path: `path` 0 for the best this CPU has, or 512, 256 or 1 to ask for
  * one (tests); NULL if the one asked for is not available here. */
-static softmax_row_t pick_softmax_row(int path) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if ((path == 0 || path == 512) && __builtin_cpu_supports("avx512f")) return softmax_row_avx512;
-    if ((path == 0 || path == 256) && __builtin_cpu_supports("avx2") &&
-        __builtin_cpu_supports("fma"))
-        return softmax_row_avx2;
-#endif
-    return (path == 0 || path == 1) ? softmax_row_scalar : 0;
-}
+static softmax_row_t pick_softmax_row(int path) { return pick_attention(path).softmax_row; }
 
 static void attention_task(void *ctx, int t, void *scratch) {
     job_t *jb = (job_t *)ctx;
     float *buf = (float *)scratch;
-    float *inv = buf + (size_t)jb->block * jb->s;
+    float *pv = buf + (size_t)jb->block * jb->s;
+    int32_t *idx = (int32_t *)(pv + jb->s);
     int qb = t % jb->nqb;
     int hh = (t / jb->nqb) % jb->h;
     int bb = t / (jb->nqb * jb->h);
@@ -442,8 +434,6 @@ static void attention_task(void *ctx, int t, void *scratch) {
     const float *k = jb->k + bb * jb->k_sb + (hh / g) * jb->k_sh;
     const float *v = jb->v + bb * jb->v_sb + (hh / g) * jb->v_sh;
     float *out = jb->out + (((int64_t)bb * jb->h + hh) * jb->lq + i0) * jb->d;
-    float *pv = inv + jb->block;
-    int32_t *idx = (int32_t *)(pv + jb->s);
     jb->gemm(ROW_MAJOR, NO_TRANS, TRANS, m, width, jb->d, jb->scale, q, (int)jb->q_sr, k,
              (int)jb->k_sr, 0.0f, buf, width);
     for (int r = 0; r < m; r++) {
@@ -485,8 +475,8 @@ int pcd_attention_path(int path, void *gemm, const float *q, const float *k, con
     jb.block = (lq + jb.nqb - 1) / jb.nqb; /* even blocks: 152 rows -> 2 x 76, not 128 + 24 */
     jb.causal = causal, jb.scale = scale;
     jb.ntasks = b * h * jb.nqb;
-    /* scores (block x s), 1 / sums (block), a row's nonzero weights and their keys (2 x s) */
-    size_t scratch = sizeof(float) * ((size_t)jb.block * s + jb.block + 2 * (size_t)s);
+    /* scores (block x s), then a row's nonzero weights and their keys (2 x s) */
+    size_t scratch = sizeof(float) * ((size_t)jb.block * s + 2 * (size_t)s);
     return run_parallel(attention_task, &jb, jb.ntasks, scratch, threads);
 }
 
@@ -585,12 +575,7 @@ int pcd_swiglu(const float *g, const float *x, float *out, int64_t n, int thread
 
 /* Which softmax code path this CPU gets: 512, 256 (AVX2) or 1 (scalar). For tests. */
 int pcd_attention_simd_width(void) {
-    softmax_row_t f = pick_softmax_row(0);
-#if defined(__x86_64__) || defined(__i386__)
-    if (f == softmax_row_avx512) return 512;
-    if (f == softmax_row_avx2) return 256;
-#endif
-    return f == softmax_row_scalar ? 1 : 0;
+    return pick_attention(0).width;
 }
 
 /* One row through a code path (as `pick_softmax_row`), for tests; -1 if unavailable. */
