@@ -1,36 +1,32 @@
 /* Exact float32 attention, SwiGLU and RoPE for the CPU engine.
  *
  * Attention runs one block of query rows at a time. For each (batch row, head, block)
- * the kernel computes the block's scores
- * with the bound BLAS (`cblas_sgemm`, passed in as a pointer), normalises them in place
- * while they are still in the core's L2 cache (mask, max, exp in one sweep per row), then
- * sums each row's nonzero weights and multiplies them by V in SIMD over the features, in
- * key order over those weights only, and divides by the sum: a query's output does not
- * depend on the masked keys beside it (see "composition-invariant sums"). The full score matrix
- * (1,398 x 1,552 floats per head group for a 466-token pass) never goes to memory, and
- * for a causal pass the masked keys past each block are never computed.
+ * the kernel computes the block's scores itself, each score in one fixed order (see
+ * "scores"), normalises them in place while they are still in the core's L2 cache (mask,
+ * max, exp in one sweep per row), then sums each row's nonzero weights and multiplies them
+ * by V in SIMD over the features, in key order over those weights only, and divides by the
+ * sum: a query's output does not depend on the masked keys beside it (see
+ * "composition-invariant sums"). The full score matrix (1,398 x 1,552 floats per head
+ * group for a 466-token pass) never goes to memory, and for a causal pass the masked keys
+ * past each row are never computed.
  *
  * SwiGLU is silu(gate) * x in one SIMD sweep.
  *
- * Work is spread over `threads` POSIX threads (the caller's thread is one of them); the
- * BLAS must run single-threaded meanwhile (the Python side sets it). Built and loaded by
- * pcd_tools.engine.cpu_kernels; the same math as mlx-lm's scaled_dot_product_attention
- * and swiglu, in float32.
+ * Work is spread over `threads` POSIX threads (the caller's thread is one of them). Built
+ * and loaded by pcd_tools.engine.cpu_kernels; the same math as mlx-lm's
+ * scaled_dot_product_attention and swiglu, in float32.
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef void (*sgemm_t)(int, int, int, int, int, int, float, const float *, int,
-                        const float *, int, float, float *, int);
-
-enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
-
 typedef float (*softmax_row_t)(float *restrict, const float *restrict, int, int);
+typedef void (*scores_t)(const float *restrict, int64_t, const float *restrict, int64_t, int,
+                         int, int, int, int, float, float *restrict);
 
 typedef struct {
-    sgemm_t gemm;
+    scores_t scores;
     const float *q, *k, *v, *mask;
     float *out;
     int64_t q_sb, q_sh, q_sr; /* strides in floats: batch, head, row (last dim contiguous) */
@@ -241,6 +237,76 @@ __attribute__((target("avx2,fma"))) static float softmax_row_avx2(
 }
 #endif
 
+/* ---- scores -------------------------------------------------------------------------
+ * buf[r * width + j] = scale * (q_r . k_j) for the rows r < m and, for each, the keys it can
+ * see: j < n0 + r when `causal`, else j < width (others are left unwritten: the softmax
+ * zeroes them). Each score is computed the same way wherever it falls: its own chain over
+ * the features, whatever m, width and the tile around it. A BLAS gives no such promise:
+ * OpenBLAS's Haswell sgemm returns a score that differs in the last bit with the call's key
+ * count, which 8-bit activations downstream turn into a whole step (issue 31). */
+static void scores_scalar(const float *restrict q, int64_t q_sr, const float *restrict k,
+                          int64_t k_sr, int m, int width, int n0, int causal, int d,
+                          float scale, float *restrict buf) {
+    for (int r = 0; r < m; r++) {
+        const float *qr = q + (int64_t)r * q_sr;
+        int n = causal ? n0 + r : width;
+        for (int j = 0; j < n; j++) {
+            const float *kr = k + (int64_t)j * k_sr;
+            float acc = 0.0f;
+            for (int c = 0; c < d; c++) acc += qr[c] * kr[c];
+            buf[(int64_t)r * width + j] = acc * scale;
+        }
+    }
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+/* The totals of eight accumulators, one per lane: lanes l0..l7 of each summed as
+ * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), whichever slot it has. */
+__attribute__((target("avx2,fma"))) static inline __m256 sum8x8(const __m256 *a) {
+    __m256 g0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    __m256 g1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20),
+                         _mm256_permute2f128_ps(g0, g1, 0x31));
+}
+
+/* Eight keys at a time against one query row: each score an FMA chain per lane over the
+ * features (lane l holds the features c = l mod 8), then `sum8x8`. The AVX-512 path uses it
+ * too: the scores are a small part of the work, and one kernel is one set of numbers. */
+__attribute__((target("avx2,fma"))) static void scores_avx2(
+    const float *restrict q, int64_t q_sr, const float *restrict k, int64_t k_sr, int m,
+    int width, int n0, int causal, int d, float scale, float *restrict buf) {
+    if (d % 8) {
+        scores_scalar(q, q_sr, k, k_sr, m, width, n0, causal, d, scale, buf);
+        return;
+    }
+    __m256 vs = _mm256_set1_ps(scale);
+    __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int j0 = 0; j0 < width; j0 += 8) {
+        int w = width - j0 < 8 ? width - j0 : 8;
+        const float *kr[8];
+        for (int u = 0; u < 8; u++) kr[u] = k + (int64_t)(j0 + (u < w ? u : 0)) * k_sr;
+        __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), lane);
+        int r0 = causal && j0 - n0 + 1 > 0 ? j0 - n0 + 1 : 0; /* rows that see key j0 */
+        for (int r = r0; r < m; r++) {
+            const float *qr = q + (int64_t)r * q_sr;
+            __m256 a[8];
+            for (int u = 0; u < 8; u++) a[u] = _mm256_setzero_ps();
+            for (int c = 0; c < d; c += 8) {
+                __m256 x = _mm256_loadu_ps(qr + c);
+                for (int u = 0; u < 8; u++)
+                    a[u] = _mm256_fmadd_ps(x, _mm256_loadu_ps(kr[u] + c), a[u]);
+            }
+            __m256 sc = _mm256_mul_ps(sum8x8(a), vs);
+            float *o = buf + (int64_t)r * width + j0;
+            if (w == 8)
+                _mm256_storeu_ps(o, sc);
+            else
+                _mm256_maskstore_ps(o, keep, sc);
+        }
+    }
+}
+#endif
+
 /* ---- composition-invariant sums ------------------------------------------------------
  * A query's weights are summed, and multiplied by V, over its nonzero weights only, in key
  * order, with lanes taken by the weight's rank among them, never by the key's position.
@@ -384,6 +450,7 @@ __attribute__((target("avx2,fma"))) static void pv_row_avx2(
 
 typedef struct {
     int width; /* 512, 256 or 1 */
+    scores_t scores;
     softmax_row_t softmax_row;
     int (*compact)(const float *restrict, int, float *restrict, int32_t *restrict);
     float (*lane_sum)(const float *restrict, int);
@@ -393,21 +460,21 @@ typedef struct {
 
 /* The attention code path: `path` as for `pick_softmax_row`; width 0 if unavailable. */
 static attn_path_t pick_attention(int path) {
-    attn_path_t a = {0, 0, 0, 0, 0};
+    attn_path_t a = {0, 0, 0, 0, 0, 0};
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if ((path == 0 || path == 512) && __builtin_cpu_supports("avx512f")) {
-        attn_path_t w = {512, softmax_row_avx512, compact_avx512, lane_sum_avx512, pv_row_avx512};
+        attn_path_t w = {512, scores_avx2, softmax_row_avx512, compact_avx512, lane_sum_avx512, pv_row_avx512};
         return w;
     }
     if ((path == 0 || path == 256) && __builtin_cpu_supports("avx2") &&
         __builtin_cpu_supports("fma")) {
-        attn_path_t w = {256, softmax_row_avx2, compact_scalar, lane_sum_avx2, pv_row_avx2};
+        attn_path_t w = {256, scores_avx2, softmax_row_avx2, compact_scalar, lane_sum_avx2, pv_row_avx2};
         return w;
     }
 #endif
     if (path == 0 || path == 1) {
-        attn_path_t w = {1, softmax_row_scalar, compact_scalar, lane_sum_scalar, pv_row_scalar};
+        attn_path_t w = {1, scores_scalar, softmax_row_scalar, compact_scalar, lane_sum_scalar, pv_row_scalar};
         return w;
     }
     return a;
@@ -434,8 +501,8 @@ static void attention_task(void *ctx, int t, void *scratch) {
     const float *k = jb->k + bb * jb->k_sb + (hh / g) * jb->k_sh;
     const float *v = jb->v + bb * jb->v_sb + (hh / g) * jb->v_sh;
     float *out = jb->out + (((int64_t)bb * jb->h + hh) * jb->lq + i0) * jb->d;
-    jb->gemm(ROW_MAJOR, NO_TRANS, TRANS, m, width, jb->d, jb->scale, q, (int)jb->q_sr, k,
-             (int)jb->k_sr, 0.0f, buf, width);
+    jb->scores(q, jb->q_sr, k, jb->k_sr, m, width, past + i0 + 1, jb->causal, jb->d, jb->scale,
+               buf);
     for (int r = 0; r < m; r++) {
         int n = jb->causal ? past + i0 + r + 1 : width;
         const float *madd = jb->mask ? jb->mask + bb * jb->m_sb + (int64_t)(i0 + r) * jb->s : 0;
@@ -452,17 +519,17 @@ static void attention_task(void *ctx, int t, void *scratch) {
  * `strides` holds the q, k and v strides in floats: batch, head, row for each (9 values).
  * `mask` is NULL, or additive (B or 1, Lq, S) with batch stride `m_sb`. `causal` masks
  * key j > S - Lq + i for query i. Returns 0 on success, nonzero on failure. */
-int pcd_attention_path(int path, void *gemm, const float *q, const float *k, const float *v,
+int pcd_attention_path(int path, const float *q, const float *k, const float *v,
                        float *out, const int64_t *strides, const float *mask, int64_t m_sb, int b,
                        int h, int kh, int lq, int s, int d, float scale, int causal, int block,
                        int threads) {
     attn_path_t ap = pick_attention(path);
-    if (!ap.width || !gemm || b < 1 || h < 1 || kh < 1 || h % kh || lq < 1 || s < lq || d < 1 ||
+    if (!ap.width || b < 1 || h < 1 || kh < 1 || h % kh || lq < 1 || s < lq || d < 1 ||
         block < 1)
         return 1;
     job_t jb;
     memset(&jb, 0, sizeof jb);
-    jb.gemm = (sgemm_t)gemm;
+    jb.scores = ap.scores;
     jb.softmax_row = ap.softmax_row;
     jb.compact = ap.compact, jb.lane_sum = ap.lane_sum, jb.pv_row = ap.pv_row;
     jb.q = q, jb.k = k, jb.v = v, jb.out = out, jb.mask = mask;
@@ -481,10 +548,10 @@ int pcd_attention_path(int path, void *gemm, const float *q, const float *k, con
 }
 
 /* Attention on the best code path this CPU has (`pcd_attention_path` with path 0). */
-int pcd_attention(void *gemm, const float *q, const float *k, const float *v, float *out,
+int pcd_attention(const float *q, const float *k, const float *v, float *out,
                   const int64_t *strides, const float *mask, int64_t m_sb, int b, int h, int kh,
                   int lq, int s, int d, float scale, int causal, int block, int threads) {
-    return pcd_attention_path(0, gemm, q, k, v, out, strides, mask, m_sb, b, h, kh, lq, s, d,
+    return pcd_attention_path(0, q, k, v, out, strides, mask, m_sb, b, h, kh, lq, s, d,
                               scale, causal, block, threads);
 }
 

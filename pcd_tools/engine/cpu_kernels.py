@@ -10,12 +10,14 @@ Attention takes the first of these that applies, all in float32 (the same math, 
 about 1e-6):
 
 - `_cpu_kernels.c`, compiled once into the cache: per block of query rows, the scores
-  from the bound BLAS, a one-sweep SIMD softmax while they sit in L2, then per query the
-  sum of its nonzero weights and their product with V, in key order over those weights
-  only (SIMD over the features), on `threads` threads; a causal pass skips the masked
-  keys. About 10 ms for that layer. A query's output is then bit-identical whatever
-  masked keys share its call (`active(every_size=True)` keeps small calls on it too).
-  Needs a C compiler and a bound fast BLAS; built and loaded by `native`.
+  (each its own SIMD chain over the features, the same wherever it falls: a BLAS's score
+  moves in the last bit with the call's shape), a one-sweep SIMD softmax while they sit
+  in L2, then per query the sum of its nonzero weights and their product with V, in key
+  order over those weights only (SIMD over the features), on `threads` threads; a causal
+  pass skips the masked keys. About 10 ms for that layer. A query's output is then
+  bit-identical whatever masked keys share its call (`active(every_size=True)` keeps
+  small calls on it too). Needs a C compiler, and is used only beside a bound fast BLAS
+  (for MLX's matrix products); built and loaded by `native`.
 - numpy: the matmuls in MLX, the softmax in numpy on the evaluated scores (21 ms).
 
 SwiGLU (`silu(gate) * x`) runs in the same library in one SIMD sweep, else in numpy.
@@ -44,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from .decode_parts import _rope_tables
-from .platform import cpu_kernels_library, import_mlx, set_blas_threads
+from .platform import cpu_kernels_library, import_mlx
 
 mx = import_mlx()
 import mlx.nn as nn  # noqa: E402
@@ -73,9 +75,7 @@ def active(on: bool = True, threads: int = 1, every_size: bool = False) -> Itera
 
     Args:
         on: Use the kernels.
-        threads: Threads the native attention may use. The caller promises that the
-            bound BLAS runs at this many threads meanwhile; the kernel sets it to 1
-            while its own threads call it, then back to `threads`.
+        threads: Threads the native attention may use.
         every_size: Attention and SwiGLU take the kernels at every call size, not only
             where they are faster (`MIN_SCORES`, `MIN_GATE`): a row's numbers then do not
             depend on the size of the call it is in. Engines over file-encoded (GGUF)
@@ -196,33 +196,25 @@ def _native_sdpa(
         strides += st
     out = np.empty((b, h, lq, d), dtype=np.float32)
     m_sb = lq * s if madd is not None and madd.shape[0] > 1 else 0
-    threads = getattr(_state, "threads", 1)
-    if threads > 1:
-        set_blas_threads(1)
-    try:
-        rc = lib.pcd_attention(
-            lib.gemm,
-            qn.ctypes.data,
-            kn.ctypes.data,
-            vn.ctypes.data,
-            out.ctypes.data,
-            (ctypes.c_int64 * 9)(*strides),
-            None if madd is None else madd.ctypes.data,
-            m_sb,
-            b,
-            h,
-            kh,
-            lq,
-            s,
-            d,
-            scale,
-            causal,
-            BLOCK_ROWS,
-            threads,
-        )
-    finally:
-        if threads > 1:
-            set_blas_threads(threads)
+    rc = lib.pcd_attention(
+        qn.ctypes.data,
+        kn.ctypes.data,
+        vn.ctypes.data,
+        out.ctypes.data,
+        (ctypes.c_int64 * 9)(*strides),
+        None if madd is None else madd.ctypes.data,
+        m_sb,
+        b,
+        h,
+        kh,
+        lq,
+        s,
+        d,
+        scale,
+        causal,
+        BLOCK_ROWS,
+        getattr(_state, "threads", 1),
+    )
     if rc != 0:  # pragma: no cover - only on out-of-memory in the kernel
         return None
     return mx.array(out)

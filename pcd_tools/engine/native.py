@@ -156,12 +156,14 @@ def compile_c(
     return out, f"compiled {name} {out}"
 
 
-def load_cpu_kernels(gemm: int | None) -> tuple[Any, str]:
+def load_cpu_kernels(fast_blas: bool) -> tuple[Any, str]:
     """Build (once, on disk) and load `_cpu_kernels.c`, its functions declared.
 
     Args:
-        gemm: Address of the bound fast `cblas_sgemm` the kernels call
-            (`platform.sgemm_address()`); None when there is none.
+        fast_blas: Whether a fast BLAS was bound before mlx (`platform.sgemm_address()`).
+            The kernels call no BLAS, but they are used only beside one: without it MLX's
+            own matrix products are the bottleneck, and where the platform BLAS is MLX's
+            (Accelerate) MLX's attention is the better partner.
 
     Returns:
         The ctypes library, or False where `PCD_NATIVE_ATTENTION=0`, there is no fast
@@ -170,7 +172,7 @@ def load_cpu_kernels(gemm: int | None) -> tuple[Any, str]:
     """
     if os.environ.get("PCD_NATIVE_ATTENTION", "1") == "0":
         return False, "off: PCD_NATIVE_ATTENTION=0"
-    if not gemm:
+    if not fast_blas:
         return False, "off: no fast BLAS was bound before mlx was imported"
     try:
         path, note = compile_c(
@@ -188,7 +190,7 @@ def load_cpu_kernels(gemm: int | None) -> tuple[Any, str]:
         )
         return False, f"off: {exc}"
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    lib.pcd_attention.argtypes = [p, p, p, p, p, p, p, i64, *[i32] * 6, ctypes.c_float]
+    lib.pcd_attention.argtypes = [p, p, p, p, p, p, i64, *[i32] * 6, ctypes.c_float]
     lib.pcd_attention.argtypes += [i32, i32, i32]
     lib.pcd_attention.restype = i32
     lib.pcd_attention_path.argtypes = [i32, *lib.pcd_attention.argtypes]
@@ -200,7 +202,6 @@ def load_cpu_kernels(gemm: int | None) -> tuple[Any, str]:
     lib.pcd_softmax_row.restype = ctypes.c_float
     lib.pcd_rope.argtypes = [p, p, p, p, p, p, *[i32] * 7]
     lib.pcd_rope.restype = i32
-    lib.gemm = gemm  # type: ignore[attr-defined]
     return lib, f"on ({lib.pcd_attention_simd_width()}-bit softmax): {note}"
 
 

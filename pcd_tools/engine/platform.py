@@ -422,7 +422,7 @@ def cpu_kernels_library() -> tuple[Any, str]:
     global _kernels_lib
     with _lock:
         if _kernels_lib is None:
-            _kernels_lib = load_cpu_kernels(sgemm_address())
+            _kernels_lib = load_cpu_kernels(sgemm_address() is not None)
         return _kernels_lib
 
 

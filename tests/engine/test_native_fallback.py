@@ -64,7 +64,7 @@ def test_a_library_that_does_not_load_is_a_native_build_error(fresh, monkeypatch
         native.load_decode_kernels()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        lib, note = native.load_cpu_kernels(gemm=1)
+        lib, note = native.load_cpu_kernels(fast_blas=True)
     assert lib is False and note.startswith("off: cannot load")
     assert len(_fallback_warnings(caught)) == 1
 
@@ -74,7 +74,7 @@ def test_cpu_kernels_without_their_source_fall_back_with_one_warning(fresh, monk
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):
-            lib, note = native.load_cpu_kernels(gemm=1)
+            lib, note = native.load_cpu_kernels(fast_blas=True)
             assert lib is False
             assert "off: the C source _cpu_kernels.c is missing" in note
     got = _fallback_warnings(caught)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from pcd_tools.prompt import candidate_text, terminator_for
 from pcd_tools.schema import compile_schema
-from tests.oracle import prompt_ids, softmax
+from tests.oracle import log_softmax, prompt_ids, softmax
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,7 @@ def test_the_route_scored_after_the_reason_equals_one_full_prompt_per_route(real
     z = []
     for s in seqs:  # one full prompt per route, no cache
         logits = real.engine.model(mx.array([head + s])).astype(mx.float32)[0]
-        logp = np.asarray(logits - mx.logsumexp(logits, axis=-1, keepdims=True), dtype=np.float64)
+        logp = log_softmax(logits)
         z.append(sum(logp[len(head) + t - 1, s[t]] for t in range(k, len(s))))
     got = np.array(list(d.fields["route"].distribution.values()))
     assert np.abs(got - softmax(np.array(z))).max() < 1e-4
