@@ -233,6 +233,7 @@ def decode_rows(
     terminator: str,
     max_position: int,
     decoder: Any = None,
+    first: Sequence[np.ndarray] | None = None,
 ) -> tuple[list[GeneratedValue], list[list[int]], int]:
     """Writes each row's `forced` tokens (earlier answers and the key) into its cache with
     one MLX call, then decodes the field's value for every row under `guide`.
@@ -255,6 +256,9 @@ def decode_rows(
         terminator: The text the grammar ends a value with (`,` or `\\n}`).
         max_position: The model's window: positions beyond it raise.
         decoder: The native decoder, or None for MLX steps.
+        first: Per row, the logits after its cache when `forced` is already in it (the
+            prefill wrote the key): no model call before the first step. `forced` must
+            then be empty for every row.
 
     Returns:
         Per row its value and the value's tokens not yet in its cache (for the caller
@@ -269,7 +273,12 @@ def decode_rows(
     from ..errors import ContextTooLongError
 
     rows: list[_Row] = []
-    for cache, ids in zip(caches, forced):
+    if first is not None:
+        if len(first) != len(caches) or any(forced):
+            raise ValueError("`first` needs one logits row per cache and nothing forced")
+        t0 = time.perf_counter()
+        rows = [_Row(guide, np.asarray(f, dtype=np.float32), t0) for f in first]
+    for cache, ids in zip(caches, forced if first is None else ()):
         t0 = time.perf_counter()
         if cache[0].offset + len(ids) > max_position:
             raise ContextTooLongError(
@@ -279,7 +288,7 @@ def decode_rows(
                 "model's window.",
             )
         rows.append(_Row(guide, forward(passes, ids, cache), t0))
-    calls = len(rows)
+    calls = len(rows) if first is None else 0
     steps: Any = (
         decoder.stepper(caches, limit) if decoder is not None else _MlxSteps(passes, caches)
     )

@@ -102,35 +102,54 @@ class _Row:
 
 
 def prefill_rows(
-    engine: Engine, plan: Plan, ctx_ids: list[list[int]], use_cache: bool
-) -> tuple[LayerKV, list[int], int, bool]:
+    engine: Engine,
+    plan: Plan,
+    ctx_ids: list[list[int]],
+    use_cache: bool,
+    then: Sequence[int] = (),
+) -> tuple[LayerKV, list[int], int, bool, np.ndarray | None]:
     """Each context's prompt (after the cached schema part) prefilled as one batch.
+
+    Args:
+        engine: The engine.
+        plan: The schema's plan (its schema part and prompt tail).
+        ctx_ids: Each context's token ids.
+        use_cache: Reuse (and fill) the schema-prefix KV cache.
+        then: Token ids written after every prompt in the same call (the key of a
+            generated field that opens the answer); the last position's logits are then
+            returned, so that field decodes without a model call of its own.
 
     Returns:
         The K/V (right-padded rows), each row's length, the model calls that ran one
-        after another, and whether the schema part came from the prefix cache.
+        after another, whether the schema part came from the prefix cache, and with
+        `then` each row's logits after it (B, V), else None.
     """
     head = plan.head_ids
     prefix = engine.prefix_cache.get(head) if use_cache else None
     hit = prefix is not None
     engine.stats["prefix_hits" if hit else "prefix_misses"] += 1
-    rows = [c + plan.tail_ids for c in ctx_ids]
+    rows = [c + plan.tail_ids + list(then) for c in ctx_ids]
     valid = [len(head) + len(r) for r in rows]
+    last = bool(then)
     engine.fit_threads()
     if prefix is None and len(rows) == 1:
-        kv = engine._parallel([lambda: engine.passes.prefill([head + rows[0]], None)])[0]
+        kv, logits = engine._parallel(
+            [lambda: engine.passes.prefill_with_logits([head + rows[0]], None, last)]
+        )[0]
         if use_cache:
             n = len(head)
             engine.prefix_cache.put(head, [(k[:, :, :n], v[:, :, :n]) for k, v in kv])
-        return kv, valid, 1, hit
+        return kv, valid, 1, hit, logits
     passes = 1
     if prefix is None:
         prefix = engine._parallel([lambda: engine.passes.prefill([head], None)])[0]
         passes += 1
         if use_cache:
             engine.prefix_cache.put(head, prefix)
-    kv = engine._parallel([lambda: engine.passes.prefill(rows, prefix)])[0]
-    return kv, valid, passes, hit
+    kv, logits = engine._parallel([lambda: engine.passes.prefill_with_logits(rows, prefix, last)])[
+        0
+    ]
+    return kv, valid, passes, hit, logits
 
 
 def _row_cache(kv: LayerKV, r: int, n: int) -> list[Any]:
@@ -202,16 +221,32 @@ def run_hybrid(
         for i, c in enumerate(ctx_ids)
     ]
     term = terminator_for(schema)
+    parts = segments(schema)
+    # A generated field that opens the answer: its key goes into the prefill's call,
+    # whose last logits give its first token (one model call fewer than writing it apart)
+    then: list[int] = []
+    if parts and parts[0][0] == "generated":
+        then = _key(engine, schema, parts[0][1][0], eos, term)[1]
+        for i, n in enumerate(lengths):
+            if n + len(then) > engine.context_window:
+                raise ContextTooLongError(
+                    n + len(then),
+                    engine.context_window,
+                    detail=f"Writing the key of the generated field {parts[0][1][0]!r} "
+                    f"after the prompt{f' (context #{i})' if len(contexts) > 1 else ''} "
+                    "reached the model's window.",
+                )
     with engine.lock:
         t0 = time.perf_counter()
-        kv, valid, passes, hit = prefill_rows(engine, plan, ctx_ids, use_prefix_cache)
+        kv, valid, passes, hit, first = prefill_rows(engine, plan, ctx_ids, use_prefix_cache, then)
         rows = [_Row(_row_cache(kv, r, n)) for r, n in enumerate(valid)]
         del kv
         t1 = time.perf_counter()
         suffix_s = 0.0
-        for kind, names in segments(schema):
+        for kind, names in parts:
             if kind == "generated":
-                passes += _generate(engine, schema, rows, names, max_new_tokens, eos, term)
+                passes += _generate(engine, schema, rows, names, max_new_tokens, eos, term, first)
+                first = None  # only the opening field's key was prefilled
                 continue
             passes += _feed_pending(engine, rows)
             ts = time.perf_counter()
@@ -252,6 +287,17 @@ def _feed_pending(engine: Engine, rows: Sequence[_Row]) -> int:
     return calls
 
 
+def _key(
+    engine: Engine, schema: Schema, name: str, eos: frozenset[int], term: str
+) -> tuple[Any, list[int], str]:
+    """A generated field's guide, the ids of its key (with the value's opener: the opening
+    quote is written, not decoded) and the text its value ends with."""
+    spec = schema.field(name)
+    end = "\n}" if name == schema.fields[-1].name else term
+    guide = field_guide(engine.tokenizer, engine.model, eos, spec, end)
+    return guide, engine.encode_ids(field_suffix(spec) + guide.opener), end
+
+
 def _generate(
     engine: Engine,
     schema: Schema,
@@ -260,21 +306,27 @@ def _generate(
     max_new_tokens: int | None,
     eos: frozenset[int],
     term: str,
+    first: np.ndarray | None = None,
 ) -> int:
     """Decodes a generated segment's fields for every row; returns the model calls.
 
     With native decoding the rows decode each field in lockstep (one step for all rows
-    that have not ended); on the MLX path they decode one after the other.
+    that have not ended); on the MLX path they decode one after the other. `first`: each
+    row's logits after the first field's key, already in its cache (the prefill ran it).
     """
     decoder = decoder_for(engine)
     if decoder is not None:
         return _generate_rows(
-            engine, schema, rows, range(len(rows)), names, max_new_tokens, eos, term, decoder
+            engine, schema, rows, range(len(rows)), names, max_new_tokens, eos, term, decoder,
+            first,
+        )  # fmt: skip
+    total = 0
+    for r, row in enumerate(rows):
+        mine = None if first is None else first[r : r + 1]
+        total += _generate_rows(
+            engine, schema, [row], [r], names, max_new_tokens, eos, term, None, mine
         )
-    return sum(
-        _generate_rows(engine, schema, [row], [r], names, max_new_tokens, eos, term, None)
-        for r, row in enumerate(rows)
-    )
+    return total
 
 
 def _generate_rows(
@@ -287,6 +339,7 @@ def _generate_rows(
     eos: frozenset[int],
     term: str,
     decoder: Any,
+    first: np.ndarray | None = None,
 ) -> int:
     """Decodes a generated segment's fields for `rows` (their positions in the batch are
     `index`) together; returns the model calls."""
@@ -299,16 +352,14 @@ def _generate_rows(
         spec = schema.field(name)
         assert spec.generation is not None
         limit = spec.generation.max_new_tokens or max_new_tokens or DEFAULT_MAX_NEW_TOKENS
-        end = "\n}" if name == schema.fields[-1].name else term
-        guide = field_guide(tok, engine.model, eos, spec, end)
-        key = field_suffix(spec) + guide.opener  # the opening quote is written, not decoded
-        key_ids = engine.encode_ids(key)
+        guide, key_ids, end = _key(engine, schema, name, eos, term)
+        forced = [[] if first is not None else [*row.pending, *key_ids] for row in rows]
         with mx.stream(engine.stream), engine.kernels():
             try:
                 values, pending, n = decode_rows(
                     engine.passes,
                     [row.cache for row in rows],
-                    [[*row.pending, *key_ids] for row in rows],
+                    forced,
                     guide,
                     spec,
                     limit,
@@ -316,10 +367,12 @@ def _generate_rows(
                     terminator=end,
                     max_position=engine.context_window,
                     decoder=decoder,
+                    first=None if first is None else list(first),
                 )
             except GenerationLimitError as e:
                 e.context_index = index[e.context_index or 0]
                 raise
+        first = None
         calls += n
         for j, row in enumerate(rows):
             value = values[j]

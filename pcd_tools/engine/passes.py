@@ -206,6 +206,14 @@ class Passes:
     def prefill(self, tokens: list[list[int]], prefix: LayerKV | None) -> LayerKV:
         """Runs the prefill of right-padded rows after an optional shared prefix; returns
         each layer's K/V, evaluated."""
+        return self.prefill_with_logits(tokens, prefix, last=False)[0]
+
+    def prefill_with_logits(
+        self, tokens: list[list[int]], prefix: LayerKV | None, last: bool = True
+    ) -> tuple[LayerKV, np.ndarray | None]:
+        """`prefill`, and with `last` each row's float32 logits at its last token, (B, V)
+        (only those positions go through the head): what a generated field that starts
+        right after the prompt decodes its first token from."""
         width = max(len(r) for r in tokens)
         arr = np.zeros((len(tokens), width), dtype=np.int32)
         for i, r in enumerate(tokens):
@@ -223,10 +231,14 @@ class Passes:
                     k = mx.broadcast_to(k, (b, *k.shape[1:]))
                     v = mx.broadcast_to(v, (b, *v.shape[1:]))
                 caches.append(PassCache(k, v, offset, mask))
-        self.run(mx.array(arr), caches)
+        out = self.run(mx.array(arr), caches)
         kv = [(c.keys, c.values) for c in caches]
-        mx.eval([x for pair in kv for x in pair])
-        return kv
+        logits = None
+        if last:
+            ends = mx.array([len(r) - 1 for r in tokens])
+            logits = self.logits_at(out, mx.arange(b), ends)
+        mx.eval([x for pair in kv for x in pair] + ([logits] if logits is not None else []))
+        return kv, (None if logits is None else np.array(logits))
 
     # --- the packed fields pass -----------------------------------------------------------
 

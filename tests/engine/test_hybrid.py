@@ -26,7 +26,7 @@ from pcd_tools.errors import (
 from pcd_tools.prompt import candidate_text, terminator_for
 from pcd_tools.schema import compile_schema
 from tests.engine.test_exactness import CONTEXT
-from tests.oracle import oracle_log_scores, softmax
+from tests.oracle import oracle_log_scores, prompt_ids, softmax
 
 pytestmark = pytest.mark.engine
 
@@ -135,9 +135,10 @@ def test_timings_add_up_and_every_decode_step_is_counted(tiny):
 
     d = tiny.decide(OnlyText, CONTEXT)
     tokens = d.fields["a"].tokens + d.fields["b"].tokens
-    # one cold prefill, then per field its key and one call per token but the last (the
-    # next field's key carries it); the last value's last token is never run
-    assert d.sequential_forward_passes == 1 + tokens
+    # one cold prefill, which also writes the opening field's key; then one call per token
+    # but the last (the next field's key carries it); the last value's last token is
+    # never run
+    assert d.sequential_forward_passes == tokens
     assert d.confidence is None and d.low_confidence(0.5) == []
     d = tiny.decide(Reasoned, CONTEXT)
     b = d.batch
@@ -353,3 +354,70 @@ def test_adecide_gives_the_same_decision(tiny):
     assert got.json_text == one.json_text and got.value == one.value
     with pytest.raises(GenerationLimitError):
         asyncio.run(tiny.adecide(Reasoned, CONTEXT, max_new_tokens=2))
+
+
+def test_the_opening_fields_key_rides_in_the_prefill(tiny):
+    """A schema that opens with a generated field (reasoning first, the agents' pattern)
+    writes that field's key in the prefill's own call: its first token comes from the
+    prefill's last logits, equal to one full prompt holding the key, and the value and
+    everything after it are what writing the key apart gave."""
+    from pcd_tools.answers.waves import WaveAnswers
+    from pcd_tools.engine.generate import forward
+    from pcd_tools.engine.hybrid import _row_cache, prefill_rows, run_hybrid
+
+    tiny.engine.clear_cache()
+    sch = compile_schema(Reasoned)
+    eos = tiny.loaded.eos_ids()
+    hb = run_hybrid(
+        tiny.engine,
+        sch,
+        [CONTEXT],
+        mode=None,
+        answers=WaveAnswers(sch, 1.0, lambda q, t: False),
+        eos=eos,
+    )
+    key_ids = list(hb.segments[0][0].token_ids[: -len(hb.generated[0]["reasoning"].token_ids)])
+    assert tiny.engine.encode_ids('\n  "reasoning": "') == key_ids
+    # the prefill's last logits against the key run apart after the prompt (the old way)
+    # and against one full prompt with the key, no cache
+    plan = tiny.engine.plan(sch)
+    ctx = tiny.engine.encode_ids(CONTEXT)
+    with tiny.engine.kernels():
+        _, valid, _, _, first = prefill_rows(tiny.engine, plan, [ctx], False, key_ids)
+        kv0, valid0, _, _, none = prefill_rows(tiny.engine, plan, [ctx], False)
+        apart = forward(tiny.engine.passes, key_ids, _row_cache(kv0, 0, valid0[0]))
+        whole = tiny.engine.model(
+            __import__("mlx.core").core.array([prompt_ids(tiny, sch, CONTEXT) + key_ids])
+        )[0, -1]
+    assert none is None and valid == [valid0[0] + len(key_ids)]
+    np.testing.assert_allclose(first[0], apart, atol=1e-4)
+    np.testing.assert_allclose(first[0], np.array(whole), atol=1e-4)
+    # the first token decoded is the constrained argmax of those logits
+    v = hb.generated[0]["reasoning"]
+    assert v.logprobs[0] == pytest.approx(
+        float(first[0][v.token_ids[0]] - np.logaddexp.reduce(first[0].astype(np.float64))),
+        abs=1e-4,
+    )
+
+
+def test_the_opening_key_past_the_window_raises_naming_the_field(tiny, monkeypatch):
+    from pcd_tools.errors import ContextTooLongError
+
+    class LongKey(BaseModel):
+        the_reasoning_behind_the_decision_in_one_short_sentence: str = Field(max_length=4)
+        ok: bool
+
+    tiny.engine.clear_cache()
+    sch = compile_schema(LongKey)
+    n = len(prompt_ids(tiny, sch, CONTEXT))
+    plan = tiny.engine.plan(sch)
+    key = len(
+        tiny.engine.encode_ids('\n  "the_reasoning_behind_the_decision_in_one_short_sentence": "')
+    )
+    # room for the prompt and the scored pass, not for the prompt and the first key
+    assert key > plan.extra_tokens
+    monkeypatch.setattr(tiny.engine, "context_window", n + key - 1)
+    with pytest.raises(ContextTooLongError, match="key of the generated field 'the_reasoning"):
+        tiny.decide(LongKey, CONTEXT)
+    monkeypatch.setattr(tiny.engine, "context_window", n + key + 64)  # and for the value
+    assert tiny.decide(LongKey, CONTEXT).fields["ok"].probability is not None
