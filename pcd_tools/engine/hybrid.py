@@ -47,7 +47,7 @@ from ..schema.generated import segments
 from .fast_decode import decoder_for
 from .generate import DEFAULT_MAX_NEW_TOKENS, GeneratedValue, decode_rows, field_guide, write
 from .pack import Plan
-from .passes import LayerKV
+from .passes import LayerKV, packed_result
 from .platform import import_mlx
 from .trie import FieldTrie
 
@@ -71,7 +71,9 @@ class HybridBatch:
         segments: Per context, the segments as they ran.
         prompt_tokens: Per context, prompt length in tokens.
         prefill_ms: Wall time of the prefill.
-        suffix_eval_ms: Wall time of the scored passes.
+        suffix_eval_ms: Wall time of the scored passes, with the written text they
+            follow (a generated value just decoded) run into the caches first: in the
+            same model call where the segment is one packed chunk.
         generate_ms: Wall time of everything else: grammar indexes, written answers and
             keys, every decode step. The three add up to the call's wall time.
         sequential_forward_passes: Model calls that ran one after another.
@@ -248,7 +250,6 @@ def run_hybrid(
                 passes += _generate(engine, schema, rows, names, max_new_tokens, eos, term, first)
                 first = None  # only the opening field's key was prefilled
                 continue
-            passes += _feed_pending(engine, rows)
             ts = time.perf_counter()
             passes += _score_segment(engine, plan, schema, rows, names, pass_mode, answers)
             suffix_s += time.perf_counter() - ts
@@ -396,18 +397,42 @@ def _score_segment(
     answers: WaveAnswers,
 ) -> int:
     """One scored segment over every row: its pass (and its own waves) on the stacked
-    caches; writes each row's chosen answers. Returns the model calls."""
-    kv, valid = _stack(rows)
+    caches; writes each row's chosen answers. Returns the model calls.
+
+    The tokens written since the last model call (a generated value just decoded) go in
+    first. Where the segment is one packed chunk they run in the chunk's own call, before
+    it (`Passes.packed_after`), and their K/V join the rows' caches; else one call each.
+    """
     sub = engine.wave_plan(plan, segment_questions(schema, names))
-    need = max(valid) + sub.extra_tokens
+    stems = [list(row.pending) for row in rows]
+    valid = [row.cache[0].offset for row in rows]
+    need = max(v + len(st) for v, st in zip(valid, stems)) + sub.extra_tokens
     if need > engine.context_window:
         raise ContextTooLongError(
             need,
             engine.context_window,
-            detail=f"The scored fields {list(names)} follow {max(valid)} tokens of prompt and "
-            f"answer and need {sub.extra_tokens} more.",
+            detail=f"The scored fields {list(names)} follow "
+            f"{max(v + len(st) for v, st in zip(valid, stems))} tokens of prompt and answer "
+            f"and need {sub.extra_tokens} more.",
         )
-    edge, calls = engine._fields_pass(sub, kv, valid, mode)
+    if any(stems) and mode == "packed" and len(sub.chunks) == 1:
+        kv, valid = _stack(rows)
+        found, new = engine._parallel(
+            [lambda: engine.passes.packed_after(sub, kv, valid, sub.chunks[0], stems)]
+        )[0]
+        for r, row in enumerate(rows):
+            n = len(stems[r])
+            if n:
+                for c, (k, v) in zip(row.cache, new):
+                    c.update_and_fetch(k[r : r + 1, :, :n], v[r : r + 1, :, :n])
+            row.pending = []
+        kv, valid = _stack(rows)
+        edge, calls = packed_result(sub, [found], len(rows)), 1
+    else:
+        calls = _feed_pending(engine, rows)
+        kv, valid = _stack(rows)
+        edge, n_calls = engine._fields_pass(sub, kv, valid, mode)
+        calls += n_calls
     asked = [list(sub.questions) for _ in rows]
     tries = [list(sub.tries) for _ in rows]
     within = answers.within(names)

@@ -196,6 +196,42 @@ class Passes:
             picked = self.head(picked)
         return picked.astype(mx.float32)
 
+    def packed_after(
+        self, plan: Plan, kv: LayerKV, valid: list[int], ch: Chunk, stems: list[list[int]]
+    ) -> tuple[Edges, LayerKV]:
+        """One packed chunk after per-row tokens not yet in `kv` (a generated value just
+        decoded), in the same model call: each row's stem runs causally after its prefix,
+        and the chunk after the stem, as if the stem had been written first.
+
+        Returns:
+            The edges the chunk scored, and per layer the stems' K/V, (B, KH, S, D) with S
+            the longest stem (a row's own stem is its first `len(stems[r])` positions).
+        """
+        b, t = len(valid), len(ch.tokens)
+        width = kv[0][0].shape[2]
+        lens = np.array([len(x) for x in stems])
+        s = int(lens.max())
+        toks = np.zeros((b, s + t), np.int32)
+        pos = np.zeros((b, s + t), np.int32)
+        for r, stem in enumerate(stems):
+            toks[r, : len(stem)] = stem
+            toks[r, s:] = ch.tokens
+            pos[r, :s] = valid[r] + np.arange(s)
+            pos[r, s:] = valid[r] + len(stem) + ch.rel_pos
+        prefix_ok = np.arange(width)[None, :] < np.array(valid)[:, None]  # (B, K)
+        stem_ok = np.arange(s)[None, :] < lens[:, None]  # (B, S)
+        mask = np.zeros((b, s + t, width + s + t), bool)
+        mask[:, :, :width] = prefix_ok[:, None, :]
+        mask[:, :s, width : width + s] = np.tril(np.ones((s, s), bool))[None] & stem_ok[:, None]
+        mask[:, s:, width : width + s] = stem_ok[:, None, :]
+        mask[:, s:, width + s :] = ch.allow[None]
+        caches = [PassCache(k, v, mx.array(pos), mx.array(mask[:, None])) for k, v in kv]
+        out = self.run(mx.array(toks), caches)
+        logits = self.logits_at(out, slice(None), mx.array(ch.slots + s))
+        new = [(c.keys[:, :, width : width + s], c.values[:, :, width : width + s]) for c in caches]
+        mx.eval([logits] + [x for pair in new for x in pair])
+        return chunk_edges(plan, ch, np.asarray(logits)), new
+
     def layers(self) -> list[Any]:
         """The model's transformer layers."""
         inner: Any = (

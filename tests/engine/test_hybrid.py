@@ -147,7 +147,10 @@ def test_timings_add_up_and_every_decode_step_is_counted(tiny):
     assert d.generate_ms == b.generate_ms and d.elapsed_ms == b.elapsed_ms
     assert b.to_dict()["generate_ms"] == round(b.generate_ms, 3)
     gen_tokens = sum(f.tokens for f in d.fields.values() if f.generated)
-    assert d.sequential_forward_passes >= 1 + gen_tokens + 2  # + the two scored passes
+    # the prefill (with the reasoning's key), a step per token after each value's first,
+    # the reply's key after the first scored answers, and two scored passes, each of which
+    # runs the value just decoded first in its own call (one packed chunk each)
+    assert d.sequential_forward_passes == 1 + (gen_tokens - 2) + 1 + 2
 
 
 class Waves(BaseModel):
@@ -421,3 +424,52 @@ def test_the_opening_key_past_the_window_raises_naming_the_field(tiny, monkeypat
         tiny.decide(LongKey, CONTEXT)
     monkeypatch.setattr(tiny.engine, "context_window", n + key + 64)  # and for the value
     assert tiny.decide(LongKey, CONTEXT).fields["ok"].probability is not None
+
+
+def test_a_stem_in_the_chunks_call_equals_writing_it_first(tiny):
+    """`Passes.packed_after`: rows' decoded tokens run in the scored chunk's own call give
+    the K/V a separate write gives, and the chunk the scores it gives after that write;
+    rows of a batch with stems of different lengths, one with none."""
+    from pcd_tools.engine.generate import write
+    from pcd_tools.engine.hybrid import _Row, _row_cache, _stack
+
+    eng = tiny.engine
+    sch = compile_schema(Reasoned)
+    plan = eng.plan(sch)
+    sub = eng.wave_plan(plan, [q for q in plan.questions if q.field in ("decision", "urgent")])
+    assert len(sub.chunks) == 1
+    ctx = [eng.encode_ids(CONTEXT), eng.encode_ids(CONTEXT[:40]), eng.encode_ids(CONTEXT[:70])]
+    stems = [eng.encode_ids('\n  "reasoning": "a refund",'), [], eng.encode_ids("ok")]
+    with eng.kernels():
+        rows = [plan.head_ids + c + plan.tail_ids for c in ctx]
+        kv = eng.passes.prefill(rows, None)
+        valid = [len(r) for r in rows]
+        apart = [_Row(_row_cache(kv, r, n)) for r, n in enumerate(valid)]
+        for row, stem in zip(apart, stems):
+            if stem:
+                write(eng.passes, stem, row.cache)
+        kv_w, valid_w = _stack(apart)
+        want = packed_result_of(eng, sub, kv_w, valid_w)
+        kv0, valid0 = _stack([_Row(_row_cache(kv, r, n)) for r, n in enumerate(valid)])
+        found, new = eng.passes.packed_after(sub, kv0, valid0, sub.chunks[0], stems)
+    for r, stem in enumerate(stems):
+        for li, (k, v) in enumerate(new):
+            n = len(stem)
+            got_k = np.array(k[r : r + 1, :, :n])
+            ref_k = np.array(apart[r].cache[li].keys[:, :, valid[r] : valid[r] + n])
+            np.testing.assert_allclose(got_k, ref_k, atol=1e-5)
+            got_v = np.array(v[r : r + 1, :, :n])
+            ref_v = np.array(apart[r].cache[li].values[:, :, valid[r] : valid[r] + n])
+            np.testing.assert_allclose(got_v, ref_v, atol=1e-5)
+    from pcd_tools.engine.passes import packed_result
+
+    got = packed_result(sub, [found], len(stems))
+    for g, w in zip(got, want):
+        for a, b in zip(g, w):  # float32 log p of -19: relative 8e-7 apart
+            np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-5)
+
+
+def packed_result_of(eng, sub, kv, valid):
+    from pcd_tools.engine.passes import packed_result
+
+    return packed_result(sub, eng.passes.packed(sub, kv, valid, sub.chunks), len(valid))
