@@ -8,7 +8,8 @@ order:
 - a **generated** segment decodes its fields one after the other on that cache
   (`generate.decode_rows`): the text written since the last model call (a scored
   segment's answers, or the previous value) and the field's key run as one MLX call,
-  then one step per token. With native int8 decoding (`fast_decode`, the default on CPU)
+  then one step per token. A generated field that opens the answer has its key run in
+  the prefill's own call instead (its first token from the prefill's last logits). With native int8 decoding (`fast_decode`, the default on CPU)
   all contexts of the batch step in lockstep, one native step for every context whose
   value has not ended; the value's tokens then go into the MLX cache with what follows,
   so scored fields see float32 K/V exactly as with MLX decoding. On the MLX path the
@@ -16,8 +17,10 @@ order:
 - a **scored** segment is one packed pass over its fields' suffixes (with the waves of
   its own dependent fields) after everything written so far: the contexts' caches are
   stacked (right-padded) into one batch, exactly as the first pass of a schema without
-  generated fields runs after the prompt. The chosen answers are then written into the
-  JSON before what follows.
+  generated fields runs after the prompt. The value decoded just before it runs first,
+  in the same call when the segment is one packed chunk (`Passes.packed_after`: its
+  K/V then join the caches), else in a call of its own. The chosen answers are then
+  written into the JSON before what follows.
 
 The prefill and the scored passes batch the contexts; so do the decode steps with
 native decoding.
