@@ -264,7 +264,7 @@ def _from_gguf(
 
         set_compute(model, compute)
         mode = compute
-    else:  # "auto": int8 for K-quant files on AVX-512 VNNI, else float32 (auto_compute)
+    else:  # "auto": int8 for K-quant files where an int8 SIMD kernel runs (auto_compute)
         from .qweights import auto_compute, set_compute
 
         mode = auto_compute(model) if compute == "auto" else "float32"
@@ -495,9 +495,9 @@ def load_model(
             `"auto"` reads `PCD_COMPUTE` if set; else it is `"int8"` for a file kept in its
             encoding whose matrices are mostly K-quants (Q4_K_M and the like) on a CPU with
             AVX-512 VNNI, where the column-panel int8 kernel made a 1.5B 2.5-3x faster
-            than float32, and `"float32"` otherwise (on AVX2 the int8 kernels ran at
-            0.61-0.89x of the float32 route; BENCHMARKS.md, "Quantized GEMM kernels";
-            `qweights.auto_compute`). `"int8"` multiplies a GGUF file's blocks by
+            than float32, or with AVX2 / AVX-VNNI, where the 8-lane kernels made it
+            1.2-1.3x faster warm; `"float32"` otherwise (BENCHMARKS.md, "Quantized GEMM
+            kernels" and "int8 on AVX2"; `qweights.auto_compute`). `"int8"` multiplies a GGUF file's blocks by
             activations quantized to 8 bits, per block of 32, or per 256 for K-quant
             matrices (llama.cpp's Q8_K), as llama.cpp does (kernels picked at run time:
             AVX-512 VNNI, AVX-VNNI, AVX2 or portable C; `pcd_tools.engine.qgemm`); `"bf16"`

@@ -52,7 +52,11 @@ The int8 kernels ran at 0.61-0.81x of sgemm with activations per 32 and 0.73-0.8
 ``vpmaddubsw + vpmaddwd + vpaddd`` reach 74-78 G multiply-adds per CPU-second against
 62-64 for ``vfmadd231ps`` in a register-only loop here, so int8 can be at most ~1.2x
 float32 before its per-block scaling (5 instructions per 32 multiply-adds per 32-block
-against 4 FMAs; 3 integer ones in the K-quant mode). int8 is expected to win with
+against 4 FMAs; 3 integer ones in the K-quant mode). Those ratios are against sgemm over
+dense weights: against the float32 route PCD runs on an encoded file, which dequantizes
+each matrix once per pass, int8 on a Zen 3 won 1.2-1.4x in warm 1.5B requests and tied
+cold prefills (BENCHMARKS.md, "int8 on AVX2"), so `auto` takes it there too. int8 is
+expected to win by more with
 AVX-512 VNNI / AVX-VNNI (``vpdpbusd``: 64 multiply-adds in one instruction); those
 kernels and the AVX-512 BF16 route are written and compile-checked but could not run
 here. oneDNN (pip ``onednn`` 2026.1) is a SYCL build: with its Intel runtimes

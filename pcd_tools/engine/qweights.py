@@ -301,12 +301,14 @@ def set_compute(model: Any, mode: str) -> int:
 def auto_compute(model: Any) -> str:
     """The compute mode `compute="auto"` picks for a model loaded in its file's encoding.
 
-    `"int8"` when this CPU runs the column-panel K-quant kernel (AVX-512 VNNI:
-    `qgemm.isa() == "avx512vnni"`) and K-quant matrices (Q4_K, Q5_K, Q6_K) hold at least
-    half of the model's encoded matrix bytes, as in the Q4_K_M files users run: measured
-    faster than float32 there (BENCHMARKS.md, "Quantized GEMM kernels"). Otherwise `"float32"`:
-    on AVX2 every int8 kernel ran below the float32 route, and the 32-block types (the
-    embedded Q4_1 model) gain nothing from int8 on either CPU.
+    `"int8"` when K-quant matrices (Q4_K, Q5_K, Q6_K) hold at least half of the model's
+    encoded matrix bytes, as in the Q4_K_M files users run, on a CPU with an int8 SIMD
+    kernel: the column-panel one (AVX-512 VNNI), 2.5-3x faster than float32 at 1.5B; the
+    8-lane ones (AVX-VNNI, AVX2), 1.2-1.3x faster warm and 1.04x in a cold prefill at
+    1.5B on a Zen 3, where the float32 route pays each matrix's dequantization per pass
+    (BENCHMARKS.md, "Quantized GEMM kernels" and "int8 on AVX2"). Otherwise `"float32"`:
+    the portable C kernel, and the 32-block types (the embedded Q4_1 model; Qwen2.5-0.5B's
+    Q5_0 / Q8_0), which gain nothing from int8 on either CPU.
 
     Args:
         model: An mlx-lm model, with `GGUFLinear` / `GGUFEmbedding` modules when it was
@@ -326,9 +328,10 @@ def auto_compute(model: Any) -> str:
     from . import qgemm
 
     try:
-        return "int8" if qgemm.isa() == "avx512vnni" else "float32"
+        isa = qgemm.isa()
     except NativeBuildError:  # no compiler: the float32 route needs no int8 kernels
         return "float32"
+    return "int8" if isa in ("avx512vnni", "avxvnni", "avx2") else "float32"
 
 
 def _scratch(n: int) -> np.ndarray:

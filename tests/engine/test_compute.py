@@ -7,6 +7,8 @@ by the activations' 8-bit rounding only. Bad combinations are typed errors."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -168,11 +170,52 @@ def test_bad_combinations_are_typed_errors(tiny_file, monkeypatch):
     assert Decider.load(tiny_file).loaded.compute == "float32"
 
 
-def test_auto_picks_int8_for_k_quant_files_on_avx512_vnni(tiny_file, monkeypatch):
-    """`auto`: int8 where the column-panel kernel runs (AVX-512 VNNI) and K-quants hold
-    most of the matrix bytes; float32 elsewhere (BENCHMARKS.md, "Quantized GEMM kernels")."""
+def test_auto_takes_int8_by_cpu_and_encoding():
+    """`auto`'s rule on every int8 kernel: files whose matrices are mostly K-quants take
+    int8 where a SIMD int8 kernel runs (AVX-512 VNNI, AVX-VNNI, AVX2), float32 on the
+    portable one; the 32-block types and dense models never do."""
+
+    class W:  # what auto_compute reads of a tensor; the bytes are never allocated
+        def __init__(self, n: int, t: str):
+            self.data = np.broadcast_to(np.zeros(1, np.uint8), (n,))
+            self.type_name = t
+
+    class M:
+        def __init__(self, *mods: Any):
+            self.mods = mods
+
+        def named_modules(self) -> list[tuple[str, Any]]:
+            return [(str(i), m) for i, m in enumerate(self.mods)]
+
+    q4km = M(GGUFLinear(W(756_781_056, "Q4_K")), GGUFLinear(W(354_009_600, "Q6_K")))  # 1.5B
+    mostly_32 = M(  # Qwen2.5-0.5B's Q4_K_M file: 15% K-quants
+        GGUFLinear(W(146_105_344, "Q8_0")),
+        GGUFLinear(W(266_742_784, "Q5_0")),
+        GGUFLinear(W(42_900_480, "Q6_K")),
+        GGUFLinear(W(29_417_472, "Q4_K")),
+    )
+    q41 = M(GGUFLinear(W(10**8, "Q4_1")))
+    for isa, want in (
+        ("avx512vnni", "int8"),
+        ("avxvnni", "int8"),
+        ("avx2", "int8"),
+        ("scalar", "float32"),
+    ):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(qgemm, "isa", lambda isa=isa: isa)
+            assert auto_compute(q4km) == want, isa
+            assert auto_compute(mostly_32) == "float32", isa
+            assert auto_compute(q41) == "float32", isa
+            assert auto_compute(M()) == "float32", isa  # dense: nothing encoded
+
+
+def test_auto_picks_int8_for_k_quant_files_where_an_int8_simd_kernel_runs(
+    tiny_file, monkeypatch
+):
+    """`auto` on a real (tiny) K-quant file: int8 where a SIMD int8 kernel runs (AVX-512
+    VNNI, AVX-VNNI, AVX2), float32 elsewhere (BENCHMARKS.md, "Quantized GEMM kernels")."""
     monkeypatch.delenv("PCD_COMPUTE", raising=False)
-    fast = qgemm.isa() == "avx512vnni"
+    fast = qgemm.isa() in ("avx512vnni", "avxvnni", "avx2")
     auto = Decider.load(tiny_file, dtype="quantized")  # Q4_K matrices, a Q6_K head
     assert auto.loaded.compute == ("int8" if fast else "float32")
     assert auto_compute(auto.engine.model) == auto.loaded.compute

@@ -274,10 +274,9 @@ def test_doctor_keys(shared_cache: Path) -> None:
         assert out["default_dtype"] == "float32"
         assert out["compute_modes"][:2] == ["float32", "int8"]
         assert out["int8_kernel"] in ("avx512vnni", "avxvnni", "avx2", "scalar")
-        # what compute="auto" runs: int8 (K-quant files) only where the column kernel runs
-        assert out["compute_auto"].startswith(
-            "int8 for a K-quant" if out["int8_kernel"] == "avx512vnni" else "float32"
-        )
+        # what compute="auto" runs: int8 (K-quant files) where a SIMD int8 kernel runs
+        simd = out["int8_kernel"] in ("avx512vnni", "avxvnni", "avx2")
+        assert out["compute_auto"].startswith("int8 for a K-quant" if simd else "float32")
 
 
 def test_cache_dir_env_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
