@@ -322,10 +322,10 @@ def _generate(
     """
     decoder = decoder_for(engine)
     if decoder is not None:
+        index = range(len(rows))
         return _generate_rows(
-            engine, schema, rows, range(len(rows)), names, max_new_tokens, eos, term, decoder,
-            first,
-        )  # fmt: skip
+            engine, schema, rows, index, names, max_new_tokens, eos, term, decoder, first
+        )
     total = 0
     for r, row in enumerate(rows):
         mine = None if first is None else first[r : r + 1]
@@ -410,15 +410,13 @@ def _score_segment(
     """
     sub = engine.wave_plan(plan, segment_questions(schema, names))
     stems = [list(row.pending) for row in rows]
-    valid = [row.cache[0].offset for row in rows]
-    need = max(v + len(st) for v, st in zip(valid, stems)) + sub.extra_tokens
-    if need > engine.context_window:
+    written = max(row.cache[0].offset + len(st) for row, st in zip(rows, stems))
+    if written + sub.extra_tokens > engine.context_window:
         raise ContextTooLongError(
-            need,
+            written + sub.extra_tokens,
             engine.context_window,
-            detail=f"The scored fields {list(names)} follow "
-            f"{max(v + len(st) for v, st in zip(valid, stems))} tokens of prompt and answer "
-            f"and need {sub.extra_tokens} more.",
+            detail=f"The scored fields {list(names)} follow {written} tokens of prompt and "
+            f"answer and need {sub.extra_tokens} more.",
         )
     if any(stems) and mode == "packed" and len(sub.chunks) == 1:
         kv, valid = _stack(rows)

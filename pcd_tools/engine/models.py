@@ -497,8 +497,8 @@ def load_model(
             AVX-512 VNNI, where the column-panel int8 kernel made a 1.5B 2.5-3x faster
             than float32, or with AVX2 / AVX-VNNI, where the 8-lane kernels made it
             1.2-1.3x faster warm; `"float32"` otherwise (BENCHMARKS.md, "Quantized GEMM
-            kernels" and "int8 on AVX2"; `qweights.auto_compute`). `"int8"` multiplies a GGUF file's blocks by
-            activations quantized to 8 bits, per block of 32, or per 256 for K-quant
+            kernels" and "int8 on AVX2"; `qweights.auto_compute`). `"int8"` multiplies a
+            GGUF file's blocks by activations quantized to 8 bits, per block of 32, or per 256 for K-quant
             matrices (llama.cpp's Q8_K), as llama.cpp does (kernels picked at run time:
             AVX-512 VNNI, AVX-VNNI, AVX2 or portable C; `pcd_tools.engine.qgemm`); `"bf16"`
             rounds both sides to bfloat16 (AVX-512 BF16 CPUs only). Both keep the weights
