@@ -2,15 +2,22 @@
 
 `pcd_tools`, `pcd_tools.agents` and `pcd_tools.eval` each map a public name to the module
 that defines it and take their `__getattr__` / `__dir__` from `lazy_names`.
+
+`mlx_lm_module` imports one of mlx-lm's modules without the cost of mlx-lm's package
+`__init__` (which imports transformers), run only when something asks for a name it defines.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
+import threading
+import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["lazy_names"]
+__all__ = ["lazy_names", "mlx_lm_module"]
 
 
 def lazy_names(
@@ -40,3 +47,45 @@ def lazy_names(
         return sorted(set(namespace) | set(public))
 
     return __getattr__, __dir__
+
+
+_deferred_lock = threading.RLock()
+
+
+class _DeferredPackage(types.ModuleType):
+    """A package registered before its `__init__` ran: its submodules import as usual, and
+    the first lookup of a name it does not hold yet (`mlx_lm.load`, `from mlx_lm import
+    generate`, `mlx_lm.__version__`) runs the `__init__` in place, then answers."""
+
+    def __getattr__(self, attr: str) -> Any:
+        with _deferred_lock:
+            if type(self) is _DeferredPackage:
+                object.__setattr__(self, "__class__", types.ModuleType)  # once, whatever happens
+                spec = self.__spec__
+                assert spec is not None and spec.loader is not None
+                spec.loader.exec_module(self)
+        return types.ModuleType.__getattribute__(self, attr)
+
+
+def mlx_lm_module(name: str) -> types.ModuleType:
+    """`mlx_lm.<name>` (`"models.qwen2"`, `"models.cache"`), imported without running
+    `mlx_lm/__init__.py` first when mlx-lm is not imported yet.
+
+    That file imports mlx-lm's loader and generation, and with them transformers: 1.5-3 s
+    of a GGUF model's load on a 2-core CPU, for code a GGUF model never runs. The package
+    is registered un-run instead (`_DeferredPackage`) and runs its `__init__` the first
+    time anything asks it for a name, so code that uses `mlx_lm` later (`mlx_lm.load`)
+    gets the whole package, the same module objects included.
+    """
+    full = f"mlx_lm.{name}"
+    module = sys.modules.get(full)
+    if module is not None:
+        return module
+    with _deferred_lock:
+        if "mlx_lm" not in sys.modules:
+            spec = importlib.util.find_spec("mlx_lm")
+            if spec is not None and spec.loader is not None:
+                package = importlib.util.module_from_spec(spec)
+                package.__class__ = _DeferredPackage
+                sys.modules["mlx_lm"] = package
+        return importlib.import_module(full)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._lazy import mlx_lm_module
 from ..engine.generate import last_logits
 from ..engine.grammar import WHITESPACE, guide_for, json_schema_of
 from ..engine.platform import import_mlx
@@ -86,7 +87,7 @@ _HEADS: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[int, ...], list[Any]]] 
 
 def _prompt_cache(decider: Decider, head: list[int], use: bool) -> tuple[list[Any], int, int]:
     """A KV cache holding the schema part: (cache, tokens already in it, passes spent)."""
-    from mlx_lm.models.cache import make_prompt_cache
+    make_prompt_cache = mlx_lm_module("models.cache").make_prompt_cache
 
     model = decider.loaded.model
     if not use:
@@ -201,9 +202,9 @@ def greedy_json(
             step.close()
         finally:
             if prompt_cache:
-                from mlx_lm.models.cache import trim_prompt_cache
-
-                trim_prompt_cache(cache, cache[0].offset - len(plan.head_ids))
+                mlx_lm_module("models.cache").trim_prompt_cache(
+                    cache, cache[0].offset - len(plan.head_ids)
+                )
     text = tok.decode(ids)
     close = ObjectScanner().feed(text)
     if close is not None:
@@ -286,9 +287,9 @@ def constrained_json(
             step.close()
         finally:
             if prompt_cache:
-                from mlx_lm.models.cache import trim_prompt_cache
-
-                trim_prompt_cache(cache, cache[0].offset - len(plan.head_ids))
+                mlx_lm_module("models.cache").trim_prompt_cache(
+                    cache, cache[0].offset - len(plan.head_ids)
+                )
     text = tok.decode(ids)
     return build_result(compiled, text, token_spans(tok, ids), probs, passes, (t0, t1, t2))
 
@@ -302,7 +303,7 @@ def bare_prefill_ms(decider: Decider, schema: Any, context: str) -> float:
     The model runs over the whole prompt into a fresh KV cache and produces the last
     position's logits: the least work any method needs before its first answer token.
     """
-    from mlx_lm.models.cache import make_prompt_cache
+    make_prompt_cache = mlx_lm_module("models.cache").make_prompt_cache
 
     compiled = compile_schema(schema)
     plan = decider.engine.plan(compiled)

@@ -91,10 +91,12 @@ class Decider:
                 float32; on a GPU stored weights are kept. Also `"quantized"`,
                 `"float32"`, `"float16"`, `"bfloat16"`, `"keep"` (see
                 `pcd_tools.engine.models.load_model`).
-            compute: `"auto"` (or `PCD_COMPUTE`; float32, the fastest measured on AVX2),
-                `"float32"`, `"int8"` or `"bf16"`: the arithmetic of the passes' matrix
-                products over a GGUF file's blocks on CPU (see
-                `pcd_tools.engine.models.load_model`). `Decision.compute` reports it.
+            compute: `"auto"` (or `PCD_COMPUTE`: int8 for a file mostly in K-quants, such
+                as a Q4_K_M, on a CPU with an int8 SIMD kernel, else float32;
+                `pcd_tools.engine.qweights.auto_compute`), `"float32"`, `"int8"` or
+                `"bf16"`: the arithmetic of the passes' matrix products over a GGUF file's
+                blocks on CPU (see `pcd_tools.engine.models.load_model`).
+                `Decision.compute` reports it.
             calibration: `"contextual"` (label-free contextual calibration on every
                 decision, `pcd_tools.decide.contextual`), a fitted `Calibration` or the path of
                 its JSON file; see `with_calibration`.

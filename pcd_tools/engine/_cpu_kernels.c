@@ -3,12 +3,12 @@
  * Attention runs one block of query rows at a time. For each (batch row, head, block)
  * the kernel computes the block's scores itself, each score in one fixed order (see
  * "scores"), normalises them in place while they are still in the core's L2 cache (mask,
- * max, exp in one sweep per row), then sums each row's nonzero weights and multiplies them
- * by V in SIMD over the features, in key order over those weights only, and divides by the
- * sum: a query's output does not depend on the masked keys beside it (see
- * "composition-invariant sums"). The full score matrix (1,398 x 1,552 floats per head
- * group for a 466-token pass) never goes to memory, and for a causal pass the masked keys
- * past each row are never computed.
+ * max, exp in one sweep per row), sums each row's nonzero weights, then multiplies the
+ * block's weights by V in SIMD over the features, in key order, one L1-sized tile of V at
+ * a time for every row of the block, and divides by the sums: a query's output does not
+ * depend on the masked keys beside it (see "composition-invariant sums" and "PV"). The full
+ * score matrix (1,398 x 1,552 floats per head group for a 466-token pass) never goes to
+ * memory, and for a causal pass the masked keys past each row are never computed.
  *
  * SwiGLU is silu(gate) * x in one SIMD sweep.
  *
@@ -23,23 +23,30 @@
 
 typedef float (*softmax_row_t)(float *restrict, const float *restrict, int, int);
 typedef void (*scores_t)(const float *restrict, int64_t, const float *restrict, int64_t, int,
-                         int, int, int, int, float, float *restrict);
+                         int, int, int, int, float, float *restrict, int64_t);
+
+/* out_r += sum_j w_r[j] v_j over keys lo <= j < min(n_r, hi) of the rows r < m, v holding
+ * key lo's row first (see "PV"). */
+typedef void (*pv_rows_t)(const float *restrict, int64_t, const int *restrict, int, int, int,
+                          const float *restrict, int64_t, float *restrict, int);
 
 typedef struct {
     scores_t scores;
     const float *q, *k, *v, *mask;
+    const float *k2, *v2; /* keys s1.. when the call's keys come in two parts, else NULL */
     float *out;
     int64_t q_sb, q_sh, q_sr; /* strides in floats: batch, head, row (last dim contiguous) */
     int64_t k_sb, k_sh, k_sr;
     int64_t v_sb, v_sh, v_sr;
+    int64_t k2_sb, k2_sh, k2_sr, v2_sb, v2_sh, v2_sr;
+    int s1;
     int64_t m_sb; /* additive mask (Lq x S rows of S floats): batch stride, 0 = shared */
     int b, h, kh, lq, s, d, causal, block, nqb, ntasks;
     float scale;
     softmax_row_t softmax_row;
-    int (*compact)(const float *restrict, int, float *restrict, int32_t *restrict);
+    int (*compact)(const float *restrict, int, float *restrict);
     float (*lane_sum)(const float *restrict, int);
-    void (*pv_row)(const float *restrict, const int32_t *restrict, int, const float *restrict,
-                   int64_t, float *restrict, int, float);
+    pv_rows_t pv_rows;
 } job_t;
 
 /* Runs fn(ctx, task, scratch) for every task in [0, ntasks) on `threads` threads, each
@@ -238,7 +245,7 @@ __attribute__((target("avx2,fma"))) static float softmax_row_avx2(
 #endif
 
 /* ---- scores -------------------------------------------------------------------------
- * buf[r * width + j] = scale * (q_r . k_j) for the rows r < m and, for each, the keys it can
+ * buf[r * ldb + j] = scale * (q_r . k_j) for the rows r < m and, for each, the keys it can
  * see: j < n0 + r when `causal`, else j < width (others are left unwritten: the softmax
  * zeroes them). Each score is computed the same way wherever it falls: its own chain over
  * the features, whatever m, width and the tile around it. A BLAS gives no such promise:
@@ -246,7 +253,7 @@ __attribute__((target("avx2,fma"))) static float softmax_row_avx2(
  * count, which 8-bit activations downstream turn into a whole step (issue 31). */
 static void scores_scalar(const float *restrict q, int64_t q_sr, const float *restrict k,
                           int64_t k_sr, int m, int width, int n0, int causal, int d,
-                          float scale, float *restrict buf) {
+                          float scale, float *restrict buf, int64_t ldb) {
     for (int r = 0; r < m; r++) {
         const float *qr = q + (int64_t)r * q_sr;
         int n = causal ? n0 + r : width;
@@ -254,7 +261,7 @@ static void scores_scalar(const float *restrict q, int64_t q_sr, const float *re
             const float *kr = k + (int64_t)j * k_sr;
             float acc = 0.0f;
             for (int c = 0; c < d; c++) acc += qr[c] * kr[c];
-            buf[(int64_t)r * width + j] = acc * scale;
+            buf[(int64_t)r * ldb + j] = acc * scale;
         }
     }
 }
@@ -274,9 +281,9 @@ __attribute__((target("avx2,fma"))) static inline __m256 sum8x8(const __m256 *a)
  * too: the scores are a small part of the work, and one kernel is one set of numbers. */
 __attribute__((target("avx2,fma"))) static void scores_avx2(
     const float *restrict q, int64_t q_sr, const float *restrict k, int64_t k_sr, int m,
-    int width, int n0, int causal, int d, float scale, float *restrict buf) {
+    int width, int n0, int causal, int d, float scale, float *restrict buf, int64_t ldb) {
     if (d % 8) {
-        scores_scalar(q, q_sr, k, k_sr, m, width, n0, causal, d, scale, buf);
+        scores_scalar(q, q_sr, k, k_sr, m, width, n0, causal, d, scale, buf, ldb);
         return;
     }
     __m256 vs = _mm256_set1_ps(scale);
@@ -297,7 +304,7 @@ __attribute__((target("avx2,fma"))) static void scores_avx2(
                     a[u] = _mm256_fmadd_ps(x, _mm256_loadu_ps(kr[u] + c), a[u]);
             }
             __m256 sc = _mm256_mul_ps(sum8x8(a), vs);
-            float *o = buf + (int64_t)r * width + j0;
+            float *o = buf + (int64_t)r * ldb + j0;
             if (w == 8)
                 _mm256_storeu_ps(o, sc);
             else
@@ -308,20 +315,22 @@ __attribute__((target("avx2,fma"))) static void scores_avx2(
 #endif
 
 /* ---- composition-invariant sums ------------------------------------------------------
- * A query's weights are summed, and multiplied by V, over its nonzero weights only, in key
- * order, with lanes taken by the weight's rank among them, never by the key's position.
- * Masked keys add nothing and shift nothing, so a query's output does not depend on which
+ * A query's weights are summed over its nonzero weights only, in key order, with lanes
+ * taken by the weight's rank among them, never by the key's position; the product with V
+ * runs in key order per feature, where a zero weight changes nothing (see "PV"). Masked
+ * keys add nothing and shift nothing, so a query's output does not depend on which
  * other keys share the call (the packed fields pass against one prompt per candidate, a
  * pruned pass against an exhaustive one, how rows are split over threads): bit-identical,
  * given the same scores. 8-bit activations downstream round a float32-sized difference to
  * a whole step, so this is what keeps int8 scores exact (issue 31). */
 
-/* The nonzero weights of row[0, n) and their key indices, in key order; returns how many. */
-static int compact_scalar(const float *restrict row, int n, float *restrict pv,
-                          int32_t *restrict idx) {
+/* The nonzero weights of row[0, n), in key order; returns how many. `pv` holds n + 16. */
+static int compact_scalar(const float *restrict row, int n, float *restrict pv) {
     int c = 0;
-    for (int j = 0; j < n; j++)
-        if (row[j] != 0.0f) pv[c] = row[j], idx[c++] = j;
+    for (int j = 0; j < n; j++) {
+        pv[c] = row[j];
+        c += row[j] != 0.0f;
+    }
     return c;
 }
 
@@ -332,32 +341,60 @@ static float lane_sum_scalar(const float *restrict pv, int n) {
     return s;
 }
 
-/* out[0, d) = inv * sum_t pv[t] * v[idx[t]], each feature summed in rank order. */
-static void pv_row_scalar(const float *restrict pv, const int32_t *restrict idx, int n,
-                          const float *restrict v, int64_t v_sr, float *restrict out, int d,
-                          float inv) {
-    for (int c = 0; c < d; c++) out[c] = 0.0f;
-    for (int t = 0; t < n; t++) {
-        const float *vr = v + (int64_t)idx[t] * v_sr;
-        float p = pv[t];
-        for (int c = 0; c < d; c++) out[c] += p * vr[c];
-    }
-    for (int c = 0; c < d; c++) out[c] *= inv;
+/* ---- PV ------------------------------------------------------------------------------
+ * out_r = inv_r * sum_j w_r[j] v_j for a block's rows, each feature one FMA chain in key
+ * order from +0. A weight of exactly 0 (a masked key, an underflowed exp) leaves a chain
+ * unchanged: fma(0, v, acc) = acc for finite v, and acc is never -0 (it starts at +0, and
+ * an exact zero sum rounds to +0), so this equals the sum over the nonzero weights alone,
+ * bit for bit, whatever masked keys share the call. The keys go in tiles of `pv_tile` (16
+ * KB of V, in L1), every row of the block over one tile before the next: V is read from
+ * memory once per block, not once per row. */
+#define PV_TILE_BYTES 16384
+
+static int pv_tile(int d) {
+    int t = PV_TILE_BYTES / (4 * d);
+    return t < 8 ? 8 : t;
+}
+
+static int max_n(const int *restrict n, int m) {
+    int x = 0;
+    for (int r = 0; r < m; r++) x = n[r] > x ? n[r] : x;
+    return x;
+}
+
+static void pv_rows_scalar(const float *restrict w, int64_t w_sr, const int *restrict n, int m,
+                           int lo, int hi, const float *restrict v, int64_t v_sr,
+                           float *restrict out, int d) {
+    int tile = pv_tile(d), end = max_n(n, m) < hi ? max_n(n, m) : hi;
+    for (int j0 = lo; j0 < end; j0 += tile)
+        for (int r = 0; r < m; r++) {
+            int j1 = n[r] < j0 + tile ? n[r] : j0 + tile;
+            j1 = j1 < hi ? j1 : hi;
+            const float *wr = w + (int64_t)r * w_sr;
+            float *o = out + (int64_t)r * d;
+            for (int j = j0; j < j1; j++) {
+                const float *vr = v + (int64_t)(j - lo) * v_sr;
+                float p = wr[j];
+                for (int c = 0; c < d; c++) o[c] += p * vr[c];
+            }
+        }
+}
+
+/* out_r *= inv_r: one rounding per element, the same whatever the vector width. */
+static void pv_scale(float *restrict out, int m, int d, const float *restrict inv) {
+    for (int r = 0; r < m; r++)
+        for (int c = 0; c < d; c++) out[(int64_t)r * d + c] *= inv[r];
 }
 
 #if defined(__x86_64__) || defined(__i386__)
 __attribute__((target("avx512f"))) static int compact_avx512(const float *restrict row, int n,
-                                                             float *restrict pv,
-                                                             int32_t *restrict idx) {
+                                                             float *restrict pv) {
     int c = 0, j = 0;
-    __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (; j < n; j += 16) {
         __mmask16 in = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1u);
         __m512 x = _mm512_maskz_loadu_ps(in, row + j);
         __mmask16 nz = _mm512_mask_cmp_ps_mask(in, x, _mm512_setzero_ps(), _CMP_NEQ_UQ);
         _mm512_mask_compressstoreu_ps(pv + c, nz, x);
-        _mm512_mask_compressstoreu_epi32(idx + c, nz,
-                                         _mm512_add_epi32(lane, _mm512_set1_epi32(j)));
         c += __builtin_popcount((unsigned)nz);
     }
     return c;
@@ -371,35 +408,71 @@ __attribute__((target("avx512f"))) static float lane_sum_avx512(const float *res
     return _mm512_reduce_add_ps(acc);
 }
 
-/* NC vectors of 16 features, accumulated in registers over every weight. */
-#define PV512(NC)                                                                          \
+/* NC vectors of 16 features of row `o`, over the keys [j0, j1). */
+#define PVT512(NC)                                                                         \
     do {                                                                                   \
         __m512 acc[NC];                                                                    \
-        for (int u = 0; u < NC; u++) acc[u] = _mm512_setzero_ps();                         \
-        for (int t = 0; t < n; t++) {                                                      \
-            const float *vr = v + (int64_t)idx[t] * v_sr + c0;                             \
-            __m512 p = _mm512_set1_ps(pv[t]);                                              \
+        for (int u = 0; u < NC; u++) acc[u] = _mm512_loadu_ps(o + c0 + 16 * u);            \
+        for (int j = j0; j < j1; j++) {                                                    \
+            const float *vr = v + (int64_t)(j - lo) * v_sr + c0;                           \
+            __m512 p = _mm512_set1_ps(wr[j]);                                              \
             for (int u = 0; u < NC; u++)                                                   \
                 acc[u] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vr + 16 * u), acc[u]);          \
         }                                                                                  \
-        for (int u = 0; u < NC; u++)                                                       \
-            _mm512_storeu_ps(out + c0 + 16 * u, _mm512_mul_ps(acc[u], vinv));               \
+        for (int u = 0; u < NC; u++) _mm512_storeu_ps(o + c0 + 16 * u, acc[u]);            \
         c0 += 16 * NC;                                                                     \
     } while (0)
 
-__attribute__((target("avx512f"))) static void pv_row_avx512(
-    const float *restrict pv, const int32_t *restrict idx, int n, const float *restrict v,
-    int64_t v_sr, float *restrict out, int d, float inv) {
+__attribute__((target("avx512f"))) static void pv_rows_avx512(
+    const float *restrict w, int64_t w_sr, const int *restrict n, int m, int lo, int hi,
+    const float *restrict v, int64_t v_sr, float *restrict out, int d) {
     if (d % 16) {
-        pv_row_scalar(pv, idx, n, v, v_sr, out, d, inv);
+        pv_rows_scalar(w, w_sr, n, m, lo, hi, v, v_sr, out, d);
         return;
     }
-    __m512 vinv = _mm512_set1_ps(inv);
-    int c0 = 0;
-    while (d - c0 >= 128) PV512(8);
-    if (d - c0 >= 64) PV512(4);
-    if (d - c0 >= 32) PV512(2);
-    if (d - c0 >= 16) PV512(1);
+    int tile = pv_tile(d), end = max_n(n, m) < hi ? max_n(n, m) : hi;
+    for (int j0 = lo; j0 < end; j0 += tile)
+        for (int r = 0; r < m; r++) {
+            int j1 = n[r] < j0 + tile ? n[r] : j0 + tile;
+            j1 = j1 < hi ? j1 : hi;
+            if (j1 <= j0) continue;
+            const float *wr = w + (int64_t)r * w_sr;
+            float *o = out + (int64_t)r * d;
+            int c0 = 0;
+            while (d - c0 >= 128) PVT512(8);
+            if (d - c0 >= 64) PVT512(4);
+            if (d - c0 >= 32) PVT512(2);
+            if (d - c0 >= 16) PVT512(1);
+        }
+}
+
+/* Left-packing permutations for `compact_avx2`: entry `mask` lists the set lanes first. */
+static int32_t pack_lut[256][8];
+
+__attribute__((constructor)) static void init_pack_lut(void) {
+    for (int mask = 0; mask < 256; mask++) {
+        int c = 0;
+        for (int l = 0; l < 8; l++)
+            if (mask >> l & 1) pack_lut[mask][c++] = l;
+        while (c < 8) pack_lut[mask][c++] = 0;
+    }
+}
+
+__attribute__((target("avx2,fma"))) static int compact_avx2(const float *restrict row, int n,
+                                                           float *restrict pv) {
+    int c = 0, j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 x = _mm256_loadu_ps(row + j);
+        int nz = _mm256_movemask_ps(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_UQ));
+        __m256i perm = _mm256_loadu_si256((const __m256i *)pack_lut[nz]);
+        _mm256_storeu_ps(pv + c, _mm256_permutevar8x32_ps(x, perm));
+        c += __builtin_popcount((unsigned)nz);
+    }
+    for (; j < n; j++) {
+        pv[c] = row[j];
+        c += row[j] != 0.0f;
+    }
+    return c;
 }
 
 __attribute__((target("avx2,fma"))) static float lane_sum_avx2(const float *restrict pv, int n) {
@@ -417,34 +490,41 @@ __attribute__((target("avx2,fma"))) static float lane_sum_avx2(const float *rest
            ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
 }
 
-#define PV256(NC)                                                                          \
+#define PVT256(NC)                                                                         \
     do {                                                                                   \
         __m256 acc[NC];                                                                    \
-        for (int u = 0; u < NC; u++) acc[u] = _mm256_setzero_ps();                         \
-        for (int t = 0; t < n; t++) {                                                      \
-            const float *vr = v + (int64_t)idx[t] * v_sr + c0;                             \
-            __m256 p = _mm256_set1_ps(pv[t]);                                              \
+        for (int u = 0; u < NC; u++) acc[u] = _mm256_loadu_ps(o + c0 + 8 * u);             \
+        for (int j = j0; j < j1; j++) {                                                    \
+            const float *vr = v + (int64_t)(j - lo) * v_sr + c0;                           \
+            __m256 p = _mm256_set1_ps(wr[j]);                                              \
             for (int u = 0; u < NC; u++)                                                   \
                 acc[u] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vr + 8 * u), acc[u]);           \
         }                                                                                  \
-        for (int u = 0; u < NC; u++)                                                       \
-            _mm256_storeu_ps(out + c0 + 8 * u, _mm256_mul_ps(acc[u], vinv));                \
+        for (int u = 0; u < NC; u++) _mm256_storeu_ps(o + c0 + 8 * u, acc[u]);             \
         c0 += 8 * NC;                                                                      \
     } while (0)
 
-__attribute__((target("avx2,fma"))) static void pv_row_avx2(
-    const float *restrict pv, const int32_t *restrict idx, int n, const float *restrict v,
-    int64_t v_sr, float *restrict out, int d, float inv) {
+__attribute__((target("avx2,fma"))) static void pv_rows_avx2(
+    const float *restrict w, int64_t w_sr, const int *restrict n, int m, int lo, int hi,
+    const float *restrict v, int64_t v_sr, float *restrict out, int d) {
     if (d % 8) {
-        pv_row_scalar(pv, idx, n, v, v_sr, out, d, inv);
+        pv_rows_scalar(w, w_sr, n, m, lo, hi, v, v_sr, out, d);
         return;
     }
-    __m256 vinv = _mm256_set1_ps(inv);
-    int c0 = 0;
-    while (d - c0 >= 64) PV256(8);
-    if (d - c0 >= 32) PV256(4);
-    if (d - c0 >= 16) PV256(2);
-    if (d - c0 >= 8) PV256(1);
+    int tile = pv_tile(d), end = max_n(n, m) < hi ? max_n(n, m) : hi;
+    for (int j0 = lo; j0 < end; j0 += tile)
+        for (int r = 0; r < m; r++) {
+            int j1 = n[r] < j0 + tile ? n[r] : j0 + tile;
+            j1 = j1 < hi ? j1 : hi;
+            if (j1 <= j0) continue;
+            const float *wr = w + (int64_t)r * w_sr;
+            float *o = out + (int64_t)r * d;
+            int c0 = 0;
+            while (d - c0 >= 64) PVT256(8);
+            if (d - c0 >= 32) PVT256(4);
+            if (d - c0 >= 16) PVT256(2);
+            if (d - c0 >= 8) PVT256(1);
+        }
 }
 #endif
 
@@ -452,10 +532,9 @@ typedef struct {
     int width; /* 512, 256 or 1 */
     scores_t scores;
     softmax_row_t softmax_row;
-    int (*compact)(const float *restrict, int, float *restrict, int32_t *restrict);
+    int (*compact)(const float *restrict, int, float *restrict);
     float (*lane_sum)(const float *restrict, int);
-    void (*pv_row)(const float *restrict, const int32_t *restrict, int, const float *restrict,
-                   int64_t, float *restrict, int, float);
+    pv_rows_t pv_rows;
 } attn_path_t;
 
 /* The attention code path: `path` as for `pick_softmax_row`; width 0 if unavailable. */
@@ -464,17 +543,17 @@ static attn_path_t pick_attention(int path) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if ((path == 0 || path == 512) && __builtin_cpu_supports("avx512f")) {
-        attn_path_t w = {512, scores_avx2, softmax_row_avx512, compact_avx512, lane_sum_avx512, pv_row_avx512};
+        attn_path_t w = {512, scores_avx2, softmax_row_avx512, compact_avx512, lane_sum_avx512, pv_rows_avx512};
         return w;
     }
     if ((path == 0 || path == 256) && __builtin_cpu_supports("avx2") &&
         __builtin_cpu_supports("fma")) {
-        attn_path_t w = {256, scores_avx2, softmax_row_avx2, compact_scalar, lane_sum_avx2, pv_row_avx2};
+        attn_path_t w = {256, scores_avx2, softmax_row_avx2, compact_avx2, lane_sum_avx2, pv_rows_avx2};
         return w;
     }
 #endif
     if (path == 0 || path == 1) {
-        attn_path_t w = {1, scores_scalar, softmax_row_scalar, compact_scalar, lane_sum_scalar, pv_row_scalar};
+        attn_path_t w = {1, scores_scalar, softmax_row_scalar, compact_scalar, lane_sum_scalar, pv_rows_scalar};
         return w;
     }
     return a;
@@ -487,8 +566,9 @@ static softmax_row_t pick_softmax_row(int path) { return pick_attention(path).so
 static void attention_task(void *ctx, int t, void *scratch) {
     job_t *jb = (job_t *)ctx;
     float *buf = (float *)scratch;
-    float *pv = buf + (size_t)jb->block * jb->s;
-    int32_t *idx = (int32_t *)(pv + jb->s);
+    float *pv = buf + (size_t)jb->block * jb->s; /* s + 16: the compaction writes 8 past */
+    float *inv = pv + jb->s + 16;
+    int *nr = (int *)(inv + jb->block);
     int qb = t % jb->nqb;
     int hh = (t / jb->nqb) % jb->h;
     int bb = t / (jb->nqb * jb->h);
@@ -501,58 +581,97 @@ static void attention_task(void *ctx, int t, void *scratch) {
     const float *k = jb->k + bb * jb->k_sb + (hh / g) * jb->k_sh;
     const float *v = jb->v + bb * jb->v_sb + (hh / g) * jb->v_sh;
     float *out = jb->out + (((int64_t)bb * jb->h + hh) * jb->lq + i0) * jb->d;
-    jb->scores(q, jb->q_sr, k, jb->k_sr, m, width, past + i0 + 1, jb->causal, jb->d, jb->scale,
-               buf);
+    int s1 = jb->k2 ? jb->s1 : width; /* keys [0, s1) in k / v, the rest in k2 / v2 */
+    jb->scores(q, jb->q_sr, k, jb->k_sr, m, s1, past + i0 + 1, jb->causal, jb->d, jb->scale,
+               buf, width);
+    if (jb->k2)
+        jb->scores(q, jb->q_sr, jb->k2 + bb * jb->k2_sb + (hh / g) * jb->k2_sh, jb->k2_sr, m,
+                   width - s1, 0, 0, jb->d, jb->scale, buf + s1, width);
     for (int r = 0; r < m; r++) {
         int n = jb->causal ? past + i0 + r + 1 : width;
         const float *madd = jb->mask ? jb->mask + bb * jb->m_sb + (int64_t)(i0 + r) * jb->s : 0;
         float *row = buf + (int64_t)r * width;
         jb->softmax_row(row, madd, n, width);
-        /* sum and product over the row's nonzero weights in rank order (see above) */
-        int nz = jb->compact(row, n, pv, idx);
-        float sum = jb->lane_sum(pv, nz);
-        jb->pv_row(pv, idx, nz, v, jb->v_sr, out + (int64_t)r * jb->d, jb->d, 1.0f / sum);
+        /* the sum of the row's nonzero weights, in lanes by rank (see above) */
+        int nz = jb->compact(row, n, pv);
+        inv[r] = 1.0f / jb->lane_sum(pv, nz);
+        nr[r] = n;
     }
+    memset(out, 0, sizeof(float) * (size_t)m * jb->d);
+    jb->pv_rows(buf, width, nr, m, 0, s1, v, jb->v_sr, out, jb->d);
+    if (jb->k2)
+        jb->pv_rows(buf, width, nr, m, s1, width, jb->v2 + bb * jb->v2_sb + (hh / g) * jb->v2_sh,
+                    jb->v2_sr, out, jb->d);
+    pv_scale(out, m, jb->d, inv);
 }
 
 /* Attention of q (B, H, Lq, D) over k, v (B, KH, S, D) into out (B, H, Lq, D), contiguous.
  * `strides` holds the q, k and v strides in floats: batch, head, row for each (9 values).
  * `mask` is NULL, or additive (B or 1, Lq, S) with batch stride `m_sb`. `causal` masks
  * key j > S - Lq + i for query i. Returns 0 on success, nonzero on failure. */
-int pcd_attention_path(int path, const float *q, const float *k, const float *v,
-                       float *out, const int64_t *strides, const float *mask, int64_t m_sb, int b,
-                       int h, int kh, int lq, int s, int d, float scale, int causal, int block,
-                       int threads) {
+static int attention(int path, const float *q, const float *k, const float *v,
+                     const float *k2, const float *v2, int s1, float *out,
+                     const int64_t *strides, const float *mask, int64_t m_sb, int b, int h,
+                     int kh, int lq, int s, int d, float scale, int causal, int block,
+                     int threads) {
     attn_path_t ap = pick_attention(path);
     if (!ap.width || b < 1 || h < 1 || kh < 1 || h % kh || lq < 1 || s < lq || d < 1 ||
         block < 1)
         return 1;
+    if (k2 && (causal || s1 < 0 || s1 > s)) return 1;
     job_t jb;
     memset(&jb, 0, sizeof jb);
     jb.scores = ap.scores;
     jb.softmax_row = ap.softmax_row;
-    jb.compact = ap.compact, jb.lane_sum = ap.lane_sum, jb.pv_row = ap.pv_row;
+    jb.compact = ap.compact, jb.lane_sum = ap.lane_sum, jb.pv_rows = ap.pv_rows;
     jb.q = q, jb.k = k, jb.v = v, jb.out = out, jb.mask = mask;
     jb.q_sb = strides[0], jb.q_sh = strides[1], jb.q_sr = strides[2];
     jb.k_sb = strides[3], jb.k_sh = strides[4], jb.k_sr = strides[5];
     jb.v_sb = strides[6], jb.v_sh = strides[7], jb.v_sr = strides[8];
+    if (k2) {
+        jb.k2 = k2, jb.v2 = v2, jb.s1 = s1;
+        jb.k2_sb = strides[9], jb.k2_sh = strides[10], jb.k2_sr = strides[11];
+        jb.v2_sb = strides[12], jb.v2_sh = strides[13], jb.v2_sr = strides[14];
+    }
     jb.m_sb = m_sb;
     jb.b = b, jb.h = h, jb.kh = kh, jb.lq = lq, jb.s = s, jb.d = d;
     jb.nqb = (lq + block - 1) / block;
     jb.block = (lq + jb.nqb - 1) / jb.nqb; /* even blocks: 152 rows -> 2 x 76, not 128 + 24 */
     jb.causal = causal, jb.scale = scale;
     jb.ntasks = b * h * jb.nqb;
-    /* scores (block x s), then a row's nonzero weights and their keys (2 x s) */
-    size_t scratch = sizeof(float) * ((size_t)jb.block * s + 2 * (size_t)s);
+    /* scores (block x s), a row's nonzero weights (s + 16), per row 1 / sum and keys seen */
+    size_t scratch = sizeof(float) * ((size_t)jb.block * s + (size_t)s + 16 + (size_t)jb.block) +
+                     sizeof(int) * (size_t)jb.block;
     return run_parallel(attention_task, &jb, jb.ntasks, scratch, threads);
+}
+
+int pcd_attention_path(int path, const float *q, const float *k, const float *v,
+                       float *out, const int64_t *strides, const float *mask, int64_t m_sb, int b,
+                       int h, int kh, int lq, int s, int d, float scale, int causal, int block,
+                       int threads) {
+    return attention(path, q, k, v, 0, 0, 0, out, strides, mask, m_sb, b, h, kh, lq, s, d, scale,
+                     causal, block, threads);
 }
 
 /* Attention on the best code path this CPU has (`pcd_attention_path` with path 0). */
 int pcd_attention(const float *q, const float *k, const float *v, float *out,
                   const int64_t *strides, const float *mask, int64_t m_sb, int b, int h, int kh,
                   int lq, int s, int d, float scale, int causal, int block, int threads) {
-    return pcd_attention_path(0, q, k, v, out, strides, mask, m_sb, b, h, kh, lq, s, d,
-                              scale, causal, block, threads);
+    return attention(0, q, k, v, 0, 0, 0, out, strides, mask, m_sb, b, h, kh, lq, s, d, scale,
+                     causal, block, threads);
+}
+
+/* Attention whose keys come in two parts, as if concatenated: keys [0, s1) in k / v (a
+ * cached prefix) and [s1, s) in k2 / v2 (the call's own), without copying the prefix. Not
+ * causal. `strides` holds 15 values: q, k, v, k2, v2 (batch, head, row each); `path` as for
+ * `pcd_attention_path`. The same numbers as one call over the concatenated keys. */
+int pcd_attention_split(int path, const float *q, const float *k, const float *v,
+                        const float *k2, const float *v2, int s1, float *out,
+                        const int64_t *strides, const float *mask, int64_t m_sb, int b, int h,
+                        int kh, int lq, int s, int d, float scale, int block, int threads) {
+    if (!k2 || !v2) return 1;
+    return attention(path, q, k, v, k2, v2, s1, out, strides, mask, m_sb, b, h, kh, lq, s, d,
+                     scale, 0, block, threads);
 }
 
 /* silu(g) * x = g * sigmoid(g) * x, with sigmoid(g) = 1 / (1 + e) for g >= 0 and

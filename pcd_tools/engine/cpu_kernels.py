@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from .._lazy import mlx_lm_module
 from .decode_parts import _rope_tables
 from .platform import cpu_kernels_library, import_mlx
 
@@ -171,6 +172,20 @@ def _strides(a: np.ndarray) -> list[int] | None:
     return [x // 4 for x in st[:3]]
 
 
+def _views(*arrays: Any) -> tuple[list[np.ndarray], list[int]] | None:
+    """Evaluated MLX arrays as numpy views and their (batch, head, row) strides, all in
+    one list; None unless every one has a layout the kernel reads (`_strides`)."""
+    mx.eval(*arrays)
+    views = [np.asarray(x) for x in arrays]
+    strides: list[int] = []
+    for a in views:
+        st = _strides(a)
+        if st is None:
+            return None
+        strides += st
+    return views, strides
+
+
 def _native_sdpa(
     lib: Any, queries: Any, keys: Any, values: Any, scale: float, mask: Any
 ) -> Any | None:
@@ -186,14 +201,10 @@ def _native_sdpa(
         madd = _additive_mask(mask, lq, s)
         if madd is None or madd.shape[0] not in (1, b):
             return None
-    mx.eval(queries, keys, values)
-    qn, kn, vn = np.asarray(queries), np.asarray(keys), np.asarray(values)
-    strides = []
-    for a in (qn, kn, vn):
-        st = _strides(a)
-        if st is None:
-            return None
-        strides += st
+    got = _views(queries, keys, values)
+    if got is None:
+        return None
+    (qn, kn, vn), strides = got
     out = np.empty((b, h, lq, d), dtype=np.float32)
     m_sb = lq * s if madd is not None and madd.shape[0] > 1 else 0
     rc = lib.pcd_attention(
@@ -220,6 +231,67 @@ def _native_sdpa(
     return mx.array(out)
 
 
+def _native_split(
+    lib: Any, queries: Any, keys: Any, values: Any, prefix: tuple[Any, Any], scale: float, mask: Any
+) -> Any | None:
+    """Attention over the prefix K/V followed by this call's, read in place
+    (`pcd_attention_split`); None if this call's layout is not handled."""
+    b, h, lq, d = queries.shape
+    pk, pv = prefix
+    kh, s1 = keys.shape[1], pk.shape[2]
+    s = s1 + keys.shape[2]
+    if isinstance(mask, str) or mask is None:
+        return None  # a fields pass always has its own mask
+    madd = _additive_mask(mask, lq, s)
+    if madd is None or madd.shape[0] not in (1, b):
+        return None
+    if pk.shape[0] != b or pk.shape[1] != kh or pk.dtype != mx.float32 or pv.dtype != mx.float32:
+        return None
+    got = _views(queries, pk, pv, keys, values)
+    if got is None:
+        return None
+    (qn, pkn, pvn, kn, vn), strides = got
+    out = np.empty((b, h, lq, d), dtype=np.float32)
+    rc = lib.pcd_attention_split(
+        0,
+        qn.ctypes.data,
+        pkn.ctypes.data,
+        pvn.ctypes.data,
+        kn.ctypes.data,
+        vn.ctypes.data,
+        s1,
+        out.ctypes.data,
+        (ctypes.c_int64 * 15)(*strides),
+        madd.ctypes.data,
+        lq * s if madd.shape[0] > 1 else 0,
+        b,
+        h,
+        kh,
+        lq,
+        s,
+        d,
+        scale,
+        BLOCK_ROWS,
+        getattr(_state, "threads", 1),
+    )
+    if rc != 0:  # pragma: no cover - only on out-of-memory in the kernel
+        return None
+    return mx.array(out)
+
+
+def takes_prefix_apart(model: Any) -> bool:
+    """Whether every attention layer of `model` calls `sdpa` (after `install`), so that a
+    pass may hand it the prefix K/V apart from its own (`passes.PassCache`)."""
+    inner = getattr(model, "model", model)
+    layers = getattr(inner, "layers", None) or []
+    for layer in layers:
+        attn = getattr(layer, "self_attn", None)
+        module = sys.modules.get(type(attn).__module__) if attn is not None else None
+        if getattr(module, "scaled_dot_product_attention", None) is not sdpa:
+            return False
+    return bool(layers)
+
+
 def sdpa(
     queries: Any,
     keys: Any,
@@ -232,11 +304,31 @@ def sdpa(
     """mlx-lm's `scaled_dot_product_attention`, with the softmax in numpy when active.
 
     Shapes as in mlx-lm: queries (B, H, Lq, D), keys and values (B, KH, S, D), H a
-    multiple of KH (grouped-query attention).
+    multiple of KH (grouped-query attention). When the cache left its prefix apart
+    (`PassCache.prefix_apart`), keys and values are this call's alone, the prefix's
+    before them: the kernel reads both in place, and every other route joins them first.
     """
     original = _ORIGINALS["sdpa"]
     b, h, lq, d = queries.shape
-    kh, s = keys.shape[1], keys.shape[2]
+    prefix = getattr(cache, "prefix_apart", None)
+    kh, s = keys.shape[1], keys.shape[2] + (0 if prefix is None else prefix[0].shape[2])
+    if prefix is not None:
+        lib = _native or None
+        if (
+            lib is not None
+            and _on()
+            and sinks is None
+            and queries.dtype == keys.dtype == values.dtype == mx.float32
+            and not h % kh
+            and not _small(b * h * lq * s, MIN_SCORES)
+        ):
+            if not isinstance(mask, (str, type(None))):
+                mx.eval(mask)
+            out = _native_split(lib, queries, keys, values, prefix, scale, mask)
+            if out is not None:
+                return out
+        keys = mx.concatenate([prefix[0], keys], axis=2)
+        values = mx.concatenate([prefix[1], values], axis=2)
     if (
         not _on()
         or sinks is not None
@@ -395,7 +487,8 @@ def install(model: Any) -> bool:
     native_attention()  # compile (once) now, not inside the first request
     found = {"sdpa": False, "swiglu": False}
     with _install_lock:
-        from mlx_lm.models import activations, base
+        activations = mlx_lm_module("models.activations")
+        base = mlx_lm_module("models.base")
 
         _ORIGINALS.setdefault("sdpa", base.scaled_dot_product_attention)
         _ORIGINALS.setdefault("swiglu", activations.swiglu)

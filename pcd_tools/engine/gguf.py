@@ -8,7 +8,6 @@ rebuilt from the metadata by `gguf_tokenizer`.
 
 from __future__ import annotations
 
-import importlib
 import mmap
 import os
 import struct
@@ -21,6 +20,7 @@ import numpy as np
 
 from pcd_tools.errors import ModelLoadError
 
+from .._lazy import mlx_lm_module
 from .gguf_arch import FAMILIES, SUPPORTED_ARCHITECTURES, Family, finish_weights, rope_factors
 from .gguf_tokenizer import GGUFTokenizer
 from .platform import import_mlx
@@ -43,6 +43,7 @@ _GROUP = 32  # the group size of the MLX-quantized triples mx.load returns
 AUTO_DENSE_BYTES = 1 << 30
 
 _SCALAR = dict(zip((0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12), "BbHhIif?Qqd", strict=True))
+_U64 = struct.Struct("<Q")
 _NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 _LLAMA = FAMILIES["llama"]
 
@@ -77,6 +78,37 @@ class _Tensor:
     offset: int  # absolute, in bytes
 
 
+def _strings(buf: Any, pos: int, n: int) -> tuple[list[str], int]:
+    """A GGUF array of `n` strings at `pos` (each a u64 byte count, then UTF-8), and the
+    position after it. One loop reads the counts; the strings are then decoded in one call,
+    joined by NUL (a 151,936-token vocabulary and its merges: 60 ms instead of 200). A
+    string holding NUL itself falls back to one decode per string."""
+    unpack = _U64.unpack_from
+    heads = [0] * n
+    p = pos
+    try:
+        for i in range(n):
+            heads[i] = p
+            p += 8 + unpack(buf, p)[0]
+    except struct.error:
+        p = len(buf) + 1
+    if p > len(buf):
+        raise ValueError("the header is truncated")
+    if not n:
+        return [], p
+    raw = np.frombuffer(buf, np.uint8, p - pos, pos).copy()
+    at = np.asarray(heads, np.int64) - pos
+    raw[at] = 0  # each count's first byte becomes the separator, its other 7 go
+    keep = np.ones(len(raw), bool)
+    keep[(at[:, None] + np.arange(1, 8)).ravel()] = False
+    out = raw[keep].tobytes().decode("utf-8", errors="replace").split("\x00")[1:]
+    if len(out) != n:  # some string holds a NUL
+        out = [
+            buf[h + 8 : h + 8 + unpack(buf, h)[0]].decode("utf-8", errors="replace") for h in heads
+        ]
+    return out, p
+
+
 def _read_header(path: str) -> tuple[dict[str, Any], dict[str, _Tensor]]:
     """Parse metadata and tensor infos (20x faster than GGUFReader on a 49k vocab)."""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
@@ -100,15 +132,8 @@ def _read_header(path: str) -> tuple[dict[str, Any], dict[str, _Tensor]]:
             if vtype != 9:
                 return take(_SCALAR[vtype])
             etype, n = take("I"), take("Q")
-            if etype == 8:  # strings (a vocabulary, merges): one tight loop, no calls
-                out, p = [], pos
-                for _ in range(n):
-                    ln = int.from_bytes(buf[p : p + 8], "little")
-                    p += 8 + ln
-                    out.append(buf[p - ln : p].decode("utf-8", errors="replace"))
-                if p > len(buf):
-                    raise ValueError("the header is truncated")
-                pos = p
+            if etype == 8:  # strings (a vocabulary, merges)
+                out, pos = _strings(buf, pos, n)
                 return out
             if etype not in _SCALAR:
                 return [value(etype) for _ in range(n)]
@@ -372,7 +397,7 @@ def load_gguf(
     tokenizer = GGUFTokenizer(meta, source=path)
     from gguf import LlamaFileType
 
-    module = importlib.import_module(f"mlx_lm.models.{family.module}")
+    module = mlx_lm_module(f"models.{family.module}")
     heads = (arg_dict["num_attention_heads"], arg_dict["num_key_value_heads"])
     permuted = heads if family.permute_qk else None
     if encoded is None:

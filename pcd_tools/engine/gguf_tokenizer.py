@@ -34,7 +34,8 @@ def _bpe(meta: dict[str, Any], pre: str) -> tuple[Any, Any, Any]:
     from tokenizers import Regex, decoders, models
     from tokenizers import pre_tokenizers as pt
 
-    vocab = {tok: i for i, tok in enumerate(meta["tokenizer.ggml.tokens"])}
+    tokens = meta["tokenizer.ggml.tokens"]
+    vocab = dict(zip(tokens, range(len(tokens)), strict=True))  # a repeated token: its last id
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
     model = models.BPE(vocab, merges, ignore_merges=pre in ("llama-bpe", "smaug-bpe"))
     byte_level: Any = pt.ByteLevel(add_prefix_space=False, use_regex=pre not in _SPLIT_PRE)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._lazy import mlx_lm_module
 from ..answers.waves import WaveAnswers
 from ..errors import ContextTooLongError, GenerationLimitError
 from ..prompt import (
@@ -158,7 +159,7 @@ def prefill_rows(
 
 
 def _row_cache(kv: LayerKV, r: int, n: int) -> list[Any]:
-    from mlx_lm.models.cache import KVCache
+    KVCache = mlx_lm_module("models.cache").KVCache
 
     out = []
     for k, v in kv:

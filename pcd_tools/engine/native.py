@@ -195,6 +195,10 @@ def load_cpu_kernels(fast_blas: bool) -> tuple[Any, str]:
     lib.pcd_attention.restype = i32
     lib.pcd_attention_path.argtypes = [i32, *lib.pcd_attention.argtypes]
     lib.pcd_attention_path.restype = i32
+    # path, q, k, v, k2, v2, s1, out, strides, mask, m_sb, b, h, kh, lq, s, d, scale, block, threads
+    lib.pcd_attention_split.argtypes = [i32, p, p, p, p, p, i32, p, p, p, i64, *[i32] * 6]
+    lib.pcd_attention_split.argtypes += [ctypes.c_float, i32, i32]
+    lib.pcd_attention_split.restype = i32
     lib.pcd_attention_simd_width.restype = i32
     lib.pcd_swiglu.argtypes = [p, p, p, i64, i32, i32]
     lib.pcd_swiglu.restype = i32

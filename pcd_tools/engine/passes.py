@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .._lazy import mlx_lm_module
 from ..prompt import Question
 from . import cpu_kernels
 from .pack import Chunk, Edges, Plan
@@ -75,18 +76,34 @@ class PassCache:
         mask: What `make_mask` hands the attention: None, "causal" or an array.
         keep: Keep this layer's K/V after the call (a prefill); a fields pass drops
             them as soon as they are used.
+        apart: Hand the attention this call's K/V alone and the prefix's in
+            `prefix_apart`, instead of a copy of both (a fields pass, where the model's
+            attention is `cpu_kernels.sdpa`, which reads the two parts in place:
+            `cpu_kernels.takes_prefix_apart`). Only without `keep`.
+
+    Attributes:
+        prefix_apart: `(k, v)` of the prefix once `update_and_fetch` left it apart, else
+            None.
     """
 
-    def __init__(self, k: Any, v: Any, offset: Any, mask: Any, keep: bool = True):
+    def __init__(
+        self, k: Any, v: Any, offset: Any, mask: Any, keep: bool = True, apart: bool = False
+    ):
         self.pk, self.pv = k, v
         self.offset = offset
         self.mask = mask
         self.keep = keep
+        self.apart = apart and k is not None and not keep
+        self.prefix_apart: tuple[Any, Any] | None = None
         self.keys: Any = None
         self.values: Any = None
 
     def update_and_fetch(self, keys: Any, values: Any) -> tuple[Any, Any]:
-        """The prefix K/V followed by this call's (the mlx-lm cache protocol)."""
+        """The prefix K/V followed by this call's (the mlx-lm cache protocol); this
+        call's alone when the prefix is kept `apart`."""
+        if self.apart:
+            self.prefix_apart = (self.pk, self.pv)
+            return keys, values
         if self.pk is not None:
             keys = mx.concatenate([self.pk, keys], axis=2)
             values = mx.concatenate([self.pv, values], axis=2)
@@ -172,10 +189,14 @@ class Passes:
 
     Attributes:
         packable: Whether the packed pass is available (per-token RoPE installed).
+        prefix_apart: Whether a packed pass hands the attention the prefix K/V apart
+            from its own instead of a copy of both (`PassCache`); the engine turns it on
+            where `cpu_kernels.takes_prefix_apart` says the model's attention reads them.
     """
 
     def __init__(self, model: nn.Module, model_type: str = "") -> None:
         self.model = model
+        self.prefix_apart = False
         self.inner, self.head = _hidden_and_head(model)
         self.packable = model_type in PACKABLE and self.inner is not None
         if self.packable:
@@ -200,13 +221,49 @@ class Passes:
         self, plan: Plan, kv: LayerKV, valid: list[int], ch: Chunk, stems: list[list[int]]
     ) -> tuple[Edges, LayerKV]:
         """One packed chunk after per-row tokens not yet in `kv` (a generated value just
-        decoded), in the same model call: each row's stem runs causally after its prefix,
-        and the chunk after the stem, as if the stem had been written first.
+        decoded), in the same call: each row's stem runs causally after its prefix, and
+        the chunk after the stem, as if the stem had been written first.
 
         Returns:
             The edges the chunk scored, and per layer the stems' K/V, (B, KH, S, D) with S
             the longest stem (a row's own stem is its first `len(stems[r])` positions).
         """
+        width = kv[0][0].shape[2]
+        found, caches, s = self._after(plan, kv, valid, ch, stems)
+        new = [(c.keys[:, :, width : width + s], c.values[:, :, width : width + s]) for c in caches]
+        mx.eval([x for pair in new for x in pair])
+        return found, new
+
+    def prefill_and_pack(
+        self, plan: Plan, prefix: LayerKV, rows: list[list[int]], ch: Chunk
+    ) -> tuple[Edges, LayerKV]:
+        """`prefill(rows, prefix)` and the packed pass of one chunk over it, in one model
+        call: each row's tokens run causally after the shared prefix, the chunk after
+        them, as `packed` runs it after the prefill. A request whose fields pass starts
+        with one chunk saves a model call: its fixed cost (every weight read, and each
+        layer's kernel calls) is 90 ms of the tariff request on the embedded model.
+
+        Returns:
+            The chunk's edges, and per layer the K/V of the prefix and the rows, (B, KH,
+            P + S, D), right-padded as `prefill` gives them.
+        """
+        b, p = len(rows), int(prefix[0][0].shape[2])
+        kv = [
+            (k, v)
+            if k.shape[0] == b
+            else (mx.broadcast_to(k, (b, *k.shape[1:])), mx.broadcast_to(v, (b, *v.shape[1:])))
+            for k, v in prefix
+        ]
+        found, caches, s = self._after(plan, kv, [p] * b, ch, rows)
+        full = [(c.keys[:, :, : p + s], c.values[:, :, : p + s]) for c in caches]
+        mx.eval([x for pair in full for x in pair])
+        return found, full
+
+    def _after(
+        self, plan: Plan, kv: LayerKV, valid: list[int], ch: Chunk, stems: list[list[int]]
+    ) -> tuple[Edges, list[PassCache], int]:
+        """The call of `packed_after` and `prefill_and_pack`: the chunk's edges, the
+        layers' caches (prefix, stems and chunk K/V) and the longest stem."""
         b, t = len(valid), len(ch.tokens)
         width = kv[0][0].shape[2]
         lens = np.array([len(x) for x in stems])
@@ -228,9 +285,8 @@ class Passes:
         caches = [PassCache(k, v, mx.array(pos), mx.array(mask[:, None])) for k, v in kv]
         out = self.run(mx.array(toks), caches)
         logits = self.logits_at(out, slice(None), mx.array(ch.slots + s))
-        new = [(c.keys[:, :, width : width + s], c.values[:, :, width : width + s]) for c in caches]
-        mx.eval([logits] + [x for pair in new for x in pair])
-        return chunk_edges(plan, ch, np.asarray(logits)), new
+        mx.eval(logits)
+        return chunk_edges(plan, ch, np.asarray(logits)), caches, s
 
     def layers(self) -> list[Any]:
         """The model's transformer layers."""
@@ -298,7 +354,9 @@ class Passes:
             )[:, None]
             pos = (np.array(valid)[:, None] + ch.rel_pos[None, :]).astype(np.int32)
             pos_a, mask_a = mx.array(pos), mx.array(mask)
-            caches = [PassCache(k, v, pos_a, mask_a, keep=False) for k, v in kv]
+            caches = [
+                PassCache(k, v, pos_a, mask_a, keep=False, apart=self.prefix_apart) for k, v in kv
+            ]
             toks = mx.array(np.broadcast_to(ch.tokens, (b, t)).astype(np.int32))
             out = self.run(toks, caches)
             logits = self.logits_at(out, slice(None), mx.array(ch.slots))
@@ -378,7 +436,8 @@ class Passes:
         Returns:
             Per context row, per field edge log-probabilities; and the model calls run.
         """
-        from mlx_lm.models.cache import KVCache, trim_prompt_cache
+        cache_module = mlx_lm_module("models.cache")
+        KVCache, trim_prompt_cache = cache_module.KVCache, cache_module.trim_prompt_cache
 
         rows = _reference_rows(plan)
         result: list[list[np.ndarray]] = []

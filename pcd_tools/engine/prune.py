@@ -41,6 +41,7 @@ __all__ = [
     "Pruning",
     "auto_constrained",
     "expansions",
+    "first_chunks",
     "pruned_pass",
     "search",
 ]
@@ -260,6 +261,23 @@ def _answered(trie: FieldTrie, edge_logp: np.ndarray) -> bool:
 RunChunks = Callable[[list[Chunk]], tuple[list[Edges], int]]
 
 
+def first_chunks(
+    plan: Plan, pruned: Sequence[int], *, pack_budget: int, streams: int, pruning: Pruning
+) -> list[Chunk]:
+    """The chunks of a pruned fields pass's first pass: the other questions whole, each
+    pruned root and its children (`_top`). Made once per plan and pruned set."""
+    key = ("pruned", tuple(pruned))
+    first = plan.variants.get(key)
+    if first is None:
+        first = plan.variants[key] = make_chunks(
+            plan.tries,
+            pack_budget,
+            streams,
+            nodes={fi: _top(plan.tries[fi], pruning) for fi in pruned},
+        )
+    return first
+
+
 def pruned_pass(
     plan: Plan,
     pruned: Sequence[int],
@@ -269,9 +287,14 @@ def pruned_pass(
     pack_budget: int,
     streams: int,
     pruning: Pruning,
+    first_done: list[Edges] | None = None,
 ) -> tuple[list[list[np.ndarray]], int]:
     """A fields pass with some questions pruned: the first pass scores the other
     questions whole and the pruned ones' roots, then `search` runs the levels.
+
+    Args:
+        first_done: The first pass's edges where it already ran (with the prefill,
+            `Passes.prefill_and_pack`); it is then not run again.
 
     Returns:
         Per context, per question edge log p (NaN where a pruned trie was not expanded);
@@ -289,13 +312,12 @@ def pruned_pass(
             for fi, sel, logp in found:
                 acc[fi][:, sel] = logp
 
-    key = ("pruned", tuple(pruned))
-    first = plan.variants.get(key)
-    if first is None:  # each pruned root and its children: the first tokens' prefixes
-        first = plan.variants[key] = make_chunks(
-            tries, pack_budget, streams, nodes={fi: _top(tries[fi], pruning) for fi in pruned}
-        )
-    run(first)
+    if first_done is None:
+        run(first_chunks(plan, pruned, pack_budget=pack_budget, streams=streams, pruning=pruning))
+    else:
+        for found in first_done:
+            for fi, sel, logp in found:
+                acc[fi][:, sel] = logp
     search(
         tries,
         pruned,

@@ -209,9 +209,7 @@ def test_auto_takes_int8_by_cpu_and_encoding():
             assert auto_compute(M()) == "float32", isa  # dense: nothing encoded
 
 
-def test_auto_picks_int8_for_k_quant_files_where_an_int8_simd_kernel_runs(
-    tiny_file, monkeypatch
-):
+def test_auto_picks_int8_for_k_quant_files_where_an_int8_simd_kernel_runs(tiny_file, monkeypatch):
     """`auto` on a real (tiny) K-quant file: int8 where a SIMD int8 kernel runs (AVX-512
     VNNI, AVX-VNNI, AVX2), float32 elsewhere (BENCHMARKS.md, "Quantized GEMM kernels")."""
     monkeypatch.delenv("PCD_COMPUTE", raising=False)

@@ -335,6 +335,79 @@ def test_a_query_attends_the_same_whatever_masked_keys_share_its_call(lib, d):
         np.testing.assert_allclose(alone, want, rtol=1e-5, atol=2e-5, err_msg=f"path {p}")
 
 
+def _attend_split(lib, path, q, k1, v1, k2, v2, mask, threads=1, block=K.BLOCK_ROWS):
+    """`pcd_attention_split`: keys k1 then k2 (B = 1), mask additive (Lq, S1 + S2)."""
+    _, h, lq, d = q.shape
+    kh, s1, s2 = k1.shape[1], k1.shape[2], k2.shape[2]
+    out = np.full((1, h, lq, d), np.nan, np.float32)
+    strides = [h * lq * d, lq * d, d]
+    for s_ in (s1, s1, s2, s2):
+        strides += [kh * s_ * d, s_ * d, d]
+    rc = lib.pcd_attention_split(
+        path, _row(q), _row(k1), _row(v1), _row(k2), _row(v2), s1, _row(out),
+        (ctypes.c_int64 * 15)(*strides), _row(mask), 0, 1, h, kh, lq, s1 + s2, d, 0.125,
+        block, threads,
+    )  # fmt: skip
+    assert rc == 0, f"path {path}"
+    return out
+
+
+@pytest.mark.parametrize("d", [64, 128, 40])
+def test_a_prefix_read_in_place_gives_the_joined_keys_numbers(lib, d):
+    """A fields pass hands the kernel the cached prefix K/V and its own apart
+    (`PassCache.prefix_apart`) instead of copying them into one array: the output must be
+    bit-identical to one call over the joined keys, on every code path, thread count and
+    block size, for a prefix that ends mid-tile."""
+    rng = np.random.default_rng(100 + d)
+    f, neg = np.float32, np.finfo(np.float32).min
+    h, kh, past, n = 6, 2, 1037, 45
+    k1, v1 = (rng.normal(size=(1, kh, past, d)).astype(f) for _ in range(2))
+    k2, v2 = (rng.normal(size=(1, kh, n, d)).astype(f) for _ in range(2))
+    q = (rng.normal(size=(1, h, n, d)) * 3).astype(f)
+    keep = rng.random((n, past + n)) > 0.3
+    keep[:, :past] = rng.random((n, past)) > 0.05  # some prefix keys hidden too
+    mask = np.where(keep, 0.0, neg).astype(f)
+    joined_k, joined_v = np.concatenate([k1, k2], 2), np.concatenate([v1, v2], 2)
+    for p in _paths(lib):
+        want = _attend(lib, p, q, joined_k, joined_v, mask)
+        for threads, block in ((1, K.BLOCK_ROWS), (2, 16), (3, 7)):
+            got = _attend_split(lib, p, q, k1, v1, k2, v2, mask, threads, block)
+            assert np.array_equal(got, want), f"path {p}, threads {threads}, block {block}"
+        np.testing.assert_allclose(want, reference(q, joined_k, joined_v, 0.125, mask), atol=3e-5)
+    bad = np.zeros((1, h, n, d), f)
+    assert lib.pcd_attention_split(  # a causal split is refused, as is a missing part
+        0, _row(q), _row(k1), _row(v1), None, None, past, _row(bad),
+        (ctypes.c_int64 * 15)(*[0] * 15), _row(mask), 0, 1, h, kh, n, past + n, d, 0.125, 16, 1,
+    ) == 1  # fmt: skip
+
+
+def test_a_fields_pass_reads_the_prefix_in_place_with_the_same_answers(lib, monkeypatch):
+    """The engine turns `prefix_apart` on where its model's attention is `sdpa`; its
+    fields pass then never copies the prefix, and every probability is what the joined
+    keys give, to the bit."""
+    d = tiny_decider(0)
+    assert d.engine.passes.prefix_apart is True
+    schema = {
+        "team": {"type": "enum", "choices": ["billing", "bill_disputes", "tech", "sales"]},
+        "urgent": {"type": "boolean"},
+    }
+    ctx = "My card was charged twice for the same order and I need a refund. " * 8
+    calls = []
+    real = K._native_split
+    monkeypatch.setattr(K, "_native_split", lambda *a: calls.append(1) or real(*a))
+    apart = d.decide(schema, ctx)
+    assert calls, "the fields pass did not read the prefix in place"
+    d.engine.passes.prefix_apart = False
+    d.engine.clear_cache()
+    n = len(calls)
+    joined = d.decide(schema, ctx)
+    assert len(calls) == n
+    for name in apart.fields:
+        assert apart.fields[name].log_scores == joined.fields[name].log_scores, name
+    # a model whose attention is not `sdpa` never gets its prefix apart
+    assert K.takes_prefix_apart(object()) is False
+
+
 def test_every_size_sends_small_calls_through_the_kernels_too(lib, monkeypatch):
     """Engines over file-encoded matrices ask for every call size (`Engine.every_size`):
     a two-row call must then take the same kernel as a large one."""

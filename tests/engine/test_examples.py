@@ -40,7 +40,13 @@ def test_a_second_request_prefills_only_its_context(tiny, monkeypatch):
         calls.append((prefix is not None, [len(t) for t in tokens]))
         return real(tokens, prefix)
 
+    def spy_packed(plan, prefix, rows, ch):  # a warm prefill with the fields pass's one chunk
+        calls.append((True, [len(t) for t in rows]))
+        return real_packed(plan, prefix, rows, ch)
+
+    real_packed = engine.passes.prefill_and_pack
     monkeypatch.setattr(engine.passes, "prefill", spy)
+    monkeypatch.setattr(engine.passes, "prefill_and_pack", spy_packed)
     hits = engine.stats["prefix_hits"]
     cold = tiny.decide(sch, "First message.")
     warm = tiny.decide(sch, CONTEXT)

@@ -355,6 +355,29 @@ def test_byte_level_bpe_tokenizer():
     assert tok.id_to_token(tok.token_to_id("Ġworld")) == "Ġworld"
 
 
+def _gguf_strings(items: list[bytes]) -> bytes:
+    return b"".join(len(x).to_bytes(8, "little") + x for x in items)
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [b"a", b"", "Ġhello".encode(), "日本".encode(), b"\xe6\x97", b"\x97x", b"<|im_end|>"],
+        [b"left", b"has\x00nul", b"\xff", b"end"],  # a NUL inside: one decode per string
+        [],
+    ],
+)
+def test_string_arrays_decode_as_one_string_at_a_time_would(items):
+    """`_strings` decodes a whole vocabulary in one call; every string, invalid UTF-8
+    and NUL included, must be what decoding it alone gives, and the end exact."""
+    buf = b"xyz" + _gguf_strings(items) + b"tail"
+    out, end = gguf_mod._strings(buf, 3, len(items))
+    assert out == [x.decode("utf-8", errors="replace") for x in items]
+    assert buf[end:] == b"tail"
+    with pytest.raises(ValueError, match="truncated"):
+        gguf_mod._strings(buf[: end - 5], 3, len(items) + 1)
+
+
 @pytest.mark.parametrize(
     ("pre", "pieces"),
     [

@@ -37,7 +37,10 @@ def test_a_warm_request_reuses_the_schema_prefix_and_agrees(tiny):
     warm = tiny.decide(Routed, CONTEXT)
     assert (cold.prefix_cache_hit, warm.prefix_cache_hit) == (False, True)
     assert warm.value == cold.value
-    assert warm.sequential_forward_passes == cold.sequential_forward_passes
+    # warm: the fields pass's first chunk runs in the prefill's call (one call less)
+    first = tiny.engine._first_chunks(tiny.engine.plan(compile_schema(Routed)), "packed", None)
+    one_chunk = first is not None and len(first) == 1
+    assert warm.sequential_forward_passes == cold.sequential_forward_passes - one_chunk
 
 
 def test_orders_average_labels_and_joint_tables(tiny):

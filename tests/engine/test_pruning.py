@@ -69,8 +69,10 @@ def test_the_edges_the_search_scores_equal_the_exhaustive_ones():
     whole = engine.score(schema, CONTEXTS)
     pruned = engine.score(schema, CONTEXTS, pruning=pruning_for(schema, "on"))
     assert whole.prefix_cache_hit and pruned.prefix_cache_hit
-    # the search's levels are passes of their own (this unsure model reads every edge)
-    assert pruned.sequential_forward_passes > whole.sequential_forward_passes
+    # the search's levels are passes of their own (this unsure model reads every edge);
+    # its first level runs in the prefill's call, the exhaustive pass in two streams' calls
+    assert whole.sequential_forward_passes == 3
+    assert pruned.sequential_forward_passes >= 3
     for r in range(len(CONTEXTS)):
         for a, b in zip(whole.edge_logp[r], pruned.edge_logp[r]):
             seen = ~np.isnan(b)
@@ -233,3 +235,48 @@ def test_bad_pruning_options_raise_clear_errors():
                 x=(set[Literal["a", "b"]], Field(json_schema_extra={"pruning": "on"})),  # type: ignore[call-overload]
             )
         )
+
+
+class Small(BaseModel):
+    level: Literal["low", "medium", "high"] = Field(description="how bad")
+    flag: bool = Field(description="a flag")
+
+
+@pytest.mark.parametrize(
+    ("model", "pruning", "rows"), [(Coded, "on", (1, 3)), (Small, "off", (1,))]
+)
+def test_the_first_fields_chunk_runs_in_the_prefills_call_with_the_same_scores(
+    monkeypatch, model, pruning, rows
+):
+    """With the schema part cached, a fields pass whose first model call is one chunk
+    runs that chunk in the prefill's call (`Passes.prefill_and_pack`): one model call
+    less, every edge the same as after a prefill of its own (float32 passes of other
+    shapes: 1e-4), and the K/V the later levels read unchanged."""
+    engine = decider().engine
+    schema = compile_schema(model)
+    prune = pruning_for(schema, pruning)
+    engine.score(schema, CONTEXTS[:1])  # the schema part cached
+    merged_calls = []
+    real = engine.passes.prefill_and_pack
+    monkeypatch.setattr(
+        engine.passes, "prefill_and_pack", lambda *a: merged_calls.append(1) or real(*a)
+    )
+    first = engine._first_chunks(engine.plan(schema), "packed", prune)
+    assert first is not None and len(first) == 1
+    # one row, and rows of different lengths (an unpruned pass spreads several rows over
+    # the streams in calls of their own)
+    for contexts in (CONTEXTS[:n] for n in rows):
+        merged = engine.score(schema, contexts, pruning=prune)
+        assert merged_calls, "the first chunk did not run with the prefill"
+        merged_calls.clear()
+        with monkeypatch.context() as m:
+            m.setattr(engine, "_first_chunks", lambda *a: None)
+            apart = engine.score(schema, contexts, pruning=prune)
+        assert not merged_calls
+        assert merged.prefix_cache_hit and apart.prefix_cache_hit
+        assert merged.sequential_forward_passes == apart.sequential_forward_passes - 1
+        for r in range(len(contexts)):
+            for a, b in zip(apart.edge_logp[r], merged.edge_logp[r]):
+                assert np.array_equal(np.isnan(a), np.isnan(b))
+                seen = ~np.isnan(a)
+                np.testing.assert_allclose(b[seen], a[seen], rtol=1e-5, atol=1e-4)

@@ -74,3 +74,35 @@ def test_errors_follow_the_builtin_mixins():
     assert issubclass(errors.InvalidContextError, TypeError)
     for name in errors.__all__:
         assert issubclass(getattr(errors, name), errors.PcdToolsError)
+
+
+def test_loading_a_gguf_model_never_imports_transformers():
+    # mlx-lm's package __init__ imports its loader and generation, and with them
+    # transformers (1.5-3 s of a 2-core load); a GGUF model needs mlx-lm's model modules only.
+    code = (
+        "import sys\n"
+        "from pcd_tools import Decider\n"
+        "d = Decider.load()\n"
+        "assert d.decide({'ok': {'type': 'boolean'}}, 'fine').fields['ok'].value in (True, False)\n"
+        "print('transformers' in sys.modules, type(sys.modules['mlx_lm']).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "_DeferredPackage"]
+
+
+def test_mlx_lm_imported_after_a_gguf_load_is_the_whole_package():
+    code = (
+        "import sys\n"
+        "from pcd_tools._lazy import mlx_lm_module\n"
+        "qwen2 = mlx_lm_module('models.qwen2')\n"
+        "assert 'transformers' not in sys.modules\n"
+        "import mlx_lm, mlx_lm.models.qwen2\n"
+        "from mlx_lm import generate, load\n"
+        "from mlx_lm.utils import load as load2\n"
+        "assert load is load2 and callable(generate)\n"
+        "assert mlx_lm.models.qwen2 is qwen2 is sys.modules['mlx_lm.models.qwen2']\n"
+        "assert mlx_lm.__version__ and type(mlx_lm).__name__ == 'module'\n"
+        "print('transformers' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
