@@ -362,22 +362,31 @@ static int max_n(const int *restrict n, int m) {
     return x;
 }
 
+/* The walk of `pv_rows_*` (arguments w, w_sr, n, m, lo, hi, v, v_sr, out, d in scope):
+ * per tile of keys, per row, BODY over the row's keys [j0, j1) of the tile, with its
+ * weights `wr` and its output `o`. */
+#define PV_TILES(BODY)                                                                     \
+    do {                                                                                   \
+        int tile = pv_tile(d), end = max_n(n, m) < hi ? max_n(n, m) : hi;                  \
+        for (int j0 = lo; j0 < end; j0 += tile)                                            \
+            for (int r = 0; r < m; r++) {                                                  \
+                int j1 = n[r] < j0 + tile ? n[r] : j0 + tile;                              \
+                j1 = j1 < hi ? j1 : hi;                                                    \
+                if (j1 <= j0) continue;                                                    \
+                const float *wr = w + (int64_t)r * w_sr;                                   \
+                float *o = out + (int64_t)r * d;                                           \
+                BODY                                                                       \
+            }                                                                              \
+    } while (0)
+
 static void pv_rows_scalar(const float *restrict w, int64_t w_sr, const int *restrict n, int m,
                            int lo, int hi, const float *restrict v, int64_t v_sr,
                            float *restrict out, int d) {
-    int tile = pv_tile(d), end = max_n(n, m) < hi ? max_n(n, m) : hi;
-    for (int j0 = lo; j0 < end; j0 += tile)
-        for (int r = 0; r < m; r++) {
-            int j1 = n[r] < j0 + tile ? n[r] : j0 + tile;
-            j1 = j1 < hi ? j1 : hi;
-            const float *wr = w + (int64_t)r * w_sr;
-            float *o = out + (int64_t)r * d;
-            for (int j = j0; j < j1; j++) {
-                const float *vr = v + (int64_t)(j - lo) * v_sr;
-                float p = wr[j];
-                for (int c = 0; c < d; c++) o[c] += p * vr[c];
-            }
-        }
+    PV_TILES(for (int j = j0; j < j1; j++) {
+        const float *vr = v + (int64_t)(j - lo) * v_sr;
+        float p = wr[j];
+        for (int c = 0; c < d; c++) o[c] += p * vr[c];
+    });
 }
 
 /* out_r *= inv_r: one rounding per element, the same whatever the vector width. */
@@ -430,20 +439,11 @@ __attribute__((target("avx512f"))) static void pv_rows_avx512(
         pv_rows_scalar(w, w_sr, n, m, lo, hi, v, v_sr, out, d);
         return;
     }
-    int tile = pv_tile(d), end = max_n(n, m) < hi ? max_n(n, m) : hi;
-    for (int j0 = lo; j0 < end; j0 += tile)
-        for (int r = 0; r < m; r++) {
-            int j1 = n[r] < j0 + tile ? n[r] : j0 + tile;
-            j1 = j1 < hi ? j1 : hi;
-            if (j1 <= j0) continue;
-            const float *wr = w + (int64_t)r * w_sr;
-            float *o = out + (int64_t)r * d;
-            int c0 = 0;
-            while (d - c0 >= 128) PVT512(8);
-            if (d - c0 >= 64) PVT512(4);
-            if (d - c0 >= 32) PVT512(2);
-            if (d - c0 >= 16) PVT512(1);
-        }
+    PV_TILES(int c0 = 0;
+             while (d - c0 >= 128) PVT512(8);
+             if (d - c0 >= 64) PVT512(4);
+             if (d - c0 >= 32) PVT512(2);
+             if (d - c0 >= 16) PVT512(1););
 }
 
 /* Left-packing permutations for `compact_avx2`: entry `mask` lists the set lanes first. */
@@ -511,20 +511,11 @@ __attribute__((target("avx2,fma"))) static void pv_rows_avx2(
         pv_rows_scalar(w, w_sr, n, m, lo, hi, v, v_sr, out, d);
         return;
     }
-    int tile = pv_tile(d), end = max_n(n, m) < hi ? max_n(n, m) : hi;
-    for (int j0 = lo; j0 < end; j0 += tile)
-        for (int r = 0; r < m; r++) {
-            int j1 = n[r] < j0 + tile ? n[r] : j0 + tile;
-            j1 = j1 < hi ? j1 : hi;
-            if (j1 <= j0) continue;
-            const float *wr = w + (int64_t)r * w_sr;
-            float *o = out + (int64_t)r * d;
-            int c0 = 0;
-            while (d - c0 >= 64) PVT256(8);
-            if (d - c0 >= 32) PVT256(4);
-            if (d - c0 >= 16) PVT256(2);
-            if (d - c0 >= 8) PVT256(1);
-        }
+    PV_TILES(int c0 = 0;
+             while (d - c0 >= 64) PVT256(8);
+             if (d - c0 >= 32) PVT256(4);
+             if (d - c0 >= 16) PVT256(2);
+             if (d - c0 >= 8) PVT256(1););
 }
 #endif
 
