@@ -187,32 +187,39 @@ def _views(*arrays: Any) -> tuple[list[np.ndarray], list[int]] | None:
 
 
 def _native_sdpa(
-    lib: Any, queries: Any, keys: Any, values: Any, scale: float, mask: Any
+    lib: Any,
+    queries: Any,
+    keys: Any,
+    values: Any,
+    scale: float,
+    mask: Any,
+    prefix: tuple[Any, Any] | None = None,
 ) -> Any | None:
-    """Attention through `_cpu_kernels.c`; None if this call's layout is not handled."""
+    """Attention through `_cpu_kernels.c`; None if this call's layout is not handled.
+    With `prefix`, the keys and values are this call's own and the prefix's come before
+    them, read in place (`pcd_attention_split`, not causal)."""
     b, h, lq, d = queries.shape
-    kh, s = keys.shape[1], keys.shape[2]
+    kh, s1 = keys.shape[1], (0 if prefix is None else prefix[0].shape[2])
+    s = s1 + keys.shape[2]
     causal, madd = 0, None
     if isinstance(mask, str):
-        if mask != "causal":
+        if mask != "causal" or prefix is not None:
             return None
         causal = 1
     elif mask is not None:
         madd = _additive_mask(mask, lq, s)
         if madd is None or madd.shape[0] not in (1, b):
             return None
-    got = _views(queries, keys, values)
+    if prefix is not None and any(x.shape[:2] != (b, kh) or x.dtype != mx.float32 for x in prefix):
+        return None
+    got = _views(queries, keys, values, *(prefix or ()))
     if got is None:
         return None
-    (qn, kn, vn), strides = got
+    (qn, kn, vn, *pre), strides = got
     out = np.empty((b, h, lq, d), dtype=np.float32)
     m_sb = lq * s if madd is not None and madd.shape[0] > 1 else 0
-    rc = lib.pcd_attention(
-        qn.ctypes.data,
-        kn.ctypes.data,
-        vn.ctypes.data,
-        out.ctypes.data,
-        (ctypes.c_int64 * 9)(*strides),
+    tail = (
+        (ctypes.c_int64 * len(strides))(*strides),
         None if madd is None else madd.ctypes.data,
         m_sb,
         b,
@@ -222,58 +229,21 @@ def _native_sdpa(
         s,
         d,
         scale,
-        causal,
-        BLOCK_ROWS,
-        getattr(_state, "threads", 1),
     )
-    if rc != 0:  # pragma: no cover - only on out-of-memory in the kernel
-        return None
-    return mx.array(out)
-
-
-def _native_split(
-    lib: Any, queries: Any, keys: Any, values: Any, prefix: tuple[Any, Any], scale: float, mask: Any
-) -> Any | None:
-    """Attention over the prefix K/V followed by this call's, read in place
-    (`pcd_attention_split`); None if this call's layout is not handled."""
-    b, h, lq, d = queries.shape
-    pk, pv = prefix
-    kh, s1 = keys.shape[1], pk.shape[2]
-    s = s1 + keys.shape[2]
-    if isinstance(mask, str) or mask is None:
-        return None  # a fields pass always has its own mask
-    madd = _additive_mask(mask, lq, s)
-    if madd is None or madd.shape[0] not in (1, b):
-        return None
-    if pk.shape[0] != b or pk.shape[1] != kh or pk.dtype != mx.float32 or pv.dtype != mx.float32:
-        return None
-    got = _views(queries, pk, pv, keys, values)
-    if got is None:
-        return None
-    (qn, pkn, pvn, kn, vn), strides = got
-    out = np.empty((b, h, lq, d), dtype=np.float32)
-    rc = lib.pcd_attention_split(
-        0,
-        qn.ctypes.data,
-        pkn.ctypes.data,
-        pvn.ctypes.data,
-        kn.ctypes.data,
-        vn.ctypes.data,
-        s1,
-        out.ctypes.data,
-        (ctypes.c_int64 * 15)(*strides),
-        madd.ctypes.data,
-        lq * s if madd.shape[0] > 1 else 0,
-        b,
-        h,
-        kh,
-        lq,
-        s,
-        d,
-        scale,
-        BLOCK_ROWS,
-        getattr(_state, "threads", 1),
-    )
+    threads = getattr(_state, "threads", 1)
+    if not pre:
+        rc = lib.pcd_attention(
+            qn.ctypes.data, kn.ctypes.data, vn.ctypes.data, out.ctypes.data, *tail, causal,
+            BLOCK_ROWS, threads,
+        )  # fmt: skip
+    else:  # the kernel takes the prefix first, then the call's own keys and values
+        pkn, pvn = pre
+        strides_split = strides[:3] + strides[9:15] + strides[3:9]
+        tail = ((ctypes.c_int64 * 15)(*strides_split), *tail[1:])
+        rc = lib.pcd_attention_split(
+            0, qn.ctypes.data, pkn.ctypes.data, pvn.ctypes.data, kn.ctypes.data,
+            vn.ctypes.data, s1, out.ctypes.data, *tail, BLOCK_ROWS, threads,
+        )  # fmt: skip
     if rc != 0:  # pragma: no cover - only on out-of-memory in the kernel
         return None
     return mx.array(out)
@@ -312,24 +282,7 @@ def sdpa(
     b, h, lq, d = queries.shape
     prefix = getattr(cache, "prefix_apart", None)
     kh, s = keys.shape[1], keys.shape[2] + (0 if prefix is None else prefix[0].shape[2])
-    if prefix is not None:
-        lib = _native or None
-        if (
-            lib is not None
-            and _on()
-            and sinks is None
-            and queries.dtype == keys.dtype == values.dtype == mx.float32
-            and not h % kh
-            and not _small(b * h * lq * s, MIN_SCORES)
-        ):
-            if not isinstance(mask, (str, type(None))):
-                mx.eval(mask)
-            out = _native_split(lib, queries, keys, values, prefix, scale, mask)
-            if out is not None:
-                return out
-        keys = mx.concatenate([prefix[0], keys], axis=2)
-        values = mx.concatenate([prefix[1], values], axis=2)
-    if (
+    handled = not (
         not _on()
         or sinks is not None
         or hasattr(cache, "bits")
@@ -338,11 +291,19 @@ def sdpa(
         or values.dtype != mx.float32
         or h % kh
         or _small(b * h * lq * s, MIN_SCORES)
-    ):
-        return original(queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks)
-    if mask is not None and not isinstance(mask, str):
+    )
+    lib = (_native or None) if handled else None
+    if handled and mask is not None and not isinstance(mask, str):
         mx.eval(mask)
-    lib = _native or None
+    if prefix is not None:
+        if lib is not None:
+            out = _native_sdpa(lib, queries, keys, values, scale, mask, prefix)
+            if out is not None:
+                return out
+        keys = mx.concatenate([prefix[0], keys], axis=2)
+        values = mx.concatenate([prefix[1], values], axis=2)
+    if not handled:
+        return original(queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks)
     if lib is not None:
         out = _native_sdpa(lib, queries, keys, values, scale, mask)
         if out is not None:

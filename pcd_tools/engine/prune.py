@@ -304,20 +304,21 @@ def pruned_pass(
     acc = [np.full((rows, len(t.edge_node)), np.nan) for t in tries]
     passes = 0
 
-    def run(chunks: list[Chunk]) -> None:
-        nonlocal passes
-        outs, n = run_chunks(chunks)
-        passes += n
+    def take(outs: list[Edges]) -> None:
         for found in outs:
             for fi, sel, logp in found:
                 acc[fi][:, sel] = logp
 
+    def run(chunks: list[Chunk]) -> None:
+        nonlocal passes
+        outs, n = run_chunks(chunks)
+        passes += n
+        take(outs)
+
     if first_done is None:
         run(first_chunks(plan, pruned, pack_budget=pack_budget, streams=streams, pruning=pruning))
     else:
-        for found in first_done:
-            for fi, sel, logp in found:
-                acc[fi][:, sel] = logp
+        take(first_done)
     search(
         tries,
         pruned,

@@ -393,8 +393,12 @@ def test_a_fields_pass_reads_the_prefix_in_place_with_the_same_answers(lib, monk
     }
     ctx = "My card was charged twice for the same order and I need a refund. " * 8
     calls = []
-    real = K._native_split
-    monkeypatch.setattr(K, "_native_split", lambda *a: calls.append(1) or real(*a))
+    real = K._native_sdpa
+    monkeypatch.setattr(
+        K,
+        "_native_sdpa",
+        lambda *a: (len(a) > 6 and a[6] is not None and calls.append(1)) or real(*a),
+    )
     apart = d.decide(schema, ctx)
     assert calls, "the fields pass did not read the prefix in place"
     d.engine.passes.prefix_apart = False
