@@ -40,7 +40,7 @@ import ctypes
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,6 +63,9 @@ MIN_ROPE = 16384
 _NEG = np.float32(np.finfo(np.float32).min)
 # Query rows per block of the native kernel: 128 x 1,552 scores (776 KB) stay in L2.
 BLOCK_ROWS = 128
+
+# The most parts a call's keys may come in (`_cpu_kernels.c`'s MAX_PARTS, with the call's own).
+MAX_PARTS = 4
 _state = threading.local()
 _install_lock = threading.Lock()
 _ORIGINALS: dict[str, Any] = {}
@@ -105,7 +108,7 @@ def _small(size: int, least: int) -> bool:
     return size < least and not getattr(_state, "every", False)
 
 
-def _masks() -> OrderedDict[Any, tuple[Any, np.ndarray]]:
+def _masks() -> OrderedDict[Any, tuple[Any, np.ndarray, int]]:
     cache = getattr(_state, "masks", None)
     if cache is None:
         cache = _state.masks = OrderedDict()
@@ -118,12 +121,19 @@ def _additive_mask(mask: Any, lq: int, s: int) -> np.ndarray | None:
     Converted once per mask object (all layers of a pass share one) and per causal shape.
     Returns None for a layout this module does not handle.
     """
+    got = _additive_mask_from(mask, lq, s)
+    return None if got is None else got[0]
+
+
+def _additive_mask_from(mask: Any, lq: int, s: int) -> tuple[np.ndarray, int] | None:
+    """`_additive_mask`, and how many leading key columns it leaves open to every query
+    (a pass's cached prefix): the kernel need not read those (`pcd_attention_ex`)."""
     cache = _masks()
     key: Any = ("causal", lq, s) if isinstance(mask, str) else id(mask)
     hit = cache.get(key)
     if hit is not None and (isinstance(mask, str) or hit[0] is mask):
         cache.move_to_end(key)
-        return hit[1]
+        return hit[1], hit[2]
     if isinstance(mask, str):
         if mask != "causal":
             return None
@@ -140,10 +150,12 @@ def _additive_mask(mask: Any, lq: int, s: int) -> np.ndarray | None:
             out = np.where(m, np.float32(0), _NEG).astype(np.float32)
         else:
             out = np.maximum(m.astype(np.float32), _NEG)
-    cache[key] = (mask, out)
+    shut = (out != 0).reshape(-1, s).any(axis=0)
+    open_cols = int(np.argmax(shut)) if shut.any() else s
+    cache[key] = (mask, out, open_cols)
     while len(cache) > 4:
         cache.popitem(last=False)
-    return out
+    return out, open_cols
 
 
 def native_attention() -> tuple[Any, str]:
@@ -193,57 +205,45 @@ def _native_sdpa(
     values: Any,
     scale: float,
     mask: Any,
-    prefix: tuple[Any, Any] | None = None,
+    prefix: Sequence[tuple[Any, Any]] = (),
 ) -> Any | None:
     """Attention through `_cpu_kernels.c`; None if this call's layout is not handled.
-    With `prefix`, the keys and values are this call's own and the prefix's come before
-    them, read in place (`pcd_attention_split`, not causal)."""
+    With `prefix`, the keys and values are this call's own and the prefix's parts (K/V
+    pairs) come before them, read in place as if joined. A mask's leading columns that
+    every query sees (the prefix's, in a pass) are not read."""
     b, h, lq, d = queries.shape
-    kh, s1 = keys.shape[1], (0 if prefix is None else prefix[0].shape[2])
-    s = s1 + keys.shape[2]
-    causal, madd = 0, None
+    kh = keys.shape[1]
+    s = sum(int(k.shape[2]) for k, _ in prefix) + keys.shape[2]
+    causal, madd, open_cols = 0, None, 0
     if isinstance(mask, str):
-        if mask != "causal" or prefix is not None:
+        if mask != "causal":
             return None
         causal = 1
     elif mask is not None:
-        madd = _additive_mask(mask, lq, s)
-        if madd is None or madd.shape[0] not in (1, b):
+        got_mask = _additive_mask_from(mask, lq, s)
+        if got_mask is None or got_mask[0].shape[0] not in (1, b):
             return None
-    if prefix is not None and any(x.shape[:2] != (b, kh) or x.dtype != mx.float32 for x in prefix):
+        madd, open_cols = got_mask
+    parts = [*prefix, (keys, values)]
+    if len(parts) > MAX_PARTS or any(
+        x.shape[:2] != (b, kh) or x.dtype != mx.float32 for pair in parts for x in pair
+    ):
         return None
-    got = _views(queries, keys, values, *(prefix or ()))
+    got = _views(queries, *(x for pair in parts for x in pair))
     if got is None:
         return None
-    (qn, kn, vn, *pre), strides = got
+    (qn, *kvn), strides = got
+    n = len(parts)
     out = np.empty((b, h, lq, d), dtype=np.float32)
     m_sb = lq * s if madd is not None and madd.shape[0] > 1 else 0
-    tail = (
-        (ctypes.c_int64 * len(strides))(*strides),
-        None if madd is None else madd.ctypes.data,
-        m_sb,
-        b,
-        h,
-        kh,
-        lq,
-        s,
-        d,
-        scale,
-    )
-    threads = getattr(_state, "threads", 1)
-    if not pre:
-        rc = lib.pcd_attention(
-            qn.ctypes.data, kn.ctypes.data, vn.ctypes.data, out.ctypes.data, *tail, causal,
-            BLOCK_ROWS, threads,
-        )  # fmt: skip
-    else:  # the kernel takes the prefix first, then the call's own keys and values
-        pkn, pvn = pre
-        strides_split = strides[:3] + strides[9:15] + strides[3:9]
-        tail = ((ctypes.c_int64 * 15)(*strides_split), *tail[1:])
-        rc = lib.pcd_attention_split(
-            0, qn.ctypes.data, pkn.ctypes.data, pvn.ctypes.data, kn.ctypes.data,
-            vn.ctypes.data, s1, out.ctypes.data, *tail, BLOCK_ROWS, threads,
-        )  # fmt: skip
+    rc = lib.pcd_attention_parts(
+        0, qn.ctypes.data, n, (ctypes.c_void_p * n)(*(x.ctypes.data for x in kvn[0::2])),
+        (ctypes.c_void_p * n)(*(x.ctypes.data for x in kvn[1::2])),
+        (ctypes.c_int * n)(*(int(x.shape[2]) for x in kvn[0::2])), out.ctypes.data,
+        (ctypes.c_int64 * len(strides))(*strides), None if madd is None else madd.ctypes.data,
+        m_sb, open_cols, b, h, kh, lq, d, scale, causal, BLOCK_ROWS,
+        getattr(_state, "threads", 1),
+    )  # fmt: skip
     if rc != 0:  # pragma: no cover - only on out-of-memory in the kernel
         return None
     return mx.array(out)
@@ -275,13 +275,14 @@ def sdpa(
 
     Shapes as in mlx-lm: queries (B, H, Lq, D), keys and values (B, KH, S, D), H a
     multiple of KH (grouped-query attention). When the cache left its prefix apart
-    (`PassCache.prefix_apart`), keys and values are this call's alone, the prefix's
-    before them: the kernel reads both in place, and every other route joins them first.
+    (`PassCache.prefix_apart`, K/V parts), keys and values are this call's alone, the
+    prefix's before them: the kernel reads every part in place, and every other route
+    joins them first.
     """
     original = _ORIGINALS["sdpa"]
     b, h, lq, d = queries.shape
-    prefix = getattr(cache, "prefix_apart", None)
-    kh, s = keys.shape[1], keys.shape[2] + (0 if prefix is None else prefix[0].shape[2])
+    prefix = getattr(cache, "prefix_apart", None) or ()
+    kh, s = keys.shape[1], keys.shape[2] + sum(int(k.shape[2]) for k, _ in prefix)
     handled = not (
         not _on()
         or sinks is not None
@@ -295,13 +296,13 @@ def sdpa(
     lib = (_native or None) if handled else None
     if handled and mask is not None and not isinstance(mask, str):
         mx.eval(mask)
-    if prefix is not None:
+    if prefix:
         if lib is not None:
             out = _native_sdpa(lib, queries, keys, values, scale, mask, prefix)
             if out is not None:
                 return out
-        keys = mx.concatenate([prefix[0], keys], axis=2)
-        values = mx.concatenate([prefix[1], values], axis=2)
+        keys = mx.concatenate([*(k for k, _ in prefix), keys], axis=2)
+        values = mx.concatenate([*(v for _, v in prefix), values], axis=2)
     if not handled:
         return original(queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks)
     if lib is not None:

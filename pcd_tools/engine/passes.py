@@ -15,6 +15,7 @@ that accepts one position per token by moving the token axis into the batch axis
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +67,40 @@ class ScoredBatch:
     tries: list[list[FieldTrie]] = field(default_factory=list)
 
 
+# Lazily joined K/V (`join_kv`) by id of the keys: (weak refs to the keys and values, the
+# parts they join).
+_JOINED: dict[int, tuple[Any, Any, list[tuple[Any, Any]]]] = {}
+
+
+def join_kv(parts: list[tuple[Any, Any]]) -> tuple[Any, Any]:
+    """K/V parts joined along the keys, lazily: MLX copies them only if something reads
+    the result. A pass that is handed the result as its prefix reads the parts in place
+    instead (`kv_parts`), so a warm request does not copy its cached prefix (the tariff
+    request's 4,926 tokens: 235 MB, 68 ms)."""
+    flat = [part for k, v in parts for part in kv_parts(k, v)]
+    if len(flat) == 1:
+        return flat[0]
+    keys = mx.concatenate([k for k, _ in flat], axis=2)
+    values = mx.concatenate([v for _, v in flat], axis=2)
+    key = id(keys)
+
+    def gone(ref: Any, key: int = key) -> None:
+        hit = _JOINED.get(key)
+        if hit is not None and hit[0] is ref:
+            del _JOINED[key]
+
+    _JOINED[key] = (weakref.ref(keys, gone), weakref.ref(values), flat)
+    return keys, values
+
+
+def kv_parts(k: Any, v: Any) -> list[tuple[Any, Any]]:
+    """The parts `join_kv` joined into (k, v), or [(k, v)] for any other pair."""
+    hit = _JOINED.get(id(k))
+    if hit is not None and hit[0]() is k and hit[1]() is v:
+        return list(hit[2])
+    return [(k, v)]
+
+
 class PassCache:
     """One layer's cache for a pass: fixed prefix K/V, the pass's positions and mask.
 
@@ -76,14 +111,15 @@ class PassCache:
         mask: What `make_mask` hands the attention: None, "causal" or an array.
         keep: Keep this layer's K/V after the call (a prefill); a fields pass drops
             them as soon as they are used.
-        apart: Hand the attention this call's K/V alone and the prefix's in
-            `prefix_apart`, instead of a copy of both (a fields pass, where the model's
-            attention is `cpu_kernels.sdpa`, which reads the two parts in place:
-            `cpu_kernels.takes_prefix_apart`). Only without `keep`.
+        apart: Hand the attention this call's K/V alone and the prefix's parts in
+            `prefix_apart`, instead of a copy of all (where the model's attention is
+            `cpu_kernels.sdpa`, which reads the parts in place:
+            `cpu_kernels.takes_prefix_apart`). With `keep`, the kept K/V join the parts
+            lazily (`join_kv`).
 
     Attributes:
-        prefix_apart: `(k, v)` of the prefix once `update_and_fetch` left it apart, else
-            None.
+        prefix_apart: The prefix's K/V parts once `update_and_fetch` left them apart,
+            else None.
     """
 
     def __init__(
@@ -93,8 +129,9 @@ class PassCache:
         self.offset = offset
         self.mask = mask
         self.keep = keep
-        self.apart = apart and k is not None and not keep
-        self.prefix_apart: tuple[Any, Any] | None = None
+        self.apart = apart and k is not None
+        self.prefix_apart: list[tuple[Any, Any]] | None = None
+        self.own: tuple[Any, Any] | None = None
         self.keys: Any = None
         self.values: Any = None
 
@@ -102,7 +139,10 @@ class PassCache:
         """The prefix K/V followed by this call's (the mlx-lm cache protocol); this
         call's alone when the prefix is kept `apart`."""
         if self.apart:
-            self.prefix_apart = (self.pk, self.pv)
+            self.prefix_apart = kv_parts(self.pk, self.pv)
+            if self.keep:
+                self.own = (keys, values)
+                self.keys, self.values = join_kv([*self.prefix_apart, self.own])
             return keys, values
         if self.pk is not None:
             keys = mx.concatenate([self.pk, keys], axis=2)
@@ -110,6 +150,24 @@ class PassCache:
         if self.keep:
             self.keys, self.values = keys, values
         return keys, values
+
+    def kept(self, n: int, with_prefix: bool = True) -> tuple[Any, Any]:
+        """The kept K/V of this call's first `n` tokens, after the prefix's unless not
+        `with_prefix`; joined lazily when the prefix was apart. Only after a `keep` call."""
+        p = 0 if self.pk is None else int(self.pk.shape[2])
+        if self.own is None:
+            lo = p if not with_prefix else 0
+            return self.keys[:, :, lo : p + n], self.values[:, :, lo : p + n]
+        own = (self.own[0][:, :, :n], self.own[1][:, :, :n])
+        if not with_prefix:
+            return own
+        return join_kv([*(self.prefix_apart or []), own])
+
+    def evaluate(self, n: int) -> list[Any]:
+        """What to evaluate so that `kept(n)` is ready without copying the prefix."""
+        if self.own is None:
+            return list(self.kept(n))
+        return [self.own[0][:, :, :n], self.own[1][:, :, :n]]
 
     def make_mask(self, n: int, return_array: bool = False, window_size: Any = None) -> Any:
         """The pass's mask; for a sliding-window layer (gemma3), also hiding every key
@@ -228,9 +286,8 @@ class Passes:
             The edges the chunk scored, and per layer the stems' K/V, (B, KH, S, D) with S
             the longest stem (a row's own stem is its first `len(stems[r])` positions).
         """
-        width = kv[0][0].shape[2]
         found, caches, s = self._after(plan, kv, valid, ch, stems)
-        new = [(c.keys[:, :, width : width + s], c.values[:, :, width : width + s]) for c in caches]
+        new = [c.kept(s, with_prefix=False) for c in caches]
         mx.eval([x for pair in new for x in pair])
         return found, new
 
@@ -255,9 +312,8 @@ class Passes:
             for k, v in prefix
         ]
         found, caches, s = self._after(plan, kv, [p] * b, ch, rows)
-        full = [(c.keys[:, :, : p + s], c.values[:, :, : p + s]) for c in caches]
-        mx.eval([x for pair in full for x in pair])
-        return found, full
+        mx.eval([x for c in caches for x in c.evaluate(s)])
+        return found, [c.kept(s) for c in caches]
 
     def _after(
         self, plan: Plan, kv: LayerKV, valid: list[int], ch: Chunk, stems: list[list[int]]
@@ -282,7 +338,8 @@ class Passes:
         mask[:, :s, width : width + s] = np.tril(np.ones((s, s), bool))[None] & stem_ok[:, None]
         mask[:, s:, width : width + s] = stem_ok[:, None, :]
         mask[:, s:, width + s :] = ch.allow[None]
-        caches = [PassCache(k, v, mx.array(pos), mx.array(mask[:, None])) for k, v in kv]
+        pos_a, mask_a = mx.array(pos), mx.array(mask[:, None])
+        caches = [PassCache(k, v, pos_a, mask_a, apart=self.prefix_apart) for k, v in kv]
         out = self.run(mx.array(toks), caches)
         logits = self.logits_at(out, slice(None), mx.array(ch.slots + s))
         mx.eval(logits)
@@ -322,14 +379,17 @@ class Passes:
                 if b > 1 and k.shape[0] == 1:
                     k = mx.broadcast_to(k, (b, *k.shape[1:]))
                     v = mx.broadcast_to(v, (b, *v.shape[1:]))
-                caches.append(PassCache(k, v, offset, mask))
+                caches.append(PassCache(k, v, offset, mask, apart=self.prefix_apart))
         out = self.run(mx.array(arr), caches)
-        kv = [(c.keys, c.values) for c in caches]
         logits = None
         if last:
             ends = mx.array([len(r) - 1 for r in tokens])
             logits = self.logits_at(out, mx.arange(b), ends)
-        mx.eval([x for pair in kv for x in pair] + ([logits] if logits is not None else []))
+        mx.eval(
+            [x for c in caches for x in c.evaluate(width)]
+            + ([logits] if logits is not None else [])
+        )
+        kv = [c.kept(width) for c in caches]
         return kv, (None if logits is None else np.array(logits))
 
     # --- the packed fields pass -----------------------------------------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import gc
+import itertools
 import os
 import shutil
 import subprocess
@@ -13,7 +15,9 @@ import numpy as np
 import pytest
 
 from pcd_tools.engine import cpu_kernels as K
+from pcd_tools.engine import passes as P
 from pcd_tools.engine.platform import import_mlx
+from pcd_tools.schema import compile_schema
 from tests.conftest import make_tiny_model, tiny_decider
 
 mx = import_mlx()
@@ -379,6 +383,143 @@ def test_a_prefix_read_in_place_gives_the_joined_keys_numbers(lib, d):
         0, _row(q), _row(k1), _row(v1), None, None, past, _row(bad),
         (ctypes.c_int64 * 15)(*[0] * 15), _row(mask), 0, 1, h, kh, n, past + n, d, 0.125, 16, 1,
     ) == 1  # fmt: skip
+
+
+def _attend_parts(lib, path, q, parts, mask, mask_from=0, threads=1, block=K.BLOCK_ROWS, causal=0):
+    """`pcd_attention_parts` (B = 1) over (k, v) parts, mask additive (Lq, S) or None."""
+    _, h, lq, d = q.shape
+    kh = parts[0][0].shape[1]
+    out = np.full((1, h, lq, d), np.nan, np.float32)
+    strides = [h * lq * d, lq * d, d]
+    for k, _ in parts:
+        strides += [kh * k.shape[2] * d, k.shape[2] * d, d] * 2
+    n = len(parts)
+    rc = lib.pcd_attention_parts(
+        path, _row(q), n, (ctypes.c_void_p * n)(*[_row(k) for k, _ in parts]),
+        (ctypes.c_void_p * n)(*[_row(v) for _, v in parts]),
+        (ctypes.c_int * n)(*[k.shape[2] for k, _ in parts]), _row(out),
+        (ctypes.c_int64 * len(strides))(*strides), None if mask is None else _row(mask), 0,
+        mask_from, 1, h, kh, lq, d, 0.125, causal, block, threads,
+    )  # fmt: skip
+    assert rc == 0, f"path {path}"
+    return out
+
+
+@pytest.mark.parametrize("d", [64, 40])
+def test_a_mask_open_over_the_prefix_is_not_read_there(lib, d):
+    """A pass's mask leaves the cached prefix open to every query: the kernel skips its
+    columns before `mask_from` (never reading them) with the numbers of a full read, for
+    keys in one part or two, on every code path, thread count and block size."""
+    rng = np.random.default_rng(200 + d)
+    f, neg = np.float32, np.finfo(np.float32).min
+    h, kh, past, n = 6, 2, 1037, 45
+    k1, v1 = (rng.normal(size=(1, kh, past, d)).astype(f) for _ in range(2))
+    k2, v2 = (rng.normal(size=(1, kh, n, d)).astype(f) for _ in range(2))
+    q = (rng.normal(size=(1, h, n, d)) * 3).astype(f)
+    mask = np.zeros((n, past + n), f)
+    mask[:, past:] = np.where(rng.random((n, n)) > 0.3, 0.0, neg)
+    mask[:, past - 3] = neg  # the last prefix columns are not all open: from = past - 3
+    mask[:5, past - 3] = 0.0
+    joined = [(np.concatenate([k1, k2], 2), np.concatenate([v1, v2], 2))]
+    poisoned = mask.copy()
+    poisoned[:, : past - 3] = np.nan  # read, these would turn every output into nan
+    for p in _paths(lib):
+        want = _attend(lib, p, q, *joined[0], mask)
+        for threads, block in ((1, K.BLOCK_ROWS), (2, 16), (3, 7)):
+            for parts in (joined, [(k1, v1), (k2, v2)]):
+                got = _attend_parts(lib, p, q, parts, poisoned, past - 3, threads, block)
+                assert np.array_equal(got, want), f"path {p}, {len(parts)} parts, {threads}"
+    bad = np.zeros((1, h, n, d), f)
+    one = (ctypes.c_void_p * 1)(_row(k1))
+    assert lib.pcd_attention_parts(  # a mask_from past the keys is refused
+        0, _row(q), 1, one, one, (ctypes.c_int * 1)(past), _row(bad),
+        (ctypes.c_int64 * 9)(*[0] * 9), _row(mask), 0, past + 1, 1, h, kh, n, d, 0.125, 0, 16, 1,
+    ) == 1  # fmt: skip
+    # the Python side finds the open columns once per mask object
+    bool_mask = mx.array(mask == 0)
+    madd, open_cols = K._additive_mask_from(bool_mask, n, past + n)
+    assert open_cols == past - 3 and np.array_equal(madd.reshape(n, -1), mask)
+    assert K._additive_mask_from(mx.array(np.ones((n, past + n), bool)), n, past + n)[1] == past + n
+
+
+@pytest.mark.parametrize("d", [64, 40])
+def test_keys_in_parts_give_the_joined_numbers_causal_too(lib, d):
+    """A prefill after a cached prefix reads it in place, and a later pass reads the
+    prefix and the prefill's rows as two parts: every split, causal or masked, gives the
+    joined keys' numbers to the bit, a part boundary among the queries included."""
+    rng = np.random.default_rng(300 + d)
+    f, neg = np.float32, np.finfo(np.float32).min
+    h, kh, s, lq = 6, 2, 1200, 70
+    k, v = (rng.normal(size=(1, kh, s, d)).astype(f) for _ in range(2))
+    q = (rng.normal(size=(1, h, lq, d)) * 3).astype(f)
+    mask = np.where(rng.random((lq, s)) > 0.2, 0.0, neg).astype(f)
+
+    def cut(*ends):
+        bounds = [0, *ends, s]
+        return [
+            (np.ascontiguousarray(k[:, :, a:e]), np.ascontiguousarray(v[:, :, a:e]))
+            for a, e in itertools.pairwise(bounds)
+        ]
+
+    splits = [cut(777), cut(500, s - lq), cut(300, s - lq + 9), cut(1, 2, s - 1)]
+    for p in _paths(lib):
+        for causal, m in ((1, None), (0, mask)):
+            want = _attend(lib, p, q, k, v, m, causal=causal)
+            for parts in splits:
+                for threads, block in ((1, K.BLOCK_ROWS), (2, 16), (3, 7)):
+                    got = _attend_parts(lib, p, q, parts, m, 0, threads, block, causal)
+                    assert np.array_equal(got, want), (p, causal, len(parts), threads, block)
+
+
+def test_a_warm_pass_reads_the_prefix_and_the_rows_in_place(lib, monkeypatch):
+    """With the schema part cached, the prefill reads it in place and keeps its rows
+    apart, joined lazily (`passes.join_kv`): the fields pass after it is handed both
+    parts, copies neither, and scores every edge as the joined keys do, to the bit."""
+    d = tiny_decider(0)
+    passes, engine = d.engine.passes, d.engine
+    plan = engine.plan(compile_schema({"team": {"type": "enum", "choices": list("abcdefgh")}}))
+    rows = [engine.encode_ids("Route this ticket about a double charge. " * 6) + plan.tail_ids]
+    seen = []
+    real = K._native_sdpa
+    monkeypatch.setattr(
+        K, "_native_sdpa", lambda *a: seen.append(len(a[6]) if len(a) > 6 else 0) or real(*a)
+    )
+    results = []
+    for apart in (True, False):
+        passes.prefix_apart = apart
+        with K.active(True, every_size=True):
+            prefix = passes.prefill([plan.head_ids], None)
+            kv = passes.prefill(rows, prefix)
+            assert (P.kv_parts(*kv[0])[0][0] is prefix[0][0]) is apart
+            seen.clear()
+            valid = [len(plan.head_ids) + len(rows[0])]
+            results.append(passes.packed(plan, kv, valid, plan.chunks))
+        assert set(seen) == ({2} if apart else {0}), seen
+        results.append([np.asarray(x) for pair in kv for x in pair])
+    for got, want in zip(results[0], results[2]):
+        for (fa, ea, la), (fb, eb, lb) in zip(got, want):
+            assert fa == fb and np.array_equal(ea, eb) and np.array_equal(la, lb)
+    for got, want in zip(results[1], results[3]):  # the kept K/V, read whole, are equal too
+        assert np.array_equal(got, want)
+
+
+def test_lazily_joined_kv_remember_their_parts_while_they_live():
+    """`join_kv` joins without copying until something reads the result; `kv_parts`
+    finds the parts of exactly that pair, flattened, and forgets them with it."""
+    a, b, c = (mx.array(np.full((1, 2, n, 4), n, np.float32)) for n in (3, 5, 2))
+    k, v = P.join_kv([(a, a), (b, b)])
+    assert [x[0] is y and x[1] is y for x, y in zip(P.kv_parts(k, v), (a, b))] == [True] * 2
+    other = P.kv_parts(k, a)  # another pairing is not the joined pair
+    assert len(other) == 1 and other[0][0] is k and other[0][1] is a
+    k2, v2 = P.join_kv([(k, v), (c, c)])  # a join of a join is flat
+    assert [x[0] is y for x, y in zip(P.kv_parts(k2, v2), (a, b, c))] == [True] * 3
+    assert np.array_equal(np.asarray(k2)[0, 0, :, 0], [3] * 3 + [5] * 5 + [2] * 2)
+    one = P.join_kv([(a, b)])  # one part is itself
+    assert one[0] is a and one[1] is b
+    before = len(P._JOINED)
+    del k2, v2
+    gc.collect()
+    assert len(P._JOINED) == before - 1
 
 
 def test_a_fields_pass_reads_the_prefix_in_place_with_the_same_answers(lib, monkeypatch):
