@@ -97,7 +97,7 @@ def _fmt(d: dict[str, float]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenario", action="append", default=[])
-    p.add_argument("--scoring", choices=["full", "constrained"], default="full")
+    p.add_argument("--scoring", choices=["auto", "full", "constrained"], default="auto")
     p.add_argument("--pruning", choices=["auto", "on", "off"], default="auto")
     p.add_argument("--blocks", type=int, default=2, help="blocks per method (default 2)")
     p.add_argument("--per-block", type=int, default=5, help="timed requests per block")

@@ -454,7 +454,7 @@ def _cascade(args: argparse.Namespace, ds: Dataset) -> int:
 
         small_d, large_d = (Decider.load(p.strip()) for p in args.cascade_wall.split(","))
     if small_d is not None and large_d is not None:
-        report["wall"] = _cascade_wall(args, ds, split, report, small_d, large_d)
+        report["wall"] = _cascade_wall(args, ds, split, report, small, small_d, large_d)
     if args.diagrams:
         from ..eval.plots import cascade_curve
 
@@ -475,20 +475,28 @@ def _cascade_wall(
     ds: Dataset,
     split: Any,
     report: dict[str, Any],
+    small_run: Any,
     small: Any,
     large: Any,
 ) -> dict[str, Any]:
     """The real cascade (`Cascade.batch`) at the `max_accuracy_loss` fit on the held-out
-    items, and the large model alone on them, each timed once."""
+    items, and the large model alone on them, each timed once. A fit on the small model's
+    fitted calibration runs with that calibration (fitted on the calibration items, as
+    the report's); a fit on contextual confidences runs the raw-probability fit instead."""
     from ..agents.cascade import Cascade
+    from ..eval.cascade import fitted_calibration
+    from ..schema import compile_schema
 
     held = set(report["held_out_ids"])
     rows = [(t, lab) for (t, lab), i in zip(split.examples, split.ids) if i in held]
     rows = rows[: args.cascade_wall_n]
     texts = [t for t, _ in rows]
     fit = report["fits"]["max_accuracy_loss/best"]
-    gate = fit["gate"].split("/")[0]
-    if gate != "raw":  # the real run gates on raw probabilities; say which fit ran
+    source = fit["gate"].split("/")[0]
+    if source == "fitted":
+        cal_run = small_run.subset(report["calibration_ids"])
+        small = small.with_calibration(fitted_calibration(compile_schema(ds.schema), cal_run))
+    elif source != "raw":  # say which fit ran
         fit = report["fits"]["max_accuracy_loss/raw/probability"]
     per_field = {n: (sc, t) for n, (sc, t) in fit["thresholds"].items()}
     casc = Cascade(ds.schema, [small, large], threshold=0.0, per_field=per_field)
@@ -509,6 +517,7 @@ def _cascade_wall(
     escalated = sum(1 for o in out if len(o.stages) > 1)
     return {
         "fit": fit["target"] + "/" + fit["gate"],
+        "small_calibration": small.calibration is not None,
         "n": len(texts),
         "large_only_s": large_s,
         "cascade_s": casc_s,

@@ -70,6 +70,7 @@ __all__ = [
     "confidence",
     "evaluate_policy",
     "fit_cascade",
+    "fitted_calibration",
     "pair_runs",
     "sweep",
 ]
@@ -95,9 +96,10 @@ def split_ids(ids: Sequence[str], cal_fraction: float, seed: int) -> tuple[list[
     return [ids[i] for i in sorted(perm[:k])], [ids[i] for i in sorted(perm[k:])]
 
 
-def _fitted_calibration(schema: Schema, run: ModelRun) -> Any:
+def fitted_calibration(schema: Schema, run: ModelRun) -> Any:
     """The small model's `auto` calibration fitted on `run`'s items (no content-free
-    offsets offline, so no label-free candidate)."""
+    offsets offline, so no label-free candidate): the `fitted` gate's source, and what a
+    real run of a fit on it loads (`Decider.with_calibration`)."""
     from .calibration import calibration_from_scores
 
     arrays = {}
@@ -142,7 +144,7 @@ def cascade_report(
     n_items = pair_runs(compiled, small, large).n  # checks the schema and the common ids
     common = common_ids(small, large, *([contextual] if contextual is not None else []))
     cal_ids, test_ids = split_ids(common, cal_fraction, seed)
-    fitted = _fitted_calibration(compiled, small.subset(cal_ids))
+    fitted = fitted_calibration(compiled, small.subset(cal_ids))
     sources: dict[str, dict[str, Any]] = {
         "raw": {},
         "fitted": {"small_calibration": fitted},

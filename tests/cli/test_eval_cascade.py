@@ -47,6 +47,42 @@ def data(tmp_path, models, monkeypatch):
 
 @pytest.mark.engine
 @pytest.mark.langchain
+def test_a_wall_run_on_the_fitted_gate_loads_the_fitted_calibration(data, tmp_path, monkeypatch):
+    """A fit gated on the small model's fitted calibration runs for real with that
+    calibration (fitted on the report's calibration items); a raw fit runs raw."""
+    import pcd_tools.agents.cascade as cascade_module
+    import pcd_tools.eval.cascade as ec
+
+    real_report, seen = ec.cascade_report, []
+
+    def fitted_best(*a, **kw):
+        rep = real_report(*a, **kw)
+        raw = rep["fits"]["max_accuracy_loss/raw/probability"]
+        rep["fits"]["max_accuracy_loss/best"] = dict(raw, gate="fitted/probability")
+        return rep
+
+    class Spy(Cascade):
+        def __init__(self, schema, stages, **kw):
+            seen.append(stages[0].calibration)
+            super().__init__(schema, stages, **kw)
+
+    monkeypatch.setattr(ec, "cascade_report", fitted_best)
+    monkeypatch.setattr(cascade_module, "Cascade", Spy)
+    out = tmp_path / "c.json"
+    argv = ["eval", *data, "--n", "40", "--cascade", "small,large", "--json", "--out", str(out)]
+    assert main(argv) == 0
+    wall = json.loads(out.read_text())["wall"]
+    assert wall["fit"] == "max_accuracy_loss/fitted/probability" and wall["small_calibration"]
+    assert isinstance(seen[-1], Calibration)
+    monkeypatch.setattr(ec, "cascade_report", real_report)
+    assert main(argv) == 0
+    wall = json.loads(out.read_text())["wall"]
+    assert seen[-1] is None and wall["small_calibration"] is False
+    assert wall["fit"].startswith("max_accuracy_loss/raw/")
+
+
+@pytest.mark.engine
+@pytest.mark.langchain
 def test_eval_cascade_from_models_and_from_saved_reports(data, tmp_path, capsys, monkeypatch):
     rc = main(
         [
