@@ -53,12 +53,12 @@ def test_a_wall_run_on_the_fitted_gate_loads_the_fitted_calibration(data, tmp_pa
     import pcd_tools.agents.cascade as cascade_module
     import pcd_tools.eval.cascade as ec
 
-    real_report, seen = ec.cascade_report, []
+    real_report, seen, best = ec.cascade_report, [], ["fitted/probability"]
 
-    def fitted_best(*a, **kw):
+    def with_best(*a, **kw):
         rep = real_report(*a, **kw)
         raw = rep["fits"]["max_accuracy_loss/raw/probability"]
-        rep["fits"]["max_accuracy_loss/best"] = dict(raw, gate="fitted/probability")
+        rep["fits"]["max_accuracy_loss/best"] = dict(raw, gate=best[0])
         return rep
 
     class Spy(Cascade):
@@ -66,7 +66,7 @@ def test_a_wall_run_on_the_fitted_gate_loads_the_fitted_calibration(data, tmp_pa
             seen.append(stages[0].calibration)
             super().__init__(schema, stages, **kw)
 
-    monkeypatch.setattr(ec, "cascade_report", fitted_best)
+    monkeypatch.setattr(ec, "cascade_report", with_best)
     monkeypatch.setattr(cascade_module, "Cascade", Spy)
     out = tmp_path / "c.json"
     argv = ["eval", *data, "--n", "40", "--cascade", "small,large", "--json", "--out", str(out)]
@@ -74,11 +74,12 @@ def test_a_wall_run_on_the_fitted_gate_loads_the_fitted_calibration(data, tmp_pa
     wall = json.loads(out.read_text())["wall"]
     assert wall["fit"] == "max_accuracy_loss/fitted/probability" and wall["small_calibration"]
     assert isinstance(seen[-1], Calibration)
-    monkeypatch.setattr(ec, "cascade_report", real_report)
-    assert main(argv) == 0
-    wall = json.loads(out.read_text())["wall"]
-    assert seen[-1] is None and wall["small_calibration"] is False
-    assert wall["fit"].startswith("max_accuracy_loss/raw/")
+    for gate in ("raw/probability", "contextual/margin"):  # both run raw
+        best[0] = gate
+        assert main(argv) == 0
+        wall = json.loads(out.read_text())["wall"]
+        assert seen[-1] is None and wall["small_calibration"] is False
+        assert wall["fit"] == "max_accuracy_loss/raw/probability"
 
 
 @pytest.mark.engine
