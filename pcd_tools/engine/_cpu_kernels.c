@@ -371,25 +371,10 @@ static int max_n(const int *restrict n, int m) {
 }
 
 /* The walk of `pv_rows_*` (arguments w, w_sr, n, m, lo, hi, v, v_sr, out, d in scope):
- * per tile of keys, per row, BODY over the row's keys [j0, j1) of the tile, with its
- * weights `wr` and its output `o`. */
-#define PV_TILES(BODY)                                                                     \
-    do {                                                                                   \
-        int tile = pv_tile(d), end = max_n(n, m) < hi ? max_n(n, m) : hi;                  \
-        for (int j0 = lo; j0 < end; j0 += tile)                                            \
-            for (int r = 0; r < m; r++) {                                                  \
-                int j1 = n[r] < j0 + tile ? n[r] : j0 + tile;                              \
-                j1 = j1 < hi ? j1 : hi;                                                    \
-                if (j1 <= j0) continue;                                                    \
-                const float *wr = w + (int64_t)r * w_sr;                                   \
-                float *o = out + (int64_t)r * d;                                           \
-                BODY                                                                       \
-            }                                                                              \
-    } while (0)
-
-/* Like PV_TILES, but BODY gets up to G consecutive rows r .. r + g - 1 that share the
- * tile's key range [j0, j1): every row of a non-causal call does, and a causal block's rows
- * differ only in the last tile each reaches. */
+ * per tile of keys, per group of up to G consecutive rows r .. r + g - 1 that share the
+ * tile's key range [j0, j1) (every row of a non-causal call does; a causal block's rows
+ * differ only in the last tile each reaches), BODY over those keys, with row r's weights
+ * `wr` and output `o`. */
 #define PV_GROUPS(G, BODY)                                                                 \
     do {                                                                                   \
         int tile = pv_tile(d), end = max_n(n, m) < hi ? max_n(n, m) : hi;                  \
@@ -407,6 +392,9 @@ static int max_n(const int *restrict n, int m) {
                 BODY                                                                       \
             }                                                                              \
     } while (0)
+
+/* One row at a time. */
+#define PV_TILES(BODY) PV_GROUPS(1, BODY)
 
 static void pv_rows_scalar(const float *restrict w, int64_t w_sr, const int *restrict n, int m,
                            int lo, int hi, const float *restrict v, int64_t v_sr,
