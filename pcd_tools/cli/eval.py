@@ -98,8 +98,9 @@ def _cascade_arguments(parser: argparse.ArgumentParser) -> None:
         "--cascade-wall",
         default=None,
         metavar="SMALL,LARGE",
-        help="the two models (when --cascade gave reports): time one real batched cascade "
-        "at the fitted thresholds against the large model alone on the held-out items",
+        help="the two models (when --cascade gave reports; `embedded` names the embedded "
+        "default): time one real batched cascade at the fitted thresholds against the "
+        "large model alone on the held-out items",
     )
     g.add_argument(
         "--cascade-wall-n",
@@ -452,7 +453,10 @@ def _cascade(args: argparse.Namespace, ds: Dataset) -> int:
     if args.cascade_wall:
         from ..decide.decider import Decider
 
-        small_d, large_d = (Decider.load(p.strip()) for p in args.cascade_wall.split(","))
+        small_d, large_d = (
+            Decider.load(None if p.strip() == "embedded" else p.strip())
+            for p in args.cascade_wall.split(",")
+        )
     if small_d is not None and large_d is not None:
         report["wall"] = _cascade_wall(args, ds, split, report, small, small_d, large_d)
     if args.diagrams:

@@ -84,7 +84,9 @@ def test_a_wall_run_on_the_fitted_gate_loads_the_fitted_calibration(data, tmp_pa
 
 @pytest.mark.engine
 @pytest.mark.langchain
-def test_eval_cascade_from_models_and_from_saved_reports(data, tmp_path, capsys, monkeypatch):
+def test_eval_cascade_from_models_and_from_saved_reports(
+    data, models, tmp_path, capsys, monkeypatch
+):
     rc = main(
         [
             "eval",
@@ -147,6 +149,21 @@ def test_eval_cascade_from_models_and_from_saved_reports(data, tmp_path, capsys,
     assert rc == 0
     rep2 = json.loads((tmp_path / "c2.json").read_text())
     assert "wall" not in rep2
+    # the same reports with the two models named: `embedded` is the embedded default
+    asked = []
+
+    def named(cls, name=None, **kw):
+        asked.append(name)
+        return models["large" if name == "large" else "small"]
+
+    monkeypatch.setattr("pcd_tools.decide.decider.Decider.load", classmethod(named))
+    wall_argv = ["--cascade-wall", "embedded,large", "--cascade-wall-n", "5"]
+    out3 = str(tmp_path / "c3.json")
+    argv3 = ["eval", *data, "--n", "40", "--json", "--out", out3, "--cascade"]
+    argv3 += [f"{tmp_path / 'small.json'},{tmp_path / 'large.json'}", *wall_argv]
+    assert main(argv3) == 0
+    assert asked == [None, "large"]
+    assert json.loads((tmp_path / "c3.json").read_text())["wall"]["n"] == 5
     for key in ("small_only", "large_only"):
         assert rep2[key]["accuracy"] == pytest.approx(rep[key]["accuracy"], abs=1e-6)
     assert rep2["held_out_ids"] == rep["held_out_ids"]
