@@ -103,6 +103,13 @@ def _cascade_arguments(parser: argparse.ArgumentParser) -> None:
         "large model alone on the held-out items",
     )
     g.add_argument(
+        "--cascade-wall-fit",
+        default="max_accuracy_loss/best",
+        choices=WALL_FITS,
+        help="which fitted thresholds the real run uses (default: the best gate's fit for "
+        "--max-accuracy-loss); a fit on contextual confidences runs the raw one",
+    )
+    g.add_argument(
         "--cascade-wall-n",
         type=int,
         default=None,
@@ -474,6 +481,16 @@ def _cascade(args: argparse.Namespace, ds: Dataset) -> int:
     return 0
 
 
+# The fits `cascade_report` makes, which `--cascade-wall-fit` may time.
+WALL_FITS = (
+    "max_accuracy_loss/best",
+    "max_escalation/best",
+    "max_accuracy_loss/raw/probability",
+    "max_escalation/raw/probability",
+    "max_accuracy_loss/raw/probability/bound",
+)
+
+
 def _cascade_wall(
     args: argparse.Namespace,
     ds: Dataset,
@@ -483,10 +500,11 @@ def _cascade_wall(
     small: Any,
     large: Any,
 ) -> dict[str, Any]:
-    """The real cascade (`Cascade.batch`) at the `max_accuracy_loss` fit on the held-out
-    items, and the large model alone on them, each timed once. A fit on the small model's
-    fitted calibration runs with that calibration (fitted on the calibration items, as
-    the report's); a fit on contextual confidences runs the raw-probability fit instead."""
+    """The real cascade (`Cascade.batch`) at the `--cascade-wall-fit` thresholds on the
+    held-out items, and the large model alone on them, each timed once. A fit on the small
+    model's fitted calibration runs with that calibration (fitted on the calibration
+    items, as the report's); a fit on contextual confidences runs the same target's
+    raw-probability fit instead."""
     from ..agents.cascade import Cascade
     from ..eval.cascade import fitted_calibration
     from ..schema import compile_schema
@@ -495,29 +513,33 @@ def _cascade_wall(
     rows = [(t, lab) for (t, lab), i in zip(split.examples, split.ids) if i in held]
     rows = rows[: args.cascade_wall_n]
     texts = [t for t, _ in rows]
-    fit = report["fits"]["max_accuracy_loss/best"]
+    fit = report["fits"][args.cascade_wall_fit]
     source = fit["gate"].split("/")[0]
     if source == "fitted":
         cal_run = small_run.subset(report["calibration_ids"])
         small = small.with_calibration(fitted_calibration(compile_schema(ds.schema), cal_run))
     elif source != "raw":  # say which fit ran
-        fit = report["fits"]["max_accuracy_loss/raw/probability"]
+        fit = report["fits"][f"{fit['target']}/raw/probability"]
     per_field = {n: (sc, t) for n, (sc, t) in fit["thresholds"].items()}
     casc = Cascade(ds.schema, [small, large], threshold=0.0, per_field=per_field)
     for d in (small, large):  # warm: the schema's prompt cache, loaded weights
         d.decide(ds.schema, texts[0])
     t0 = time.perf_counter()
-    large.decide_many(ds.schema, texts, batch_size=args.batch_size)
+    alone = large.decide_many(ds.schema, texts, batch_size=args.batch_size)
     large_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     out = casc.batch(texts)
     casc_s = time.perf_counter() - t0
     names = list(fit["thresholds"])
-    ok = [
-        sum(o.fields[n].label == lab.get(n) for n in names if lab.get(n) is not None)
-        / max(1, sum(lab.get(n) is not None for n in names))
-        for o, (_, lab) in zip(out, rows)
-    ]
+
+    def accuracy(decisions: Sequence[Any]) -> float:
+        ok = [
+            sum(o.fields[n].label == lab.get(n) for n in names if lab.get(n) is not None)
+            / max(1, sum(lab.get(n) is not None for n in names))
+            for o, (_, lab) in zip(decisions, rows)
+        ]
+        return sum(ok) / max(1, len(ok))
+
     escalated = sum(1 for o in out if len(o.stages) > 1)
     return {
         "fit": fit["target"] + "/" + fit["gate"],
@@ -527,7 +549,8 @@ def _cascade_wall(
         "cascade_s": casc_s,
         "ratio": casc_s / large_s if large_s else float("nan"),
         "escalation": escalated / max(1, len(texts)),
-        "accuracy": sum(ok) / max(1, len(ok)),
+        "accuracy": accuracy(out),
+        "large_accuracy": accuracy(alone),
     }
 
 

@@ -586,5 +586,10 @@ def print_cascade_report(console: Any, report: Mapping[str, Any]) -> None:
         console.print(
             f"real run ({w['fit']}, n={w['n']}): cascade {w['cascade_s']:.1f} s against large "
             f"only {w['large_only_s']:.1f} s = {w['ratio']:.2f}x; escalated "
-            f"{_pct(w['escalation'])}, accuracy {_pct(w['accuracy'])}."
+            f"{_pct(w['escalation'])}, accuracy {_pct(w['accuracy'])}"
+            + (
+                f" (large only {_pct(w['large_accuracy'])})."
+                if w.get("large_accuracy") is not None
+                else "."
+            )
         )

@@ -163,7 +163,12 @@ def test_eval_cascade_from_models_and_from_saved_reports(
     argv3 += [f"{tmp_path / 'small.json'},{tmp_path / 'large.json'}", *wall_argv]
     assert main(argv3) == 0
     assert asked == [None, "large"]
-    assert json.loads((tmp_path / "c3.json").read_text())["wall"]["n"] == 5
+    wall3 = json.loads((tmp_path / "c3.json").read_text())["wall"]
+    assert wall3["n"] == 5 and 0.0 <= wall3["large_accuracy"] <= 1.0
+    # another fit timed: the budget one
+    assert main([*argv3, "--cascade-wall-fit", "max_escalation/raw/probability"]) == 0
+    wall4 = json.loads((tmp_path / "c3.json").read_text())["wall"]
+    assert wall4["fit"] == "max_escalation/raw/probability"
     for key in ("small_only", "large_only"):
         assert rep2[key]["accuracy"] == pytest.approx(rep[key]["accuracy"], abs=1e-6)
     assert rep2["held_out_ids"] == rep["held_out_ids"]
