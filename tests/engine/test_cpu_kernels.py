@@ -442,7 +442,7 @@ def test_a_mask_open_over_the_prefix_is_not_read_there(lib, d):
     assert K._additive_mask_from(mx.array(np.ones((n, past + n), bool)), n, past + n)[1] == past + n
 
 
-@pytest.mark.parametrize("d", [64, 40])
+@pytest.mark.parametrize("d", [64, 128, 40])
 def test_keys_in_parts_give_the_joined_numbers_causal_too(lib, d):
     """A prefill after a cached prefix reads it in place, and a later pass reads the
     prefix and the prefill's rows as two parts: every split, causal or masked, gives the
