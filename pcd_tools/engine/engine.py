@@ -327,6 +327,7 @@ class Engine:
         t0 = time.perf_counter()
         passes = 0
         first_done: list[Any] | None = None  # the first fields chunk's edges, if it ran
+        stem_kv: tuple[LayerKV, int] | None = None  # and the K/V after its stem, if kept
         head = plan.head_ids
         prefix = self.prefix_cache.get(head) if use_cache else None
         hit = prefix is not None
@@ -367,15 +368,18 @@ class Engine:
             first = self._first_chunks(plan, mode, pruning)
             if first is not None and len(first) == 1:
                 # the fields pass's first chunk runs in the prefill's call, after the rows
-                found, kv = self._parallel(
-                    [lambda: self.passes.prefill_and_pack(plan, prefix, rows, first[0])]
+                stem = self._stem_to_keep(plan, mode, pruning, len(rows))
+                found, kv, kv_stem = self._parallel(
+                    [lambda: self.passes.prefill_and_pack(plan, prefix, rows, first[0], stem)]
                 )[0]
                 kvs, first_done = [kv], [found]
+                if kv_stem is not None:
+                    stem_kv = (kv_stem, stem)
             else:
                 kvs = self._parallel([lambda: self.passes.prefill(rows, prefix)])
             passes += 1
         t1 = time.perf_counter()
-        edge, n = self._fields_pass(plan, kvs[0], valid, mode, pruning, first_done)
+        edge, n = self._fields_pass(plan, kvs[0], valid, mode, pruning, first_done, stem_kv)
         passes += n
         asked: list[list[Question]] = []
         tries: list[list[FieldTrie]] = []
@@ -421,6 +425,14 @@ class Engine:
             )
         return plan.chunks
 
+    def _stem_to_keep(self, plan: Plan, mode: PassMode, pruning: Pruning | None, rows: int) -> int:
+        """How many stem tokens the prefill's call keeps for a pruned field's levels: a
+        single-field plan's whole stem with one context row (each level then reads it
+        instead of running it again: 8 of tariff's 46 level tokens), else 0."""
+        if rows != 1 or len(plan.tries) != 1 or self._pruned(plan, mode, pruning) != [0]:
+            return 0
+        return len(plan.tries[0].stem)
+
     def _fields_pass(
         self,
         plan: Plan,
@@ -429,10 +441,15 @@ class Engine:
         mode: PassMode,
         pruning: Pruning | None = None,
         first_done: list[Any] | None = None,
+        stem_kv: tuple[LayerKV, int] | None = None,
     ) -> tuple[list[list[np.ndarray]], int]:
         """One fields pass over every row of `kv`: per row, per question edge log p; and
         the model calls that ran one after another. `first_done`: the edges of its first
-        chunks where they ran with the prefill (`Passes.prefill_and_pack`)."""
+        chunks where they ran with the prefill (`Passes.prefill_and_pack`); `stem_kv`:
+        the K/V after the one field's stem and its length, which the pruned levels then
+        run after (`Engine._stem_to_keep`)."""
+        if stem_kv is not None:
+            kv, valid = stem_kv[0], [v + stem_kv[1] for v in valid]
         if mode == "packed":
             # One row group: its chunks are spread over the stream workers.
             def run(chunks: list[Any]) -> tuple[list[Any], int]:
@@ -458,6 +475,7 @@ class Engine:
                     streams=streams,
                     pruning=pruning,
                     first_done=first_done,
+                    stem_cached=stem_kv is not None,
                 )
             if first_done is not None:
                 return packed_result(plan, first_done, len(valid)), 0

@@ -169,6 +169,7 @@ def make_chunks(
     pack_budget: int,
     streams: int,
     nodes: dict[int, Sequence[int]] | None = None,
+    stem_cached: bool = False,
 ) -> list[Chunk]:
     """Splits the fields pass into about `pack_budget`-token chunks.
 
@@ -182,12 +183,17 @@ def make_chunks(
         nodes: Per field, only these trie nodes are evaluated (a pruned field's level;
             their ancestors' tokens are packed too); a field not named here is evaluated
             whole, and a field named with no nodes is left out.
+        stem_cached: The one field's stem is already in the K/V the chunks run after
+            (`pack_parts`); then `nodes` names that field alone, without its root.
     """
     nodes = nodes or {}
 
+    def head(t: FieldTrie) -> int:  # the stem tokens a part of a named field packs
+        return 0 if stem_cached else len(t.stem)
+
     def size(fi: int) -> int:
         t = tries[fi]
-        return len(t.pack_tokens) if fi not in nodes else len(t.stem) + len(nodes[fi])
+        return len(t.pack_tokens) if fi not in nodes else head(t) + len(nodes[fi])
 
     total = sum(size(fi) for fi in range(len(tries)) if fi not in nodes or len(nodes[fi]))
     n = max(1, math.ceil(total / pack_budget))
@@ -198,9 +204,9 @@ def make_chunks(
     for fi, t in enumerate(tries):
         if fi in nodes:
             chosen = sorted(int(x) for x in nodes[fi])
-            step = max(1, target - len(t.stem))
+            step = max(1, target - head(t))
             for i in range(0, len(chosen), step):
-                parts.append((fi, chosen[i : i + step], len(t.stem) + len(chosen[i : i + step])))
+                parts.append((fi, chosen[i : i + step], head(t) + len(chosen[i : i + step])))
             continue
         for group in split_trie(t, target):
             parts.append((fi, group, len(t.stem) + len(group) - 1))
@@ -213,7 +219,11 @@ def make_chunks(
         j = int(np.argmin(load))
         bins[j].append(i)
         load[j] += parts[i][2]
-    return [pack_parts(tries, [parts[i][:2] for i in sorted(b)]) for b in bins if b]
+    return [
+        pack_parts(tries, [parts[i][:2] for i in sorted(b)], stem_cached=stem_cached)
+        for b in bins
+        if b
+    ]
 
 
 def split_trie(trie: FieldTrie, target: int) -> list[list[int]]:
@@ -244,7 +254,9 @@ def split_trie(trie: FieldTrie, target: int) -> list[list[int]]:
     return [[0, *sorted(g)] for g in groups if g]
 
 
-def pack_parts(tries: list[FieldTrie], parts: list[tuple[int, list[int]]]) -> Chunk:
+def pack_parts(
+    tries: list[FieldTrie], parts: list[tuple[int, list[int]]], stem_cached: bool = False
+) -> Chunk:
     """Packs field parts into one sequence: a prefix tree over every evaluated path.
 
     Every path the parts need (a stem, or a stem plus trie nodes) is inserted into one
@@ -256,7 +268,15 @@ def pack_parts(tries: list[FieldTrie], parts: list[tuple[int, list[int]]]) -> Ch
         tries: One trie per field.
         parts: (field index, trie nodes) per part; the tokens of their ancestors are
             packed too, and only the listed nodes' logits are read.
+        stem_cached: The parts' one field's stem, root included, is already in the
+            K/V the chunk runs after (P counts it): its paths start below the root,
+            whose logits cannot be read here.
+
+    Raises:
+        ValueError: `stem_cached` with parts of several fields, or with the root.
     """
+    if stem_cached and (len({fi for fi, _ in parts}) > 1 or any(0 in n for _, n in parts)):
+        raise ValueError("a cached stem serves the nodes below one field's root only")
     slot_of: dict[tuple[int, ...], int] = {}
     tokens: list[int] = []
     depth: list[int] = []
@@ -276,7 +296,7 @@ def pack_parts(tries: list[FieldTrie], parts: list[tuple[int, list[int]]]) -> Ch
     node_index = []
     for fi, nodes in parts:
         trie = tries[fi]
-        paths: dict[int, tuple[int, ...]] = {0: trie.stem}
+        paths: dict[int, tuple[int, ...]] = {0: () if stem_cached else trie.stem}
 
         def path(n: int, trie: FieldTrie = trie, paths: dict = paths) -> tuple[int, ...]:
             hit = paths.get(n)

@@ -292,19 +292,30 @@ class Passes:
         return found, new
 
     def prefill_and_pack(
-        self, plan: Plan, prefix: LayerKV, rows: list[list[int]], ch: Chunk
-    ) -> tuple[Edges, LayerKV]:
+        self, plan: Plan, prefix: LayerKV, rows: list[list[int]], ch: Chunk, stem: int = 0
+    ) -> tuple[Edges, LayerKV, LayerKV | None]:
         """`prefill(rows, prefix)` and the packed pass of one chunk over it, in one model
         call: each row's tokens run causally after the shared prefix, the chunk after
         them, as `packed` runs it after the prefill. A request whose fields pass starts
         with one chunk saves a model call: its fixed cost (every weight read, and each
         layer's kernel calls) is 90 ms of the tariff request on the embedded model.
 
+        Args:
+            stem: With one row, whose chunk starts with a chain of this many tokens (one
+                field's stem, root included, as `pack_parts` lays it out first), also
+                keep their K/V after the row's: a later level of that field reads them
+                there instead of running them again (`make_chunks(stem_cached=True)`).
+
         Returns:
-            The chunk's edges, and per layer the K/V of the prefix and the rows, (B, KH,
-            P + S, D), right-padded as `prefill` gives them.
+            The chunk's edges; per layer the K/V of the prefix and the rows, (B, KH,
+            P + S, D), right-padded as `prefill` gives them; and with `stem`, the same
+            followed by the stem's, else None.
         """
         b, p = len(rows), int(prefix[0][0].shape[2])
+        if stem and (
+            b != 1 or len(ch.tokens) < stem or (ch.rel_pos[:stem] != np.arange(stem)).any()
+        ):
+            raise ValueError("a kept stem needs one row and a chunk that starts with it")
         kv = [
             (k, v)
             if k.shape[0] == b
@@ -312,8 +323,9 @@ class Passes:
             for k, v in prefix
         ]
         found, caches, s = self._after(plan, kv, [p] * b, ch, rows)
-        mx.eval([x for c in caches for x in c.evaluate(s)])
-        return found, [c.kept(s) for c in caches]
+        mx.eval([x for c in caches for x in c.evaluate(s + stem)])
+        kept = [c.kept(s) for c in caches]
+        return found, kept, ([c.kept(s + stem) for c in caches] if stem else None)
 
     def _after(
         self, plan: Plan, kv: LayerKV, valid: list[int], ch: Chunk, stems: list[list[int]]

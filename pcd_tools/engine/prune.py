@@ -288,6 +288,7 @@ def pruned_pass(
     streams: int,
     pruning: Pruning,
     first_done: list[Edges] | None = None,
+    stem_cached: bool = False,
 ) -> tuple[list[list[np.ndarray]], int]:
     """A fields pass with some questions pruned: the first pass scores the other
     questions whole and the pruned ones' roots, then `search` runs the levels.
@@ -295,6 +296,8 @@ def pruned_pass(
     Args:
         first_done: The first pass's edges where it already ran (with the prefill,
             `Passes.prefill_and_pack`); it is then not run again.
+        stem_cached: `run_chunks` runs after the one pruned field's stem (kept by the
+            first pass, which then must be `first_done`): the levels pack no stem.
 
     Returns:
         Per context, per question edge log p (NaN where a pruned trie was not expanded);
@@ -315,6 +318,8 @@ def pruned_pass(
         passes += n
         take(outs)
 
+    if stem_cached and (first_done is None or len(tries) != 1):
+        raise ValueError("a cached stem needs one field and its first pass done")
     if first_done is None:
         run(first_chunks(plan, pruned, pack_budget=pack_budget, streams=streams, pruning=pruning))
     else:
@@ -329,6 +334,7 @@ def pruned_pass(
                 pack_budget,
                 streams,
                 nodes={fi: want.get(fi, []) for fi in range(len(tries))},
+                stem_cached=stem_cached,
             )
         ),
         pruning,

@@ -40,9 +40,11 @@ def test_a_second_request_prefills_only_its_context(tiny, monkeypatch):
         calls.append((prefix is not None, [len(t) for t in tokens]))
         return real(tokens, prefix)
 
-    def spy_packed(plan, prefix, rows, ch):  # a warm prefill with the fields pass's one chunk
+    def spy_packed(
+        plan, prefix, rows, ch, *more
+    ):  # a warm prefill with the fields pass's one chunk
         calls.append((True, [len(t) for t in rows]))
-        return real_packed(plan, prefix, rows, ch)
+        return real_packed(plan, prefix, rows, ch, *more)
 
     real_packed = engine.passes.prefill_and_pack
     monkeypatch.setattr(engine.passes, "prefill", spy)

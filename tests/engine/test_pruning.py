@@ -280,3 +280,75 @@ def test_the_first_fields_chunk_runs_in_the_prefills_call_with_the_same_scores(
                 assert np.array_equal(np.isnan(a), np.isnan(b))
                 seen = ~np.isnan(a)
                 np.testing.assert_allclose(b[seen], a[seen], rtol=1e-5, atol=1e-4)
+
+
+class OneCode(BaseModel):
+    code: Literal[CODES] = Field(description="the code")  # type: ignore[valid-type]
+
+
+def test_a_single_field_keeps_its_stem_for_the_levels(monkeypatch):
+    """A warm single-field request with one context keeps the field's stem K/V from the
+    prefill's call, and each pruned level runs after it, its stem not packed again; the
+    scores are the levels' own to 1e-4 (float32 passes of other shapes), the same answer,
+    certified. With several contexts (right-padded rows) nothing is kept."""
+    engine = decider().engine
+    schema = compile_schema(OneCode)
+    prune = pruning_for(schema, "on")
+    engine.score(schema, CONTEXTS[:1])  # the schema part cached
+    plan = engine.plan(schema)
+    stem = len(plan.tries[0].stem)
+    seen = []
+    real = engine.passes.packed
+
+    def packs_stem(c):
+        return list(c.tokens[:stem]) == list(plan.tries[0].stem)
+
+    def spy(plan_, kv, valid, chunks):
+        seen.append((int(kv[0][0].shape[2]), list(valid), [packs_stem(c) for c in chunks]))
+        return real(plan_, kv, valid, chunks)
+
+    monkeypatch.setattr(engine.passes, "packed", spy)
+    kept = engine.score(schema, CONTEXTS[2:], pruning=prune)
+    assert seen, "no pruned level ran"
+    width = seen[0][1][0]
+    assert all(w == width and v == [width] for w, v, _ in seen)
+    assert not any(p for *_, ps in seen for p in ps)  # no level packs the stem
+    seen.clear()
+    with monkeypatch.context() as m:
+        m.setattr(engine, "_stem_to_keep", lambda *a: 0)
+        again = engine.score(schema, CONTEXTS[2:], pruning=prune)
+    assert seen[0][1][0] == width - stem  # the levels ran after the rows alone
+    assert all(p for *_, ps in seen for p in ps)  # each chunk packs it again
+    assert kept.sequential_forward_passes == again.sequential_forward_passes
+    a, b = kept.edge_logp[0][0], again.edge_logp[0][0]
+    assert np.array_equal(np.isnan(a), np.isnan(b))
+    np.testing.assert_allclose(a[~np.isnan(a)], b[~np.isnan(b)], rtol=1e-5, atol=1e-4)
+    seen.clear()
+    engine.score(schema, CONTEXTS, pruning=prune)  # three rows: levels after the rows
+    assert all(len(v) == 3 for _, v, _ in seen)
+    assert engine._stem_to_keep(plan, "packed", prune, 3) == 0
+
+
+def test_level_chunks_below_a_cached_stem():
+    """`make_chunks(stem_cached=True)` packs a level's nodes without the field's stem,
+    the root's children at position 0; the root itself, or two fields, are refused."""
+    from pcd_tools.engine.pack import make_chunks
+
+    plan = decider().engine.plan(compile_schema(OneCode))
+    trie = plan.tries[0]
+    kids = [n for n in range(1, trie.n_nodes) if trie.node_parent[n] == 0][:3]
+    grand = [n for n in range(1, trie.n_nodes) if trie.node_parent[n] in kids]
+    for nodes in (kids, grand):
+        whole = make_chunks(plan.tries, 256, 1, nodes={0: nodes})
+        cached = make_chunks(plan.tries, 256, 1, nodes={0: nodes}, stem_cached=True)
+        assert len(whole) == len(cached) == 1
+        w, c = whole[0], cached[0]
+        assert len(w.tokens) == len(c.tokens) + len(trie.stem)
+        assert list(w.tokens[len(trie.stem) :]) == list(c.tokens)
+        assert list(c.rel_pos) == [p - len(trie.stem) for p in w.rel_pos[len(trie.stem) :]]
+        assert c.rel_pos.min() == 0
+    with pytest.raises(ValueError, match="below one field's root"):
+        make_chunks(plan.tries, 256, 1, nodes={0: [0, *kids]}, stem_cached=True)
+    two = decider().engine.plan(compile_schema(Coded))
+    with pytest.raises(ValueError, match="below one field's root"):
+        make_chunks(two.tries, 4096, 1, nodes={0: kids, 1: [1]}, stem_cached=True)
