@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pcd_tools.engine import cpu_kernels as K
-from pcd_tools.engine import passes as P
+from pcd_tools.engine import kv_parts as P
 from pcd_tools.engine.platform import import_mlx
 from pcd_tools.schema import compile_schema
 from tests.conftest import make_tiny_model, tiny_decider
