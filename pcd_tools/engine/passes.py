@@ -80,8 +80,8 @@ class PassCache:
         apart: Hand the attention this call's K/V alone and the prefix's parts in
             `prefix_apart`, instead of a copy of all (where the model's attention is
             `cpu_kernels.sdpa`, which reads the parts in place:
-            `cpu_kernels.takes_prefix_apart`). With `keep`, the kept K/V join the parts
-            lazily (`join_kv`).
+            `cpu_kernels.takes_prefix_apart`). With `keep`, `kept` joins the parts and
+            this call's K/V lazily (`join_kv`).
 
     Attributes:
         prefix_apart: The prefix's K/V parts once `update_and_fetch` left them apart,
@@ -106,9 +106,8 @@ class PassCache:
         call's alone when the prefix is kept `apart`."""
         if self.apart:
             self.prefix_apart = kv_parts(self.pk, self.pv)
-            if self.keep:
+            if self.keep:  # `kept` joins them lazily on demand
                 self.own = (keys, values)
-                self.keys, self.values = join_kv([*self.prefix_apart, self.own])
             return keys, values
         if self.pk is not None:
             keys = mx.concatenate([self.pk, keys], axis=2)
