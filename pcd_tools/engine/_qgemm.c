@@ -1012,10 +1012,76 @@ AVX2_T static void decode_k_avx2(int type, const uint8_t *src, int k, int8_t *u,
 /* keeps a loaded vector in a register: GCC otherwise folds each use into a memory
  * operand, and the loop then makes 18 loads per 8 products instead of 8 */
 #define INREG(v) __asm__("" : "+x"(v))
-#define ACC_AVX2(a, p, S) _mm256_add_epi32(a, _mm256_madd_epi16(p, S))
 #define ACC_VNNI(a, p, S) _mm256_dpwssd_avx_epi32(a, p, S)
-MICROK256_42(microk_avx2, AVX2_T, ACC_AVX2)
 MICROK256_42(microk_avxvnni, VNNI256_T, ACC_VNNI)
+
+/* AVX2's 4 x 2 tile: the 8 integer accumulators, the two weight and scale vectors, one
+ * activation and two products take 15 of the 16 ymm registers. Written in C, GCC loads
+ * all four activation rows up front and keeps three accumulators on the stack (a load,
+ * add and store per step, each chained on the last), about 60% of the pmadd rate; here
+ * the sub-block step is one asm block with the registers fixed. Same integers, same float
+ * steps (KSTEP) in the same order: bit-identical to the C kernels. */
+#define J_AVX2_ROW(XADDR, A0, A1)                                                          \
+    "vmovdqu " XADDR ", %%ymm4\n\t"                                                       \
+    "vpmaddubsw %%ymm4, %%ymm0, %%ymm5\n\t"                                               \
+    "vpmaddubsw %%ymm4, %%ymm1, %%ymm6\n\t"                                               \
+    "vpmaddwd %%ymm2, %%ymm5, %%ymm5\n\t"                                                 \
+    "vpmaddwd %%ymm3, %%ymm6, %%ymm6\n\t"                                                 \
+    "vpaddd %%ymm5, %" A0 ", %" A0 "\n\t"                                                 \
+    "vpaddd %%ymm6, %" A1 ", %" A1 "\n\t"
+AVX2_T static void microk_avx2_42(const int8_t *xq, const float *dx, const int16_t *bs16,
+                                  const int8_t *u, const int16_t *sc16, const int16_t *mi16,
+                                  const float *d, const float *fm, int k, float *y, int64_t ldy) {
+    const int R = 4, C = 2, ns = k / SB;
+    __m256 facc[RBK][CB];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) facc[r][c] = _mm256_setzero_ps();
+    for (int s = 0; s < ns; s++) {
+        __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00;
+        __m256i a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+        for (int j = 0; j < 8; j++) {
+            int64_t o = (int64_t)s * SB + j * 32, so = (int64_t)(s * 8 + j) * 16;
+            const int8_t *x0 = xq + o, *x3 = xq + 3 * (int64_t)k + o;
+            __asm__("vmovdqu (%[w]), %%ymm0\n\t"
+                    "vmovdqu (%[w],%[k]), %%ymm1\n\t"
+                    "vmovdqu (%[sv]), %%ymm2\n\t"
+                    "vmovdqu (%[sv],%[k]), %%ymm3\n\t"
+                    J_AVX2_ROW("(%[x])", "[a00]", "[a01]")
+                    J_AVX2_ROW("(%[x],%[k])", "[a10]", "[a11]")
+                    J_AVX2_ROW("(%[x],%[k],2)", "[a20]", "[a21]")
+                    J_AVX2_ROW("(%[x3])", "[a30]", "[a31]")
+                    : [a00] "+x"(a00), [a01] "+x"(a01), [a10] "+x"(a10), [a11] "+x"(a11),
+                      [a20] "+x"(a20), [a21] "+x"(a21), [a30] "+x"(a30), [a31] "+x"(a31)
+                    : [w] "r"(u + o), [sv] "r"(sc16 + so), [x] "r"(x0), [x3] "r"(x3),
+                      [k] "r"((int64_t)k)
+                    : "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "memory");
+        }
+        /* KSTEP's float steps, with the scalar products taken as vector ones (the same
+         * roundings; -(a * b) == a * -b) and each column's minimums loaded once */
+        __m256 D0 = _mm256_set1_ps(d[s]), D1 = _mm256_set1_ps(d[ns + s]);
+        __m256 N0 = _mm256_set1_ps(-fm[s]), N1 = _mm256_set1_ps(-fm[ns + s]);
+        __m256i M0 = _mm256_loadu_si256((const __m256i *)(mi16 + s * 16));
+        __m256i M1 = _mm256_loadu_si256((const __m256i *)(mi16 + k / 16 + s * 16));
+#define KROW(r, A0, A1)                                                                    \
+    {                                                                                      \
+        __m256 X = _mm256_set1_ps(dx[(int64_t)(r) * ns + s]);                              \
+        __m256i bs = _mm256_loadu_si256((const __m256i *)(bs16 + (int64_t)(r) * (k / 16) + s * 16)); \
+        facc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A0), _mm256_mul_ps(X, D0), facc[r][0]); \
+        facc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, M0)),        \
+                                     _mm256_mul_ps(X, N0), facc[r][0]);                    \
+        facc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A1), _mm256_mul_ps(X, D1), facc[r][1]); \
+        facc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, M1)),        \
+                                     _mm256_mul_ps(X, N1), facc[r][1]);                    \
+    }
+        KROW(0, a00, a01)
+        KROW(1, a10, a11)
+        KROW(2, a20, a21)
+        KROW(3, a30, a31)
+#undef KROW
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) y[(int64_t)r * ldy + c] = hsum256(facc[r][c]);
+}
 
 /* V: 0 AVX2 (madd + add), 1 AVX-VNNI (vpdpwssd on 256 bits). */
 #define MICROK256(NAME, TGT, V)                                                            \

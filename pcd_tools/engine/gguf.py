@@ -447,6 +447,10 @@ def load_gguf(
         raise ModelLoadError(
             f"{path!r} does not fit an mlx-lm {family.module} model: {e}", source=path
         ) from e
+    if encoded_weights:  # SwiGLU MLPs over file-encoded matrices stay in numpy between them
+        from .gguf_mlp import install_mlps
+
+        install_mlps(model)
     model.eval()
     mx.eval(model.parameters())
     matrices = Counter(t.type for t in tensors.values() if len(t.shape) == 2)

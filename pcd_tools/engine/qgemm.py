@@ -270,6 +270,8 @@ class QuantizedMatrix:
         path: str | None = None,
         threads: int | None = None,
         act_block: int | None = None,
+        out: np.ndarray | None = None,
+        activations: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> np.ndarray:
         """Return ``x @ W^T`` in float32.
 
@@ -284,9 +286,15 @@ class QuantizedMatrix:
                 (K-quants only: their integer sub-block scales then fold into the integer
                 sums and the float work is one step per 256 values, as llama.cpp's Q8_K
                 does; coarser activations, see the module docstring).
+            out: int8 / bf16: a C-contiguous float32 ``[rows, n]`` buffer to write into
+                (a reused scratch: no fresh pages per call), else a new array.
+            activations: int8: ``x`` already quantized by `quantize_activations` with
+                this call's block (two matrices that read the same ``x``, such as an
+                MLP's gate and up, quantize it once); the results are those of
+                quantizing here.
 
         Returns:
-            float32 ``[..., n]``.
+            float32 ``[..., n]``: a view of `out` when given.
 
         Raises:
             InvalidArgumentError: Activations of another dtype or width, an unknown mode
@@ -296,7 +304,23 @@ class QuantizedMatrix:
         x2, lead = self._x(x)
         rows = x2.shape[0]
         nthreads = _threads(threads)
-        y = np.empty((rows, self.n), dtype=np.float32)
+        if out is None:
+            y = np.empty((rows, self.n), dtype=np.float32)
+        elif (
+            not isinstance(out, np.ndarray)
+            or out.shape != (rows, self.n)
+            or out.dtype != np.float32
+            or not out.flags.c_contiguous
+            or not out.flags.writeable
+        ):
+            raise InvalidArgumentError(
+                f"out must be a writeable C-contiguous float32 array of shape {(rows, self.n)}; "
+                f"got {getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}"
+            )
+        else:
+            y = out
+        if activations is not None and mode != "int8":
+            raise InvalidArgumentError(f"activations are int8 mode's; this call is {mode!r}")
         if rows == 0:
             return y.reshape(*lead, self.n)
         raw = self.raw.ctypes.data
@@ -326,7 +350,10 @@ class QuantizedMatrix:
                     f"act_block must be 32{' or 256' if self.kquant else ''} for a "
                     f"{self.type_name} matrix; got {act_block!r}"
                 )
-            xq, dx, xs = quantize_activations(x2, threads=nthreads, block=block)
+            if activations is None:
+                xq, dx, xs = quantize_activations(x2, threads=nthreads, block=block)
+            else:
+                xq, dx, xs = _check_activations(activations, rows, self.k, block)
             fn = (
                 lib.pcd_qgemm_int8_kc
                 if cols
@@ -388,6 +415,34 @@ class QuantizedMatrix:
             self.ggml_type, self.raw.ctypes.data, rb, self.k, 0, self.n, out.ctypes.data
         )
         return out
+
+
+def _check_activations(
+    acts: Any, rows: int, k: int, block: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`acts` if it is `quantize_activations`' output for `rows` x `k` at `block`."""
+    want = ((rows, k), (rows, k // block), (rows, k // 16 if block == 256 else k // _QB))
+    types = (np.int8, np.float32, np.int16 if block == 256 else np.float32)
+    ok = isinstance(acts, tuple) and len(acts) == 3
+    if ok:
+        for a, shape, dtype in zip(acts, want, types):
+            ok = ok and (
+                isinstance(a, np.ndarray)
+                and a.shape == shape
+                and a.dtype == dtype
+                and a.flags.c_contiguous
+            )
+    if not ok:
+        got = (
+            [(getattr(a, "dtype", None), getattr(a, "shape", None)) for a in acts]
+            if isinstance(acts, tuple)
+            else type(acts).__name__
+        )
+        raise InvalidArgumentError(
+            f"activations must be quantize_activations(x, block={block}) of a {rows} x {k} x: "
+            f"arrays of {[(np.dtype(t).name, s) for t, s in zip(types, want)]}; got {got}"
+        )
+    return acts
 
 
 def _threads(threads: int | None) -> int:

@@ -215,11 +215,21 @@ class QTensor:
                 raise ValueError(f"cannot dequantize a {self.type_name} tensor of {self.shape}")
         return out if rows is None else out.reshape(*np.shape(rows), self.shape[1])
 
-    def matmul(self, x: np.ndarray, threads: int = 1, bias: np.ndarray | None = None) -> np.ndarray:
+    def matmul(
+        self,
+        x: np.ndarray,
+        threads: int = 1,
+        bias: np.ndarray | None = None,
+        out: np.ndarray | None = None,
+        activations: Any = None,
+    ) -> np.ndarray:
         """x (m, cols) float32 times this tensor transposed (+ bias): (m, rows) float32,
-        in this tensor's `compute` mode."""
+        in this tensor's `compute` mode; written into `out` ((m, rows) float32, C order)
+        when given. `activations`: x as `activations_for` quantized it (int8 only)."""
         if self.compute != "float32":
-            return self._qgemm(x, threads, bias)
+            return self._qgemm(x, threads, bias, out, activations)
+        if activations is not None:
+            raise ValueError("activations are the int8 route's; this tensor computes float32")
         lib = library()
         gemm = sgemm_address()
         if lib is None or not gemm:
@@ -227,7 +237,10 @@ class QTensor:
         n, k = self.shape
         x = np.ascontiguousarray(x, np.float32)
         m = int(x.shape[0])
-        out = np.empty((m, n), np.float32)
+        if out is None:
+            out = np.empty((m, n), np.float32)
+        elif out.shape != (m, n) or out.dtype != np.float32 or not out.flags.c_contiguous:
+            raise ValueError(f"out must be C-contiguous float32 of shape {(m, n)}")
         panel = max(1, min(n, panel_bytes() // (4 * k)))
         scratch = _scratch(panel * k)
         rc = lib.pcd_q_matmul(
@@ -251,25 +264,58 @@ class QTensor:
             raise ValueError(f"cannot multiply by a {self.type_name} tensor of {self.shape}")
         return out
 
-    def _qgemm(self, x: np.ndarray, threads: int, bias: np.ndarray | None) -> np.ndarray:
-        """`matmul` on the int8 / bf16 kernels, over the same bytes (no copy)."""
+    def _matrix(self) -> Any:
         from . import qgemm
 
         if self._qmatrix is None:
             self._qmatrix = qgemm.prepare(self.data, self.type_name, self.shape)
-        m = self._qmatrix
-        # K-quants: activations per 256 (llama.cpp's Q8_K), the faster int8 route on every
-        # CPU (the column-panel VNNI kernel with AVX-512 VNNI, `qgemm`'s K micro kernels
-        # elsewhere); the other types per 32
-        block = 256 if self.compute == "int8" and m.kquant else None
+        return self._qmatrix
+
+    def act_block(self) -> int | None:
+        """Values per activation scale of this tensor's int8 route: 256 for K-quants
+        (llama.cpp's Q8_K, the faster int8 route on every CPU), 32 for the other types;
+        None outside int8."""
+        if self.compute != "int8":
+            return None
+        return 256 if self._matrix().kquant else 32
+
+    def activations_for(self, x: np.ndarray, threads: int = 1) -> Any:
+        """x quantized as this tensor's int8 route quantizes it, for `matmul(...,
+        activations=)` on every tensor of the same `act_block` that reads the same x."""
+        from . import qgemm
+
+        block = self.act_block()
+        if block is None:
+            raise ValueError(f"{self.type_name} tensor computes {self.compute}, not int8")
+        return qgemm.quantize_activations(
+            np.ascontiguousarray(x, np.float32), threads=max(1, threads), block=block
+        )
+
+    def _qgemm(
+        self,
+        x: np.ndarray,
+        threads: int,
+        bias: np.ndarray | None,
+        out: np.ndarray | None = None,
+        activations: Any = None,
+    ) -> np.ndarray:
+        """`matmul` on the int8 / bf16 kernels, over the same bytes (no copy)."""
+        m = self._matrix()
+        block = self.act_block() if m.kquant else None  # K-quants: per 256 (act_block)
+        direct = self.rows is None
         y = m.matmul(
             np.ascontiguousarray(x, np.float32),
             mode=self.compute,
             threads=max(1, threads),
             act_block=block,
+            out=out if direct else None,
+            activations=activations,
         )
-        if self.rows is not None:  # stored row rows[i] is output i
+        if not direct:  # stored row rows[i] is output i
             y = y[:, self.rows]
+            if out is not None:
+                out[...] = y
+                y = out
         if bias is not None:
             y += bias
         return np.ascontiguousarray(y)
