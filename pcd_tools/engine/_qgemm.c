@@ -329,12 +329,76 @@ static void quantize_row(const float *x, int k, int8_t *xq, float *dx, float *xs
     }
 }
 
+#if X86
+/* The activation quantizers on AVX2, bit-identical to the scalar ones above: the same
+ * maximum (exact in any order), the same float products, and roundf's ties away from
+ * zero (t = trunc(v), plus sign(v) where |v - t| >= 0.5; v - t is exact). NaN clamps to
+ * -127 as the scalar code's (int)roundf does. */
+#define QAVX2_T __attribute__((target("avx2,fma")))
+QAVX2_T static inline __m256i round_clamp_avx2(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    __m256 one = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+    __m256 r = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(f, _mm256_set1_ps(0.5f), _CMP_GE_OQ), one));
+    r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+    return _mm256_cvttps_epi32(r);
+}
+
+QAVX2_T static inline float hmax_abs_avx2(const float *v, int n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < n; j += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(v + j)), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    return _mm_cvtss_f32(h);
+}
+
+QAVX2_T static inline int hsum_epi32_avx2(__m256i v) {
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+    return _mm_cvtsi128_si32(h);
+}
+
+/* 32 values at v times id into 32 int8 at out; their 4 groups of 8 as int32 in q[4] */
+QAVX2_T static inline void quantize32_avx2(const float *v, __m256 id, int8_t *out, __m256i q[4]) {
+    for (int i = 0; i < 4; i++) q[i] = round_clamp_avx2(_mm256_mul_ps(_mm256_loadu_ps(v + 8 * i), id));
+    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)out, b);
+}
+
+QAVX2_T static void quantize_row_avx2(const float *x, int k, int8_t *xq, float *dx, float *xs) {
+    for (int b = 0; b < k / QB; b++) {
+        const float *v = x + b * QB;
+        float amax = hmax_abs_avx2(v, QB);
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        __m256i q[4];
+        quantize32_avx2(v, _mm256_set1_ps(id), xq + b * QB, q);
+        int sum = hsum_epi32_avx2(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+        dx[b] = d;
+        xs[b] = d * (float)sum;
+    }
+}
+#endif
+
+static int quantize_simd(void) {
+#if X86
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
 typedef struct {
     const float *x;
     int64_t ldx;
     int k, rows, per_task;
     int8_t *xq;
     float *dx, *xs;
+    int simd; /* 1: the AVX2 quantizer */
 } qjob_t;
 
 static void quantize_task(void *ctx, int t, void *scratch) {
@@ -343,19 +407,32 @@ static void quantize_task(void *ctx, int t, void *scratch) {
     int nb = j->k / QB;
     int r1 = (t + 1) * j->per_task;
     if (r1 > j->rows) r1 = j->rows;
+    void (*fn)(const float *, int, int8_t *, float *, float *) = quantize_row;
+#if X86
+    if (j->simd) fn = quantize_row_avx2;
+#endif
     for (int r = t * j->per_task; r < r1; r++)
-        quantize_row(j->x + (int64_t)r * j->ldx, j->k, j->xq + (int64_t)r * j->k,
-                     j->dx + (int64_t)r * nb, j->xs + (int64_t)r * nb);
+        fn(j->x + (int64_t)r * j->ldx, j->k, j->xq + (int64_t)r * j->k, j->dx + (int64_t)r * nb,
+           j->xs + (int64_t)r * nb);
+}
+
+/* As pcd_qgemm_quantize, with the quantizer chosen: simd 1 the AVX2 one (3 if the CPU
+ * lacks it), 0 the scalar one. */
+int pcd_qgemm_quantize_path(const float *x, int64_t ldx, int rows, int k, int8_t *xq,
+                            float *dx, float *xs, int threads, int simd) {
+    if (k % QB) return 2;
+    if (simd && !quantize_simd()) return 3;
+    qjob_t j = {x, ldx, k, rows, 16, xq, dx, xs, simd};
+    int ntasks = (rows + 15) / 16;
+    return ntasks ? run_parallel(quantize_task, &j, ntasks, 0, threads) : 0;
 }
 
 /* Quantize `rows` rows of x (row stride ldx floats) into xq [rows, k], dx and xs
- * [rows, k / 32]. Returns 0, 1 if threads failed, 2 if k is not a multiple of 32. */
+ * [rows, k / 32], with the AVX2 quantizer where the CPU has it (bit-identical). Returns
+ * 0, 1 if threads failed, 2 if k is not a multiple of 32. */
 int pcd_qgemm_quantize(const float *x, int64_t ldx, int rows, int k, int8_t *xq, float *dx,
                        float *xs, int threads) {
-    if (k % QB) return 2;
-    qjob_t j = {x, ldx, k, rows, 16, xq, dx, xs};
-    int ntasks = (rows + 15) / 16;
-    return ntasks ? run_parallel(quantize_task, &j, ntasks, 0, threads) : 0;
+    return pcd_qgemm_quantize_path(x, ldx, rows, k, xq, dx, xs, threads, quantize_simd());
 }
 
 /* ---------------------------------------------------------------- micro kernels */
@@ -871,6 +948,25 @@ static void quantize_row_k(const float *x, int k, int8_t *xq, float *dx, int16_t
     }
 }
 
+#if X86
+QAVX2_T static void quantize_row_k_avx2(const float *x, int k, int8_t *xq, float *dx,
+                                        int16_t *bs16) {
+    for (int s = 0; s < k / SB; s++) {
+        const float *v = x + s * SB;
+        float amax = hmax_abs_avx2(v, SB);
+        float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
+        __m256 idv = _mm256_set1_ps(id);
+        for (int h = 0; h < 16; h += 2) { /* 32 values: two groups of 16 */
+            __m256i q[4];
+            quantize32_avx2(v + h * 16, idv, xq + s * SB + h * 16, q);
+            bs16[s * 16 + h] = (int16_t)hsum_epi32_avx2(_mm256_add_epi32(q[0], q[1]));
+            bs16[s * 16 + h + 1] = (int16_t)hsum_epi32_avx2(_mm256_add_epi32(q[2], q[3]));
+        }
+        dx[s] = dd;
+    }
+}
+#endif
+
 typedef struct {
     const float *x;
     int64_t ldx;
@@ -878,6 +974,7 @@ typedef struct {
     int8_t *xq;
     float *dx;
     int16_t *bs16;
+    int simd; /* 1: the AVX2 quantizer */
 } qkjob_t;
 
 static void quantize_k_task(void *ctx, int t, void *scratch) {
@@ -885,19 +982,32 @@ static void quantize_k_task(void *ctx, int t, void *scratch) {
     qkjob_t *j = (qkjob_t *)ctx;
     int r1 = (t + 1) * j->per_task;
     if (r1 > j->rows) r1 = j->rows;
+    void (*fn)(const float *, int, int8_t *, float *, int16_t *) = quantize_row_k;
+#if X86
+    if (j->simd) fn = quantize_row_k_avx2;
+#endif
     for (int r = t * j->per_task; r < r1; r++)
-        quantize_row_k(j->x + (int64_t)r * j->ldx, j->k, j->xq + (int64_t)r * j->k,
-                       j->dx + (int64_t)r * (j->k / SB), j->bs16 + (int64_t)r * (j->k / 16));
+        fn(j->x + (int64_t)r * j->ldx, j->k, j->xq + (int64_t)r * j->k,
+           j->dx + (int64_t)r * (j->k / SB), j->bs16 + (int64_t)r * (j->k / 16));
 }
 
-/* As pcd_qgemm_quantize, per 256: xq [rows, k], dx [rows, k / 256],  bs16 [rows, k / 16]
- * Returns 0, 1 if threads failed, 2 if k is not a multiple of 256. */
-int pcd_qgemm_quantize_k(const float *x, int64_t ldx, int rows, int k, int8_t *xq, float *dx,
-                         int16_t *bs16, int threads) {
+/* As pcd_qgemm_quantize_k, with the quantizer chosen: simd 1 the AVX2 one (3 if the CPU
+ * lacks it), 0 the scalar one. */
+int pcd_qgemm_quantize_k_path(const float *x, int64_t ldx, int rows, int k, int8_t *xq,
+                              float *dx, int16_t *bs16, int threads, int simd) {
     if (k % SB) return 2;
-    qkjob_t j = {x, ldx, k, rows, 16, xq, dx, bs16};
+    if (simd && !quantize_simd()) return 3;
+    qkjob_t j = {x, ldx, k, rows, 16, xq, dx, bs16, simd};
     int ntasks = (rows + 15) / 16;
     return ntasks ? run_parallel(quantize_k_task, &j, ntasks, 0, threads) : 0;
+}
+
+/* As pcd_qgemm_quantize, per 256: xq [rows, k], dx [rows, k / 256],  bs16 [rows, k / 16],
+ * with the AVX2 quantizer where the CPU has it (bit-identical). Returns 0, 1 if threads
+ * failed, 2 if k is not a multiple of 256. */
+int pcd_qgemm_quantize_k(const float *x, int64_t ldx, int rows, int k, int8_t *xq, float *dx,
+                         int16_t *bs16, int threads) {
+    return pcd_qgemm_quantize_k_path(x, ldx, rows, k, xq, dx, bs16, threads, quantize_simd());
 }
 
 /* K micro kernels: y[r * ldy + c] = tree8 of the lanes (no minimum), R x C tile. */

@@ -159,6 +159,10 @@ def _library() -> Any:
         lib.pcd_qgemm_bf16.restype = i32
         lib.pcd_qgemm_quantize_k.argtypes = [p, i64, i32, i32, p, p, p, i32]
         lib.pcd_qgemm_quantize_k.restype = i32
+        lib.pcd_qgemm_quantize_path.argtypes = [p, i64, i32, i32, p, p, p, i32, i32]
+        lib.pcd_qgemm_quantize_path.restype = i32
+        lib.pcd_qgemm_quantize_k_path.argtypes = [p, i64, i32, i32, p, p, p, i32, i32]
+        lib.pcd_qgemm_quantize_k_path.restype = i32
         lib.pcd_qgemm_int8_k.argtypes = [i32, p, i32, i32, p, p, p, i32, p, i64, i32, i32]
         lib.pcd_qgemm_int8_k.restype = i32
         lib.pcd_qgemm_int8_kc.argtypes = [i32, p, i32, i32, p, p, p, i32, p, i64, i32, i32]

@@ -422,8 +422,29 @@ class GGUFLinear(nn.Module):
     def __call__(self, x: Any) -> Any:
         lead = x.shape[:-1]
         bias = _as_numpy(self["bias"]) if "bias" in self else None
-        y = self.weight.matmul(_as_numpy(x).reshape(-1, x.shape[-1]), _threads(), bias)
+        xn = _as_numpy(x).reshape(-1, x.shape[-1])
+        threads = _threads()
+        acts = _shared_activations(x, xn, self.weight, threads)
+        y = self.weight.matmul(xn, threads, bias, activations=acts)
         return mx.array(y).reshape(*lead, self.weight.shape[0])
+
+
+_memo = threading.local()
+
+
+def _shared_activations(x: Any, xn: np.ndarray, weight: QTensor, threads: int) -> Any:
+    """`weight.activations_for(xn)`, quantized once for consecutive int8 products of the
+    same input (attention's q, k and v read one `x`): the last input's activations are
+    kept per thread, with the input itself, so identity cannot be a reused id."""
+    block = weight.act_block()
+    if block is None:
+        return None
+    last = getattr(_memo, "last", None)
+    if last is not None and last[0] is x and last[1] == block:
+        return last[2]
+    acts = weight.activations_for(xn, threads)
+    _memo.last = (x, block, acts)
+    return acts
 
 
 class GGUFEmbedding(nn.Module):

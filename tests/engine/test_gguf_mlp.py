@@ -93,3 +93,27 @@ def test_bad_out_and_activations_are_typed_errors():
         m.matmul(x, act_block=256, activations=acts32)  # quantized per 32, used per 256
     with pytest.raises(InvalidArgumentError, match=r"activations are int8 mode's"):
         m.matmul(x, mode="bf16", activations=acts32)
+
+
+def test_consecutive_products_of_one_input_quantize_it_once(tiny_file):
+    """Attention's q, k and v read the same x: the int8 route quantizes it once (per
+    thread, keyed by the input object itself), and the numbers are those of quantizing
+    each time."""
+    from pcd_tools.engine import qweights
+
+    dec = Decider.load(tiny_file, dtype="quantized", compute="int8")
+    attn = dec.engine.model.model.layers[1].self_attn
+    x = mx.array(np.random.default_rng(4).standard_normal((1, 37, 256)).astype(np.float32))
+    with dec.engine.lock, dec.engine.request():
+        got = [np.array(proj(x)) for proj in (attn.q_proj, attn.k_proj, attn.v_proj)]
+        memo = qweights._memo.last
+        assert memo[0] is x and memo[1] == attn.q_proj.weight.act_block()
+        xn = np.array(x).reshape(37, 256)
+        for proj, y in zip((attn.q_proj, attn.k_proj, attn.v_proj), got):
+            bias = np.array(proj.bias) if "bias" in proj else None
+            want = proj.weight.matmul(xn, qweights._threads(), bias)  # quantized afresh
+            np.testing.assert_array_equal(y.reshape(37, -1), want)
+        # another input object with the same values is quantized again, not looked up
+        x2 = x + 0
+        attn.q_proj(x2)
+        assert qweights._memo.last[0] is x2

@@ -398,3 +398,53 @@ def test_bad_input_gets_a_typed_error_naming_what_is_accepted():
     if "bf16" not in qgemm.available_modes():
         with pytest.raises(InvalidArgumentError, match="AVX-512 BF16"):
             m.matmul(np.zeros((2, 64), np.float32), mode="bf16")
+
+
+def _quantize_both(x: np.ndarray, block: int) -> list[tuple[np.ndarray, ...]]:
+    """x quantized by the scalar and by the AVX2 quantizer (direct C calls)."""
+    lib = qgemm._library()
+    rows, k = x.shape
+    out = []
+    for simd in (0, 1):
+        xq = np.full((rows, k), 99, np.int8)
+        dx = np.full((rows, k // block), np.nan, np.float32)
+        sums = (
+            np.empty((rows, k // 16), np.int16)
+            if block == 256
+            else np.empty((rows, k // 32), np.float32)
+        )
+        fn = lib.pcd_qgemm_quantize_k_path if block == 256 else lib.pcd_qgemm_quantize_path
+        rc = fn(
+            x.ctypes.data, k, rows, k, xq.ctypes.data, dx.ctypes.data, sums.ctypes.data, 2, simd
+        )
+        assert rc == 0, rc
+        out.append((xq, dx, sums))
+    return out
+
+
+@pytest.mark.parametrize("block", [32, 256])
+def test_avx2_activation_quantizer_is_bit_identical_to_the_scalar_one(block):
+    """roundf rounds ties away from zero; the AVX2 quantizer emulates it exactly, so
+    every path's integers are those of the scalar code (and llama.cpp's Q8 rounding)."""
+    if "avx2" not in qgemm.available_paths():
+        pytest.skip("this CPU has no AVX2")
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((21, 512)).astype(np.float32)
+    x[3] *= 1e-30  # tiny values
+    x[4, :block] = 0.0  # an all-zero block: scale 0
+    x[5, 7] = 40.0  # an outlier
+    # a block whose maximum is 127: the scale is 1, so the products are the values, and
+    # ties (k + 0.5) and the float just below 0.5 reach the rounding as they are
+    ties = np.array(
+        [0.5, -0.5, 1.5, -2.5, 126.5, -126.5, np.nextafter(np.float32(0.5), 0)], np.float32
+    )
+    x[6, :block] = 0.25
+    x[6, 0] = 127.0
+    x[6, 1 : 1 + len(ties)] = ties
+    x[7] = np.round(x[7] * 4) / 4  # many quarter values
+    scalar, simd = _quantize_both(x, block)
+    for a, b, name in zip(scalar, simd, ("xq", "dx", "sums")):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    # the tie row: ties away from zero, and 0.49999997 down to 0
+    np.testing.assert_array_equal(scalar[0][6, : 1 + len(ties)], [127, 1, -1, 2, -3, 127, -127, 0])
+    assert (scalar[0][4, :block] == 0).all() and scalar[1][4, 0] == 0.0
