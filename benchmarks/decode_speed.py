@@ -136,7 +136,9 @@ def llama_cpp_runner(
     extra weight buffers (AMX, repacked layouts); off by default, as AMX code raises
     SIGILL where the hypervisor does not enable AMX tiles (this machine)."""
     try:
-        import llama_cpp
+        from pcd_tools.baselines.llama_cpp import import_llama_cpp
+
+        llama_cpp = import_llama_cpp()  # OpenMP's idle threads asleep: see its docstring
         import llama_cpp.llama_cpp as lib
     except ImportError as e:
         return f"llama_cpp is not importable ({e}); pip install 'pcd-tools[peer]'"

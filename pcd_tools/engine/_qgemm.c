@@ -862,6 +862,11 @@ void pcd_qgemm_dequantize(int type, const uint8_t *w, int64_t rb, int k, int r0,
 
 #define SB 256
 #define RBK 4 /* rows per micro tile: 8 int32 accumulators in registers (of 16) */
+/* Output columns per panel (task) of the 8-lane K kernels: 8 (the panel's decoded weights
+ * and scales, 16 bytes per weight, stay nearer L1; 16 columns read the down projection's
+ * activation rows, 35 KB per 4 rows at k = 8960, from L2 twice as often: 1.13x -> 1.19x
+ * of sgemm there, the other shapes unchanged, AVX2 Zen 3). */
+#define NCK 8
 
 /* One K-quant weight row into u[k], sc16[k / 16], mi16[k / 16], d[k / 256], fm[k / 256]. */
 #define DECODE_K_BODY                                                                      \
@@ -1306,21 +1311,21 @@ typedef struct {
 } kjob_t;
 
 static size_t panel_k_bytes(int k) {
-    return (size_t)NC * k + (size_t)NC * (k / 16) * 2 * sizeof(int16_t) +
-           (size_t)NC * (k / 2) * sizeof(int16_t) +
-           (size_t)NC * (k / SB) * 2 * sizeof(float) + 64;
+    return (size_t)NCK * k + (size_t)NCK * (k / 16) * 2 * sizeof(int16_t) +
+           (size_t)NCK * (k / 2) * sizeof(int16_t) +
+           (size_t)NCK * (k / SB) * 2 * sizeof(float) + 64;
 }
 
 static void gemm_k_task(void *ctx, int t, void *scratch) {
     kjob_t *j = (kjob_t *)ctx;
     int k = j->k, ns = k / SB;
-    int c0 = t * NC, nc = j->n - c0 < NC ? j->n - c0 : NC;
-    int8_t *u = (int8_t *)scratch;                       /* NC * k */
-    int16_t *sc16 = (int16_t *)(u + (size_t)NC * k);     /* NC * k / 16 */
-    int16_t *mi16 = sc16 + (size_t)NC * (k / 16);        /* NC * k / 16 */
-    float *d = (float *)(mi16 + (size_t)NC * (k / 16));  /* NC * ns */
-    float *fm = d + (size_t)NC * ns;                     /* NC * ns */
-    int16_t *sv = (int16_t *)(fm + (size_t)NC * ns);     /* NC * k / 2: scales by lane */
+    int c0 = t * NCK, nc = j->n - c0 < NCK ? j->n - c0 : NCK;
+    int8_t *u = (int8_t *)scratch;                       /* NCK * k */
+    int16_t *sc16 = (int16_t *)(u + (size_t)NCK * k);     /* NCK * k / 16 */
+    int16_t *mi16 = sc16 + (size_t)NCK * (k / 16);        /* NCK * k / 16 */
+    float *d = (float *)(mi16 + (size_t)NCK * (k / 16));  /* NCK * ns */
+    float *fm = d + (size_t)NCK * ns;                     /* NCK * ns */
+    int16_t *sv = (int16_t *)(fm + (size_t)NCK * ns);     /* NCK * k / 2: scales by lane */
     for (int c = 0; c < nc; c++)
         j->decode(j->type, j->w + (int64_t)(c0 + c) * j->rb, k, u + (int64_t)c * k,
                   sc16 + (int64_t)c * (k / 16), mi16 + (int64_t)c * (k / 16),
@@ -1361,7 +1366,7 @@ int pcd_qgemm_int8_k(int type, const uint8_t *w, int n, int k, const int8_t *xq,
         j.micro = path == PATH_AVX2 ? microk_avx2 : path == PATH_AVXVNNI ? microk_avxvnni : microk_avx512;
     }
 #endif
-    return run_parallel(gemm_k_task, &j, (n + NC - 1) / NC, panel_k_bytes(k), threads);
+    return run_parallel(gemm_k_task, &j, (n + NCK - 1) / NCK, panel_k_bytes(k), threads);
 }
 
 /* ---------------------------------------------------------------- bf16 route */
