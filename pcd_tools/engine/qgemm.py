@@ -48,14 +48,15 @@ no VNNI; shared, so compared by CPU time on one thread, 512 rows, Qwen2.5-1.5B a
 SmolLM2-135M shapes), dequantize + float32 sgemm (issue 30's per-matrix scratch) won:
 0.90-0.95x of sgemm over dense weights, as dequantizing costs 2-5% of one 512-row GEMM.
 The int8 kernels ran at 0.61-0.81x of sgemm with activations per 32 and 0.73-0.89x with
-``act_block=256`` (K-quants), at the file's memory size. The reason is the AVX2 bound:
-``vpmaddubsw + vpmaddwd + vpaddd`` reach 74-78 G multiply-adds per CPU-second against
-62-64 for ``vfmadd231ps`` in a register-only loop here, so int8 can be at most ~1.2x
-float32 before its per-block scaling (5 instructions per 32 multiply-adds per 32-block
-against 4 FMAs; 3 integer ones in the K-quant mode). Those ratios are against sgemm over
-dense weights: against the float32 route PCD runs on an encoded file, which dequantizes
-each matrix once per pass, int8 on a Zen 3 won 1.2-1.4x in warm 1.5B requests and tied
-cold prefills (BENCHMARKS.md, "int8 on AVX2"), so `auto` takes it there too. int8 is
+``act_block=256`` (K-quants), at the file's memory size. (That session blamed an AVX2
+bound of ~1.2x float32, from a register-only loop in C whose identical products the
+compiler folded; an asm loop measures 197 G op/s a thread for ``vpmaddubsw + vpmaddwd +
+vpaddd`` against 102 for ``vfmadd231ps``: int8 can be 1.9x float32 there,
+`benchmarks/prefill.py`.) With the 4 x 2 tile's sub-block step in asm (GCC had spilled
+three of its accumulators), panels of 8 columns and the AVX2 activation quantizer, the K
+kernel runs at 1.13-1.24x of sgemm (103-111 G op/s a thread), and a cold 1.5B prefill at
+1.13-1.20x of llama.cpp's prompt evaluation on the same ids (BENCHMARKS.md, "int8 on
+AVX2, part 2"); `auto` takes int8 there. int8 is
 expected to win by more with
 AVX-512 VNNI / AVX-VNNI (``vpdpbusd``: 64 multiply-adds in one instruction); those
 kernels and the AVX-512 BF16 route are written and compile-checked but could not run
