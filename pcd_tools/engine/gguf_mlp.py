@@ -4,7 +4,8 @@ mlx-lm's MLP is ``down(swiglu(gate(x), up(x)))``. With `GGUFLinear` projections 
 the three products already runs in numpy (`qweights`), so the unfused module copied
 every product into an MLX array and back out: at a 1.5B's 512-row prefill that is three
 18 MB copies per layer into fresh pages (about 9% of the prefill's time on a 2-core CPU).
-`GGUFMLP` keeps the intermediates in reused numpy buffers, quantizes ``x`` once for gate
+`GGUFMLP` keeps the intermediates in reused numpy buffers (up to `RETAIN_BYTES` each; larger
+products get fresh arrays, so long prompts leave no large scratch behind), quantizes ``x`` once for gate
 and up when both take the same int8 activations, and applies SwiGLU with the same native
 kernel. The numbers are those of the unfused module, bit for bit: the same
 products in the same order, the same SwiGLU kernel (calls that the unfused module leaves
@@ -33,13 +34,21 @@ SWIGLU_MLP_MODULES = ("mlx_lm.models.llama", "mlx_lm.models.qwen2", "mlx_lm.mode
 
 _local = threading.local()
 
+# The most a slot's scratch keeps between calls: a product larger than this (more than
+# 936 rows of a 1.5B's 8960-wide MLP) gets a fresh array, as in the unfused module, so a
+# long prompt leaves at most 3 x 32 MiB per thread behind.
+RETAIN_BYTES = 32 << 20
+
 
 def _buffer(slot: str, shape: tuple[int, int]) -> np.ndarray:
-    """This thread's reused float32 scratch for `slot`, at least `shape`'s size."""
+    """This thread's reused float32 scratch for `slot`, at least `shape`'s size (a fresh
+    array above `RETAIN_BYTES`)."""
+    size = shape[0] * shape[1]
+    if size * 4 > RETAIN_BYTES:
+        return np.empty(shape, np.float32)
     bufs = getattr(_local, "bufs", None)
     if bufs is None:
         bufs = _local.bufs = {}
-    size = shape[0] * shape[1]
     buf = bufs.get(slot)
     if buf is None or buf.size < size:
         buf = bufs[slot] = np.empty(size, np.float32)

@@ -117,3 +117,14 @@ def test_consecutive_products_of_one_input_quantize_it_once(tiny_file):
         x2 = x + 0
         attn.q_proj(x2)
         assert qweights._memo.last[0] is x2
+
+
+def test_scratch_kept_between_calls_is_bounded(monkeypatch):
+    """A product above RETAIN_BYTES gets a fresh array: a long prompt leaves no large
+    scratch behind in the thread."""
+    monkeypatch.setattr(gguf_mlp, "RETAIN_BYTES", 64 * 4 * 10)
+    small = gguf_mlp._buffer("t", (10, 64))
+    assert gguf_mlp._buffer("t", (5, 64)).base is small.base  # reused
+    big = gguf_mlp._buffer("t", (11, 64))
+    assert big.shape == (11, 64) and big.base is not small.base
+    assert gguf_mlp._local.bufs["t"].size == 640  # the kept one is the small one
