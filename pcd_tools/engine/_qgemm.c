@@ -1198,6 +1198,70 @@ AVX2_T static void microk_avx2_42(const int8_t *xq, const float *dx, const int16
         for (int c = 0; c < C; c++) y[(int64_t)r * ldy + c] = hsum256(facc[r][c]);
 }
 
+/* 5 x 2: the scales as memory operands of the madds free the two registers a fifth row's
+ * accumulators need (10 accumulators, 2 weights, 1 activation, 2 products), so each pair
+ * of weight loads serves 5 rows. Same integers, same float steps per (row, column). */
+#define J_AVX2_ROWM(XADDR, A0, A1)                                                         \
+    "vmovdqu " XADDR ", %%ymm2\n\t"                                                        \
+    "vpmaddubsw %%ymm2, %%ymm0, %%ymm3\n\t"                                                \
+    "vpmaddubsw %%ymm2, %%ymm1, %%ymm4\n\t"                                                \
+    "vpmaddwd (%[sv]), %%ymm3, %%ymm3\n\t"                                                 \
+    "vpmaddwd (%[sv],%[k]), %%ymm4, %%ymm4\n\t"                                            \
+    "vpaddd %%ymm3, %" A0 ", %" A0 "\n\t"                                                  \
+    "vpaddd %%ymm4, %" A1 ", %" A1 "\n\t"
+AVX2_T static void microk_avx2_52(const int8_t *xq, const float *dx, const int16_t *bs16,
+                                  const int8_t *u, const int16_t *sc16, const int16_t *mi16,
+                                  const float *d, const float *fm, int k, float *y, int64_t ldy) {
+    const int ns = k / SB;
+    __m256 facc[5][CB];
+    for (int r = 0; r < 5; r++)
+        for (int c = 0; c < CB; c++) facc[r][c] = _mm256_setzero_ps();
+    for (int s = 0; s < ns; s++) {
+        __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00;
+        __m256i a20 = a00, a21 = a00, a30 = a00, a31 = a00, a40 = a00, a41 = a00;
+        for (int j = 0; j < 8; j++) {
+            int64_t o = (int64_t)s * SB + j * 32, so = (int64_t)(s * 8 + j) * 16;
+            const int8_t *x0 = xq + o, *x3 = xq + 3 * (int64_t)k + o;
+            __asm__("vmovdqu (%[w]), %%ymm0\n\t"
+                    "vmovdqu (%[w],%[k]), %%ymm1\n\t"
+                    J_AVX2_ROWM("(%[x])", "[a00]", "[a01]")
+                    J_AVX2_ROWM("(%[x],%[k])", "[a10]", "[a11]")
+                    J_AVX2_ROWM("(%[x],%[k],2)", "[a20]", "[a21]")
+                    J_AVX2_ROWM("(%[x3])", "[a30]", "[a31]")
+                    J_AVX2_ROWM("(%[x3],%[k])", "[a40]", "[a41]")
+                    : [a00] "+x"(a00), [a01] "+x"(a01), [a10] "+x"(a10), [a11] "+x"(a11),
+                      [a20] "+x"(a20), [a21] "+x"(a21), [a30] "+x"(a30), [a31] "+x"(a31),
+                      [a40] "+x"(a40), [a41] "+x"(a41)
+                    : [w] "r"(u + o), [sv] "r"(sc16 + so), [x] "r"(x0), [x3] "r"(x3),
+                      [k] "r"((int64_t)k)
+                    : "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "memory");
+        }
+        __m256 D0 = _mm256_set1_ps(d[s]), D1 = _mm256_set1_ps(d[ns + s]);
+        __m256 N0 = _mm256_set1_ps(-fm[s]), N1 = _mm256_set1_ps(-fm[ns + s]);
+        __m256i M0 = _mm256_loadu_si256((const __m256i *)(mi16 + s * 16));
+        __m256i M1 = _mm256_loadu_si256((const __m256i *)(mi16 + k / 16 + s * 16));
+#define KROW(r, A0, A1)                                                                    \
+    {                                                                                      \
+        __m256 X = _mm256_set1_ps(dx[(int64_t)(r) * ns + s]);                              \
+        __m256i bs = _mm256_loadu_si256((const __m256i *)(bs16 + (int64_t)(r) * (k / 16) + s * 16)); \
+        facc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A0), _mm256_mul_ps(X, D0), facc[r][0]); \
+        facc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, M0)),        \
+                                     _mm256_mul_ps(X, N0), facc[r][0]);                    \
+        facc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A1), _mm256_mul_ps(X, D1), facc[r][1]); \
+        facc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, M1)),        \
+                                     _mm256_mul_ps(X, N1), facc[r][1]);                    \
+    }
+        KROW(0, a00, a01)
+        KROW(1, a10, a11)
+        KROW(2, a20, a21)
+        KROW(3, a30, a31)
+        KROW(4, a40, a41)
+#undef KROW
+    }
+    for (int r = 0; r < 5; r++)
+        for (int c = 0; c < CB; c++) y[(int64_t)r * ldy + c] = hsum256(facc[r][c]);
+}
+
 /* V: 0 AVX2 (madd + add), 1 AVX-VNNI (vpdpwssd on 256 bits). */
 #define MICROK256(NAME, TGT, V)                                                            \
     TGT AI void NAME##_rc(const int R, const int C, const int8_t *xq, const float *dx,     \
@@ -1335,13 +1399,34 @@ static void gemm_k_task(void *ctx, int t, void *scratch) {
         for (int b = 0; b < k / 32; b++)
             for (int i = 0; i < 16; i++)
                 sv[(int64_t)c * (k / 2) + b * 16 + i] = sc16[(int64_t)c * (k / 16) + 2 * b + i / 8];
-    for (int r0 = 0; r0 < j->rows; r0 += RBK) {
-        int R = j->rows - r0 < RBK ? j->rows - r0 : RBK;
+    int step = RBK;
+#if X86
+    if (j->micro == microk_avx2) step = 5; /* microk_avx2_52 */
+#endif
+    for (int r0 = 0; r0 < j->rows; r0 += step) {
+        int R = j->rows - r0 < step ? j->rows - r0 : step;
         const int8_t *xr = j->xq + (int64_t)r0 * k;
         const float *dr = j->dx + (int64_t)r0 * ns;
         float *yr = j->y + (int64_t)r0 * j->ldy + c0;
         for (int c = 0; c < nc; c += CB) {
             int C = nc - c < CB ? nc - c : CB;
+#if X86
+            if (R == 5 && C == CB) {
+                microk_avx2_52(xr, dr, j->bs16 + (int64_t)r0 * (k / 16), u + (int64_t)c * k,
+                               sv + (int64_t)c * (k / 2), mi16 + (int64_t)c * (k / 16),
+                               d + (int64_t)c * ns, fm + (int64_t)c * ns, k, yr + c, j->ldy);
+                continue;
+            }
+            if (R == 5) { /* an odd last column: 4 rows, then 1 */
+                for (int r = 0; r < 5; r += 4)
+                    j->micro(r ? 1 : 4, C, xr + (int64_t)r * k, dr + (int64_t)r * ns,
+                             j->bs16 + (int64_t)(r0 + r) * (k / 16), u + (int64_t)c * k,
+                             sv + (int64_t)c * (k / 2), mi16 + (int64_t)c * (k / 16),
+                             d + (int64_t)c * ns, fm + (int64_t)c * ns, k,
+                             yr + (int64_t)r * j->ldy + c, j->ldy);
+                continue;
+            }
+#endif
             j->micro(R, C, xr, dr, j->bs16 + (int64_t)r0 * (k / 16), u + (int64_t)c * k,
                      sv + (int64_t)c * (k / 2), mi16 + (int64_t)c * (k / 16),
                      d + (int64_t)c * ns, fm + (int64_t)c * ns, k, yr + c, j->ldy);

@@ -143,11 +143,15 @@ def test_kquant_mode_is_bit_identical_on_every_path(name):
     rng = np.random.default_rng(13)
     n, k, rows = 21, 512, 7
     raw = weights(name, n, k, rng)
-    x = rng.standard_normal((rows, k)).astype(np.float32)
     m = qgemm.prepare(raw, name, (n, k))
-    scalar = m.matmul(x, path="scalar", act_block=256)
-    for path in INT8_PATHS:
-        np.testing.assert_array_equal(m.matmul(x, path=path, act_block=256), scalar, err_msg=path)
+    # row counts around the AVX2 tiles (5 x 2, then 4 x 2 and narrower for the rest), with
+    # an odd last column (21 = 8 + 8 + 5)
+    for count in (1, 4, 5, 7, 10, 13):
+        x = rng.standard_normal((count, k)).astype(np.float32)
+        scalar = m.matmul(x, path="scalar", act_block=256)
+        for path in INT8_PATHS:
+            got = m.matmul(x, path=path, act_block=256)
+            np.testing.assert_array_equal(got, scalar, err_msg=f"{path}, {count} rows")
     # exact integers again: dx = 1 per superblock, small integer weights
     m, x, want = _exact_superblock_case(name, n, k, rows, rng)
     for path in INT8_PATHS:
