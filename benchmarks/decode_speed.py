@@ -136,9 +136,9 @@ def llama_cpp_runner(
     extra weight buffers (AMX, repacked layouts); off by default, as AMX code raises
     SIGILL where the hypervisor does not enable AMX tiles (this machine)."""
     try:
-        from pcd_tools.baselines.llama_cpp import import_llama_cpp
+        from pcd_tools.baselines.llama_cpp import import_llama_cpp, settle
 
-        llama_cpp = import_llama_cpp()  # OpenMP's idle threads asleep: see its docstring
+        llama_cpp = import_llama_cpp()
         import llama_cpp.llama_cpp as lib
     except ImportError as e:
         return f"llama_cpp is not importable ({e}); pip install 'pcd-tools[peer]'"
@@ -170,7 +170,9 @@ def llama_cpp_runner(
         for _ in range(n):
             llm.eval([t])
             t = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        return (time.perf_counter() - t0) * 1e3 / n
+        ms = (time.perf_counter() - t0) * 1e3 / n
+        settle()  # llama.cpp's OpenMP threads spin on: the next method gets a quiet CPU
+        return ms
 
     return run
 

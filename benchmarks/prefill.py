@@ -134,6 +134,7 @@ def _stats(xs: list[float]) -> dict[str, float]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from pcd_tools import Decider
     from pcd_tools.baselines.generation import bare_prefill_ms
+    from pcd_tools.baselines.llama_cpp import settle
     from pcd_tools.bench.scenarios import load_scenarios
     from pcd_tools.engine import flops, qgemm
     from pcd_tools.schema import compile_schema
@@ -191,7 +192,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 llama.reset()
                 t = time.perf_counter()
                 llama.eval(ids)
-                return (time.perf_counter() - t) * 1e3
+                ms = (time.perf_counter() - t) * 1e3
+                settle()  # its OpenMP threads spin on: the next method gets a quiet CPU
+                return ms
             return float(bare_prefill_ms(deciders[method], schema, ctx))
 
         for m in methods:  # warm-up: kernels built, pages in

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,7 @@ __all__ = [
     "peer_available",
     "peer_keys",
     "probe_model",
+    "settle",
 ]
 
 INSTALL = (
@@ -55,23 +55,37 @@ class PeerUnavailableError(PcdToolsError, RuntimeError):
 
 
 def import_llama_cpp() -> Any:
-    """Import `llama_cpp` with OpenMP's idle threads set to sleep.
-
-    llama-cpp-python's CPU backend runs its threads through OpenMP (libgomp). Unless told
-    otherwise, libgomp's threads spin for seconds after each llama.cpp call and take the
-    CPU from whatever runs next in the process: PCD's 533-token prefill of the 1.5B took
-    13.6 s right after a llama.cpp evaluation against 7.7 s three seconds later (2-core AMD
-    EPYC). With ``OMP_WAIT_POLICY=passive`` (set here unless the environment sets it; it
-    must be set before libgomp loads) the penalty is gone and llama.cpp's own prompt rate
-    is unchanged (8.4-9.0 s against 8.7-9.9 s for 512 tokens, same machine).
+    """Import `llama_cpp` (the one place this package does).
 
     Raises:
         ImportError: llama-cpp-python is not installed.
     """
-    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     import llama_cpp
 
     return llama_cpp
+
+
+def settle(max_s: float = 20.0, window_s: float = 0.05) -> float:
+    """Wait until this process's other threads stop using the CPU; returns the seconds
+    waited.
+
+    llama-cpp-python's CPU backend runs its threads through OpenMP, whose idle threads spin
+    (and yield) a fixed number of times before they sleep. On an idle CPU that is over in
+    about 0.1 s; if other work starts at once, each yield hands it a time slice and the
+    spinning lasts as long as that work: a PCD prefill of the 1.5B right after llama.cpp
+    decoded took 13.7 s against 7.2 s (2-core AMD EPYC). ``OMP_WAIT_POLICY=passive`` avoids
+    it but costs llama.cpp's own decoding 45% (47 -> 69 ms a token), so the peer keeps its
+    defaults, and the benchmarks call this after each llama.cpp call: the next method then
+    runs on an idle CPU (7.2-7.3 s), as each would on its own. Quiet is a `window_s` sleep
+    during which the whole process used under a tenth of one CPU.
+    """
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < max_s:
+        c0 = time.process_time()  # CPU time of every thread of this process
+        time.sleep(window_s)
+        if time.process_time() - c0 < 0.1 * window_s:
+            break
+    return time.perf_counter() - t0
 
 
 def peer_available() -> str | None:
@@ -279,6 +293,7 @@ class LlamaCppPeer:
         tk = self.decider.loaded.tokenizer
         text = tk.decode(ids)
         result = build_result(compiled, text, token_spans(tk, ids), [], 0, (t0, t1, t2))
+        settle()  # llama.cpp's threads spin on after it: the next method gets a quiet CPU
         return PeerRun((t2 - t0) * 1e3, (t1 - t0) * 1e3, len(ids), text, result)
 
 

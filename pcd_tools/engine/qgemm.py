@@ -52,11 +52,12 @@ The int8 kernels ran at 0.61-0.81x of sgemm with activations per 32 and 0.73-0.8
 bound of ~1.2x float32, from a register-only loop in C whose identical products the
 compiler folded; an asm loop measures 197 G op/s a thread for ``vpmaddubsw + vpmaddwd +
 vpaddd`` against 102 for ``vfmadd231ps``: int8 can be 1.9x float32 there,
-`benchmarks/prefill.py`.) With the 4 x 2 tile's sub-block step in asm (GCC had spilled
-three of its accumulators), panels of 8 columns and the AVX2 activation quantizer, the K
-kernel runs at 1.13-1.24x of sgemm (103-111 G op/s a thread), and a cold 1.5B prefill at
-1.13-1.20x of llama.cpp's prompt evaluation on the same ids (BENCHMARKS.md, "int8 on
-AVX2, part 2"); `auto` takes int8 there. int8 is
+`benchmarks/prefill.py`.) With the tile's sub-block step in asm (GCC had spilled three
+of the 4 x 2 tile's accumulators; a 5 x 2 tile with the scales as memory operands is now
+the full tile), panels of 8 columns and the AVX2 activation quantizer, the K kernel runs at
+1.19-1.22x of sgemm (106-111 G op/s a thread), and a cold 1.5B prefill at 1.13-1.20x of
+llama.cpp's prompt evaluation on the same ids (BENCHMARKS.md, "int8 on AVX2, part 2");
+`auto` takes int8 there. int8 is
 expected to win by more with
 AVX-512 VNNI / AVX-VNNI (``vpdpbusd``: 64 multiply-adds in one instruction); those
 kernels and the AVX-512 BF16 route are written and compile-checked but could not run
