@@ -55,7 +55,7 @@ vpaddd`` against 102 for ``vfmadd231ps``: int8 can be 1.9x float32 there,
 `benchmarks/prefill.py`.) With the tile's sub-block step in asm (GCC had spilled three
 of the 4 x 2 tile's accumulators; a 5 x 2 tile with the scales as memory operands is now
 the full tile), panels of 8 columns and the AVX2 activation quantizer, the K kernel runs at
-1.19-1.22x of sgemm (106-111 G op/s a thread), and a cold 1.5B prefill at 1.13-1.20x of
+1.16-1.26x of sgemm (102-114 G op/s a thread), and a cold 1.5B prefill at 1.13-1.20x of
 llama.cpp's prompt evaluation on the same ids (BENCHMARKS.md, "int8 on AVX2, part 2");
 `auto` takes int8 there. int8 is
 expected to win by more with
