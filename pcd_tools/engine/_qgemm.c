@@ -1144,6 +1144,25 @@ MICROK256_42(microk_avxvnni, VNNI256_T, ACC_VNNI)
     "vpmaddwd %%ymm3, %%ymm6, %%ymm6\n\t"                                                 \
     "vpaddd %%ymm5, %" A0 ", %" A0 "\n\t"                                                 \
     "vpaddd %%ymm6, %" A1 ", %" A1 "\n\t"
+/* KSTEP's float steps for the AVX2 tiles (superblock s, columns 0 and 1 of the tile),
+ * with the scalar products taken as vector ones (the same roundings; -(a * b) == a * -b)
+ * and each column's minimums loaded once per superblock. */
+#define KSETUP_AVX2                                                                        \
+    __m256 D0 = _mm256_set1_ps(d[s]), D1 = _mm256_set1_ps(d[ns + s]);                      \
+    __m256 N0 = _mm256_set1_ps(-fm[s]), N1 = _mm256_set1_ps(-fm[ns + s]);                  \
+    __m256i M0 = _mm256_loadu_si256((const __m256i *)(mi16 + s * 16));                     \
+    __m256i M1 = _mm256_loadu_si256((const __m256i *)(mi16 + k / 16 + s * 16));
+#define KROW_AVX2(r, A0, A1)                                                               \
+    {                                                                                      \
+        __m256 X = _mm256_set1_ps(dx[(int64_t)(r) * ns + s]);                              \
+        __m256i bs = _mm256_loadu_si256((const __m256i *)(bs16 + (int64_t)(r) * (k / 16) + s * 16)); \
+        facc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A0), _mm256_mul_ps(X, D0), facc[r][0]); \
+        facc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, M0)),        \
+                                     _mm256_mul_ps(X, N0), facc[r][0]);                    \
+        facc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A1), _mm256_mul_ps(X, D1), facc[r][1]); \
+        facc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, M1)),        \
+                                     _mm256_mul_ps(X, N1), facc[r][1]);                    \
+    }
 AVX2_T static void microk_avx2_42(const int8_t *xq, const float *dx, const int16_t *bs16,
                                   const int8_t *u, const int16_t *sc16, const int16_t *mi16,
                                   const float *d, const float *fm, int k, float *y, int64_t ldy) {
@@ -1171,28 +1190,11 @@ AVX2_T static void microk_avx2_42(const int8_t *xq, const float *dx, const int16
                       [k] "r"((int64_t)k)
                     : "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "ymm5", "ymm6", "memory");
         }
-        /* KSTEP's float steps, with the scalar products taken as vector ones (the same
-         * roundings; -(a * b) == a * -b) and each column's minimums loaded once */
-        __m256 D0 = _mm256_set1_ps(d[s]), D1 = _mm256_set1_ps(d[ns + s]);
-        __m256 N0 = _mm256_set1_ps(-fm[s]), N1 = _mm256_set1_ps(-fm[ns + s]);
-        __m256i M0 = _mm256_loadu_si256((const __m256i *)(mi16 + s * 16));
-        __m256i M1 = _mm256_loadu_si256((const __m256i *)(mi16 + k / 16 + s * 16));
-#define KROW(r, A0, A1)                                                                    \
-    {                                                                                      \
-        __m256 X = _mm256_set1_ps(dx[(int64_t)(r) * ns + s]);                              \
-        __m256i bs = _mm256_loadu_si256((const __m256i *)(bs16 + (int64_t)(r) * (k / 16) + s * 16)); \
-        facc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A0), _mm256_mul_ps(X, D0), facc[r][0]); \
-        facc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, M0)),        \
-                                     _mm256_mul_ps(X, N0), facc[r][0]);                    \
-        facc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A1), _mm256_mul_ps(X, D1), facc[r][1]); \
-        facc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, M1)),        \
-                                     _mm256_mul_ps(X, N1), facc[r][1]);                    \
-    }
-        KROW(0, a00, a01)
-        KROW(1, a10, a11)
-        KROW(2, a20, a21)
-        KROW(3, a30, a31)
-#undef KROW
+        KSETUP_AVX2
+        KROW_AVX2(0, a00, a01)
+        KROW_AVX2(1, a10, a11)
+        KROW_AVX2(2, a20, a21)
+        KROW_AVX2(3, a30, a31)
     }
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) y[(int64_t)r * ldy + c] = hsum256(facc[r][c]);
@@ -1236,27 +1238,12 @@ AVX2_T static void microk_avx2_52(const int8_t *xq, const float *dx, const int16
                       [k] "r"((int64_t)k)
                     : "ymm0", "ymm1", "ymm2", "ymm3", "ymm4", "memory");
         }
-        __m256 D0 = _mm256_set1_ps(d[s]), D1 = _mm256_set1_ps(d[ns + s]);
-        __m256 N0 = _mm256_set1_ps(-fm[s]), N1 = _mm256_set1_ps(-fm[ns + s]);
-        __m256i M0 = _mm256_loadu_si256((const __m256i *)(mi16 + s * 16));
-        __m256i M1 = _mm256_loadu_si256((const __m256i *)(mi16 + k / 16 + s * 16));
-#define KROW(r, A0, A1)                                                                    \
-    {                                                                                      \
-        __m256 X = _mm256_set1_ps(dx[(int64_t)(r) * ns + s]);                              \
-        __m256i bs = _mm256_loadu_si256((const __m256i *)(bs16 + (int64_t)(r) * (k / 16) + s * 16)); \
-        facc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A0), _mm256_mul_ps(X, D0), facc[r][0]); \
-        facc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, M0)),        \
-                                     _mm256_mul_ps(X, N0), facc[r][0]);                    \
-        facc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A1), _mm256_mul_ps(X, D1), facc[r][1]); \
-        facc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, M1)),        \
-                                     _mm256_mul_ps(X, N1), facc[r][1]);                    \
-    }
-        KROW(0, a00, a01)
-        KROW(1, a10, a11)
-        KROW(2, a20, a21)
-        KROW(3, a30, a31)
-        KROW(4, a40, a41)
-#undef KROW
+        KSETUP_AVX2
+        KROW_AVX2(0, a00, a01)
+        KROW_AVX2(1, a10, a11)
+        KROW_AVX2(2, a20, a21)
+        KROW_AVX2(3, a30, a31)
+        KROW_AVX2(4, a40, a41)
     }
     for (int r = 0; r < 5; r++)
         for (int c = 0; c < CB; c++) y[(int64_t)r * ldy + c] = hsum256(facc[r][c]);

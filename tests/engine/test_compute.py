@@ -14,10 +14,9 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
-from benchmarks.model_size import SHAPES, write_random_gguf  # noqa: E402
 from pcd_tools import Decider  # noqa: E402
 from pcd_tools.engine import qgemm  # noqa: E402
-from pcd_tools.engine.models import COMPUTES, embedded_model_path, resolve_compute  # noqa: E402
+from pcd_tools.engine.models import COMPUTES, resolve_compute  # noqa: E402
 from pcd_tools.engine.qweights import GGUFLinear, QTensor, auto_compute  # noqa: E402
 from pcd_tools.errors import InvalidArgumentError, ModelLoadError  # noqa: E402
 from pcd_tools.schema import compile_schema  # noqa: E402
@@ -28,16 +27,6 @@ from tests.schemas import Ticket  # noqa: E402
 pytestmark = pytest.mark.engine
 
 CONTEXT = "Checkout fails for every EU customer since 9:00; we lose orders."
-
-
-@pytest.fixture(scope="module")
-def tiny_file(tmp_path_factory):
-    try:
-        tokenizer = embedded_model_path()
-    except ModelLoadError as e:
-        pytest.skip(str(e))
-    path = tmp_path_factory.mktemp("random") / "tiny.gguf"
-    return write_random_gguf(path, SHAPES["tiny"], tokenizer, seed=5)
 
 
 def test_compute_values(monkeypatch):

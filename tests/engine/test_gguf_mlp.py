@@ -10,27 +10,15 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
-from benchmarks.model_size import SHAPES, write_random_gguf  # noqa: E402
 from pcd_tools import Decider  # noqa: E402
 from pcd_tools.engine import cpu_kernels, gguf_mlp, qgemm  # noqa: E402
 from pcd_tools.engine.gguf_mlp import GGUFMLP, install_mlps  # noqa: E402
-from pcd_tools.engine.models import embedded_model_path  # noqa: E402
 from pcd_tools.engine.platform import import_mlx  # noqa: E402
-from pcd_tools.errors import InvalidArgumentError, ModelLoadError  # noqa: E402
+from pcd_tools.errors import InvalidArgumentError  # noqa: E402
 from tests.engine.test_qweights import encoded  # noqa: E402
 
 mx = import_mlx()
 pytestmark = pytest.mark.engine
-
-
-@pytest.fixture(scope="module")
-def tiny_file(tmp_path_factory):
-    try:
-        tokenizer = embedded_model_path()
-    except ModelLoadError as e:
-        pytest.skip(str(e))
-    path = tmp_path_factory.mktemp("random") / "tiny.gguf"
-    return write_random_gguf(path, SHAPES["tiny"], tokenizer, seed=7)
 
 
 @pytest.mark.parametrize("compute", ["int8", "float32"])
