@@ -24,7 +24,7 @@ import numpy as np
 
 from . import cpu_kernels
 from .platform import import_mlx
-from .qweights import GGUFLinear, _as_numpy, _threads
+from .qweights import GGUFLinear, _as_numpy, _shared_activations, _threads
 
 mx = import_mlx()
 import mlx.nn as nn  # noqa: E402  (after import_mlx, which binds the BLAS first)
@@ -90,21 +90,16 @@ class GGUFMLP(nn.Module):
         lead = x.shape[:-1]
         threads = _threads()
         xn = _as_numpy(x).reshape(rows, x.shape[-1])
-        acts = None
-        block = gate.weight.act_block()
-        if block is not None and block == up.weight.act_block():
-            acts = gate.weight.activations_for(xn, threads)
-        g = gate.weight.matmul(xn, threads, _bias(gate), _buffer("gate", (rows, n)), acts)
-        u = up.weight.matmul(xn, threads, _bias(up), _buffer("up", (rows, n)), acts)
+        # gate and up read the same x: one quantization where their int8 blocks agree
+        acts = _shared_activations(x, xn, gate.weight, threads)
+        g = gate.weight.matmul(xn, threads, gate.numpy_bias(), _buffer("gate", (rows, n)), acts)
+        acts = _shared_activations(x, xn, up.weight, threads)
+        u = up.weight.matmul(xn, threads, up.numpy_bias(), _buffer("up", (rows, n)), acts)
         h = _buffer("swiglu", (rows, n))
         if lib.pcd_swiglu(g.ctypes.data, u.ctypes.data, h.ctypes.data, g.size, threads, 0):
             raise RuntimeError("the native SwiGLU kernel failed")
-        y = down.weight.matmul(h, threads, _bias(down))
+        y = down.weight.matmul(h, threads, down.numpy_bias())
         return mx.array(y).reshape(*lead, down.weight.shape[0])
-
-
-def _bias(linear: GGUFLinear) -> np.ndarray | None:
-    return _as_numpy(linear["bias"]) if "bias" in linear else None
 
 
 def install_mlps(model: Any) -> int:

@@ -419,13 +419,16 @@ class GGUFLinear(nn.Module):
     def _extra_repr(self) -> str:
         return f"{self.weight.shape[1]}, {self.weight.shape[0]}, {self.weight.type_name}"
 
+    def numpy_bias(self) -> np.ndarray | None:
+        """The bias as float32 numpy, or None."""
+        return _as_numpy(self["bias"]) if "bias" in self else None
+
     def __call__(self, x: Any) -> Any:
         lead = x.shape[:-1]
-        bias = _as_numpy(self["bias"]) if "bias" in self else None
         xn = _as_numpy(x).reshape(-1, x.shape[-1])
         threads = _threads()
         acts = _shared_activations(x, xn, self.weight, threads)
-        y = self.weight.matmul(xn, threads, bias, activations=acts)
+        y = self.weight.matmul(xn, threads, self.numpy_bias(), activations=acts)
         return mx.array(y).reshape(*lead, self.weight.shape[0])
 
 
