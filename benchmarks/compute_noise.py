@@ -132,9 +132,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         against[mode] = distance(ref, base[mode])
     if not args.no_llamacpp:
         try:
-            from pcd_tools.baselines.llama_cpp import import_llama_cpp
-
-            Llama = import_llama_cpp().Llama
+            from llama_cpp import Llama
         except ImportError:
             print("llama-cpp-python is not installed: no llama.cpp row", file=sys.stderr)
         else:

@@ -136,10 +136,10 @@ def llama_cpp_runner(
     extra weight buffers (AMX, repacked layouts); off by default, as AMX code raises
     SIGILL where the hypervisor does not enable AMX tiles (this machine)."""
     try:
-        from pcd_tools.baselines.llama_cpp import import_llama_cpp, settle
-
-        llama_cpp = import_llama_cpp()
+        import llama_cpp
         import llama_cpp.llama_cpp as lib
+
+        from pcd_tools.baselines.llama_cpp import settle
     except ImportError as e:
         return f"llama_cpp is not importable ({e}); pip install 'pcd-tools[peer]'"
     default = lib.llama_model_default_params

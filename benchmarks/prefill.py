@@ -155,9 +155,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if args.no_peer:
             raise ImportError("--no-peer")
-        from pcd_tools.baselines.llama_cpp import import_llama_cpp
+        import llama_cpp
 
-        llama = import_llama_cpp().Llama(
+        llama = llama_cpp.Llama(
             model_path=str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads,
             n_batch=512, logits_all=False, verbose=False,
         )  # fmt: skip

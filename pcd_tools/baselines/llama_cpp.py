@@ -37,7 +37,6 @@ __all__ = [
     "PeerUnavailableError",
     "after_brace",
     "bench_peer",
-    "import_llama_cpp",
     "peer_available",
     "peer_keys",
     "probe_model",
@@ -52,17 +51,6 @@ INSTALL = (
 
 class PeerUnavailableError(PcdToolsError, RuntimeError):
     """The llama.cpp peer cannot run: the extra is missing or the model is not a GGUF."""
-
-
-def import_llama_cpp() -> Any:
-    """Import `llama_cpp` (the one place this package does).
-
-    Raises:
-        ImportError: llama-cpp-python is not installed.
-    """
-    import llama_cpp
-
-    return llama_cpp
 
 
 def settle(max_s: float = 20.0, window_s: float = 0.05) -> float:
@@ -91,7 +79,7 @@ def settle(max_s: float = 20.0, window_s: float = 0.05) -> float:
 def peer_available() -> str | None:
     """None when `llama_cpp` imports, else why not (with how to install it)."""
     try:
-        import_llama_cpp()
+        import llama_cpp  # noqa: F401
     except ImportError as e:
         return f"llama-cpp-python is not installed ({e}); {INSTALL}"
     return None
@@ -206,9 +194,9 @@ class LlamaCppPeer:
         broken = probe_model(path)
         if broken is not None:
             raise PeerUnavailableError(broken)
-        from ..engine.cpus import usable_cpus
+        import llama_cpp
 
-        llama_cpp = import_llama_cpp()
+        from ..engine.cpus import usable_cpus
 
         self.decider = decider
         self.n_threads = n_threads or usable_cpus()
@@ -229,7 +217,7 @@ class LlamaCppPeer:
 
     def grammar(self, schema: Any) -> Any:
         """llama.cpp's grammar of the schema's JSON schema (built once per schema)."""
-        llama_cpp = import_llama_cpp()
+        import llama_cpp
 
         from .generation import json_schema_of
 
