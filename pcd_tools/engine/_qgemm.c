@@ -852,13 +852,19 @@ void pcd_qgemm_dequantize(int type, const uint8_t *w, int64_t rb, int k, int r0,
  * Q6_K: u = q + 32, sc16 = the int8 scale, mi16 = 32 * sc16, fm = d.
  * Per (row, column, superblock), lane l (bytes 4l..4l+3 of each sub-block of 32) holds
  *     I[l] = sum_j sc16[2j + l / 4] * sum_e u * xq        (int32, exact)
- *     M[l] = bs16[2l] * mi16[2l] + bs16[2l + 1] * mi16[2l + 1]
- * (bs16: the activations' int sums per 16), then
- *     acc[l] = fma((float)I[l], dx * d, acc[l]); acc[l] = fma((float)M[l], -(dx * fm), acc[l])
- * and y = tree8(acc). Every path computes exactly these integers and float operations in
- * this order, so every path (AVX-512 included) gives bit-identical results. AVX2 spends
- * 3 integer instructions per 32 multiply-adds (maddubs, madd with the scales, add) and no
- * float one; AVX-VNNI / AVX-512 VNNI fold the add into vpdpwssd. */
+ * then acc[l] = fma((float)I[l], dx * d, acc[l]), and the tile's y = tree8(acc).
+ * The minimum's term is a float product of its own, over K / L terms (L = 32 for Q4_K and
+ * Q5_K, whose minimums are per 32, 16 for Q6_K), per row and column:
+ *     xm[i] = dx[s] * (float)(sum of the activations' ints over sub-block i)   (per row)
+ *     wm[i] = -fm[s] * (float)mi16[i * L / 16]                                  (per column)
+ *     m = fma(xm[i], wm[i], m) for i = 0, 1, ..., K / L - 1 in order;  y += m
+ * (min_pass). In the tiles it took a madd, a conversion, a multiply and an fma per 8 lanes
+ * and superblock, on the ports the integer products need: 25% of the AVX2 kernel's time
+ * (Q4_K, 1.5B shapes, Zen 3); as one fma per column and sub-block, vectorised across 8
+ * columns, it costs about 5%. Every path computes exactly these integers and float
+ * operations in this order, so every path (AVX-512 included) gives bit-identical results.
+ * AVX2 spends 3 integer instructions per 32 multiply-adds (maddubs, madd with the scales,
+ * add); AVX-VNNI / AVX-512 VNNI fold the add into vpdpwssd. */
 
 #define SB 256
 #define RBK 4 /* rows per micro tile: 8 int32 accumulators in registers (of 16) */
@@ -1016,20 +1022,17 @@ int pcd_qgemm_quantize_k(const float *x, int64_t ldx, int rows, int k, int8_t *x
 }
 
 /* K micro kernels: y[r * ldy + c] = tree8 of the lanes (no minimum), R x C tile. */
-typedef void (*microk_t)(int, int, const int8_t *, const float *, const int16_t *,
-                         const int8_t *, const int16_t *, const int16_t *, const float *,
-                         const float *, int, float *, int64_t);
+typedef void (*microk_t)(int, int, const int8_t *, const float *, const int8_t *,
+                         const int16_t *, const float *, int, float *, int64_t);
 
-static void microk_scalar(int R, int C, const int8_t *xq, const float *dx, const int16_t *bs16,
-                          const int8_t *u, const int16_t *sc16, const int16_t *mi16,
-                          const float *d, const float *fm, int k, float *y, int64_t ldy) {
+static void microk_scalar(int R, int C, const int8_t *xq, const float *dx, const int8_t *u,
+                          const int16_t *sc16, const float *d, int k, float *y, int64_t ldy) {
     int ns = k / SB;
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) {
             float acc[8] = {0};
             const int8_t *xr = xq + (int64_t)r * k, *wc = u + (int64_t)c * k;
-            const int16_t *sv = sc16 + (int64_t)c * (k / 2), *mi = mi16 + (int64_t)c * (k / 16);
-            const int16_t *bs = bs16 + (int64_t)r * (k / 16);
+            const int16_t *sv = sc16 + (int64_t)c * (k / 2);
             for (int s = 0; s < ns; s++) {
                 int32_t I[8] = {0};
                 for (int j = 0; j < 8; j++)
@@ -1042,13 +1045,7 @@ static void microk_scalar(int R, int C, const int8_t *xq, const float *dx, const
                         I[l] += p * sv[(s * 8 + j) * 16 + (l >> 2) * 8];
                     }
                 float t = dx[(int64_t)r * ns + s] * d[(int64_t)c * ns + s];
-                float tm = -(dx[(int64_t)r * ns + s] * fm[(int64_t)c * ns + s]);
-                for (int l = 0; l < 8; l++) {
-                    int32_t m = (int32_t)bs[s * 16 + 2 * l] * mi[s * 16 + 2 * l] +
-                                (int32_t)bs[s * 16 + 2 * l + 1] * mi[s * 16 + 2 * l + 1];
-                    acc[l] = fmaf((float)I[l], t, acc[l]);
-                    acc[l] = fmaf((float)m, tm, acc[l]);
-                }
+                for (int l = 0; l < 8; l++) acc[l] = fmaf((float)I[l], t, acc[l]);
             }
             y[(int64_t)r * ldy + c] = tree8(acc);
         }
@@ -1060,20 +1057,13 @@ AVX2_T static void decode_k_avx2(int type, const uint8_t *src, int k, int8_t *u,
     DECODE_K_BODY
 }
 
-/* End of superblock s: the lanes into the float sums, then the minimum's lanes
- * (madd(bs16, mi16): lane l = bs[2l] mi[2l] + bs[2l+1] mi[2l+1]). I8(r, c) is the
- * superblock's 8 int32 lanes. */
+/* End of superblock s: the lanes into the float sums. I8(r, c) is the superblock's 8
+ * int32 lanes. */
 #define KSTEP(I8)                                                                          \
     for (int r = 0; r < R; r++) {                                                          \
-        __m256i bs = _mm256_loadu_si256((const __m256i *)(bs16 + (int64_t)r * (k / 16) + s * 16)); \
         for (int c = 0; c < C; c++) {                                                      \
-            float dxs = dx[(int64_t)r * ns + s];                                           \
-            __m256 t = _mm256_set1_ps(dxs * d[(int64_t)c * ns + s]);                       \
-            __m256 tm = _mm256_set1_ps(-(dxs * fm[(int64_t)c * ns + s]));                  \
-            __m256i mi = _mm256_loadu_si256(                                               \
-                (const __m256i *)(mi16 + (int64_t)c * (k / 16) + s * 16));                 \
+            __m256 t = _mm256_set1_ps(dx[(int64_t)r * ns + s] * d[(int64_t)c * ns + s]);   \
             facc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I8(r, c)), t, facc[r][c]);     \
-            facc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mi)), tm, facc[r][c]); \
         }                                                                                  \
     }
 #define I256(r, c) iacc[r][c]
@@ -1083,9 +1073,8 @@ AVX2_T static void decode_k_avx2(int type, const uint8_t *src, int k, int8_t *u,
 /* The full 4 x 2 tile with its 8 accumulators in named registers (an array of them is
  * kept on the stack by GCC, and every update then waits on a store). */
 #define MICROK256_42(NAME, TGT, ACC)                                                       \
-    TGT static void NAME##_42(const int8_t *xq, const float *dx, const int16_t *bs16,      \
-                              const int8_t *u, const int16_t *sc16, const int16_t *mi16,   \
-                              const float *d, const float *fm, int k, float *y,            \
+    TGT static void NAME##_42(const int8_t *xq, const float *dx, const int8_t *u,          \
+                              const int16_t *sc16, const float *d, int k, float *y,        \
                               int64_t ldy) {                                               \
         const int R = 4, C = 2, ns = k / SB;                                               \
         __m256 facc[RBK][CB];                                                              \
@@ -1148,24 +1137,16 @@ MICROK256_42(microk_avxvnni, VNNI256_T, ACC_VNNI)
  * with the scalar products taken as vector ones (the same roundings; -(a * b) == a * -b)
  * and each column's minimums loaded once per superblock. */
 #define KSETUP_AVX2                                                                        \
-    __m256 D0 = _mm256_set1_ps(d[s]), D1 = _mm256_set1_ps(d[ns + s]);                      \
-    __m256 N0 = _mm256_set1_ps(-fm[s]), N1 = _mm256_set1_ps(-fm[ns + s]);                  \
-    __m256i M0 = _mm256_loadu_si256((const __m256i *)(mi16 + s * 16));                     \
-    __m256i M1 = _mm256_loadu_si256((const __m256i *)(mi16 + k / 16 + s * 16));
+    __m256 D0 = _mm256_set1_ps(d[s]), D1 = _mm256_set1_ps(d[ns + s]);
 #define KROW_AVX2(r, A0, A1)                                                               \
     {                                                                                      \
         __m256 X = _mm256_set1_ps(dx[(int64_t)(r) * ns + s]);                              \
-        __m256i bs = _mm256_loadu_si256((const __m256i *)(bs16 + (int64_t)(r) * (k / 16) + s * 16)); \
         facc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A0), _mm256_mul_ps(X, D0), facc[r][0]); \
-        facc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, M0)),        \
-                                     _mm256_mul_ps(X, N0), facc[r][0]);                    \
         facc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A1), _mm256_mul_ps(X, D1), facc[r][1]); \
-        facc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bs, M1)),        \
-                                     _mm256_mul_ps(X, N1), facc[r][1]);                    \
     }
-AVX2_T static void microk_avx2_42(const int8_t *xq, const float *dx, const int16_t *bs16,
-                                  const int8_t *u, const int16_t *sc16, const int16_t *mi16,
-                                  const float *d, const float *fm, int k, float *y, int64_t ldy) {
+AVX2_T static void microk_avx2_42(const int8_t *xq, const float *dx, const int8_t *u,
+                                  const int16_t *sc16, const float *d, int k, float *y,
+                                  int64_t ldy) {
     const int R = 4, C = 2, ns = k / SB;
     __m256 facc[RBK][CB];
     for (int r = 0; r < R; r++)
@@ -1211,9 +1192,9 @@ AVX2_T static void microk_avx2_42(const int8_t *xq, const float *dx, const int16
     "vpmaddwd (%[sv],%[k]), %%ymm4, %%ymm4\n\t"                                            \
     "vpaddd %%ymm3, %" A0 ", %" A0 "\n\t"                                                  \
     "vpaddd %%ymm4, %" A1 ", %" A1 "\n\t"
-AVX2_T static void microk_avx2_52(const int8_t *xq, const float *dx, const int16_t *bs16,
-                                  const int8_t *u, const int16_t *sc16, const int16_t *mi16,
-                                  const float *d, const float *fm, int k, float *y, int64_t ldy) {
+AVX2_T static void microk_avx2_52(const int8_t *xq, const float *dx, const int8_t *u,
+                                  const int16_t *sc16, const float *d, int k, float *y,
+                                  int64_t ldy) {
     const int ns = k / SB;
     __m256 facc[5][CB];
     for (int r = 0; r < 5; r++)
@@ -1252,8 +1233,7 @@ AVX2_T static void microk_avx2_52(const int8_t *xq, const float *dx, const int16
 /* V: 0 AVX2 (madd + add), 1 AVX-VNNI (vpdpwssd on 256 bits). */
 #define MICROK256(NAME, TGT, V)                                                            \
     TGT AI void NAME##_rc(const int R, const int C, const int8_t *xq, const float *dx,     \
-                          const int16_t *bs16, const int8_t *u, const int16_t *sc16,       \
-                          const int16_t *mi16, const float *d, const float *fm, int k,     \
+                          const int8_t *u, const int16_t *sc16, const float *d, int k,     \
                           float *y, int64_t ldy) {                                         \
         int ns = k / SB;                                                                   \
         __m256 facc[RBK][CB];                                                               \
@@ -1286,12 +1266,11 @@ AVX2_T static void microk_avx2_52(const int8_t *xq, const float *dx, const int16
         for (int r = 0; r < R; r++)                                                        \
             for (int c = 0; c < C; c++) y[(int64_t)r * ldy + c] = hsum256(facc[r][c]);     \
     }                                                                                      \
-    TGT static void NAME(int R, int C, const int8_t *xq, const float *dx, const int16_t *bs16, \
-                         const int8_t *u, const int16_t *sc16, const int16_t *mi16,        \
-                         const float *d, const float *fm, int k, float *y, int64_t ldy) {  \
-        if (R == 4 && C == 2) NAME##_42(xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);   \
-        else if (C == CB) NAME##_rc(R, CB, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy); \
-        else NAME##_rc(R, 1, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);               \
+    TGT static void NAME(int R, int C, const int8_t *xq, const float *dx, const int8_t *u,  \
+                         const int16_t *sc16, const float *d, int k, float *y, int64_t ldy) { \
+        if (R == 4 && C == 2) NAME##_42(xq, dx, u, sc16, d, k, y, ldy);                    \
+        else if (C == CB) NAME##_rc(R, CB, xq, dx, u, sc16, d, k, y, ldy);                 \
+        else NAME##_rc(R, 1, xq, dx, u, sc16, d, k, y, ldy);                               \
     }
 
 #define DPWSSD256(a, b, c) _mm256_add_epi32(a, _mm256_madd_epi16(b, c))
@@ -1304,8 +1283,7 @@ MICROK256(microk_avxvnni, VNNI256_T, 1)
 /* AVX-512: two sub-blocks per register; the 16 int lanes fold to 8 (exact) before the
  * float step, so the floats are those of the 256-bit paths. */
 VNNI512_T AI void microk_avx512_rc(const int R, const int C, const int8_t *xq, const float *dx,
-                                   const int16_t *bs16, const int8_t *u, const int16_t *sc16,
-                                   const int16_t *mi16, const float *d, const float *fm, int k,
+                                   const int8_t *u, const int16_t *sc16, const float *d, int k,
                                    float *y, int64_t ldy) {
     int ns = k / SB;
     __m256 facc[RBK][CB];
@@ -1334,12 +1312,11 @@ VNNI512_T AI void microk_avx512_rc(const int R, const int C, const int8_t *xq, c
 }
 
 VNNI512_T static void microk_avx512(int R, int C, const int8_t *xq, const float *dx,
-                                    const int16_t *bs16, const int8_t *u, const int16_t *sc16,
-                                    const int16_t *mi16, const float *d, const float *fm, int k,
+                                    const int8_t *u, const int16_t *sc16, const float *d, int k,
                                     float *y, int64_t ldy) {
-    if (R == RBK && C == CB) microk_avx512_rc(RBK, CB, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);
-    else if (C == CB) microk_avx512_rc(R, CB, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);
-    else microk_avx512_rc(R, 1, xq, dx, bs16, u, sc16, mi16, d, fm, k, y, ldy);
+    if (R == RBK && C == CB) microk_avx512_rc(RBK, CB, xq, dx, u, sc16, d, k, y, ldy);
+    else if (C == CB) microk_avx512_rc(R, CB, xq, dx, u, sc16, d, k, y, ldy);
+    else microk_avx512_rc(R, 1, xq, dx, u, sc16, d, k, y, ldy);
 }
 #endif
 
@@ -1359,13 +1336,73 @@ typedef struct {
     microk_t micro;
     int L;   /* column panels: sub-block length, 32 (Q4_K, Q5_K) or 16 (Q6_K) */
     int vec; /* column panels: 1 for the AVX-512 VNNI kernel, 0 for its scalar twin */
+    const float *xm; /* row panels: the minimum's activations, rows x k / lm */
+    int lm;          /* row panels: the minimums' sub-block length, 32 or 16 */
+    int vmin;        /* row panels: 1 for the AVX2 minimum pass, 0 for the scalar one */
 } kjob_t;
 
 static size_t panel_k_bytes(int k) {
     return (size_t)NCK * k + (size_t)NCK * (k / 16) * 2 * sizeof(int16_t) +
            (size_t)NCK * (k / 2) * sizeof(int16_t) +
-           (size_t)NCK * (k / SB) * 2 * sizeof(float) + 64;
+           (size_t)NCK * (k / SB) * 2 * sizeof(float) + (size_t)NCK * (k / 16) * sizeof(float) +
+           64;
 }
+
+/* The minimum's term of a panel (see "K-quant mode"): y[r][c] += the in-order fma chain of
+ * xm[r][i] * wm[i][c] over i, for the panel's nc columns (wm: ni x NCK). */
+static void kmin_pass_scalar(const float *xm, int ni, int rows, const float *wm, int nc,
+                             float *y, int64_t ldy) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < nc; c++) {
+            float m = 0.0f;
+            for (int i = 0; i < ni; i++) m = fmaf(xm[(int64_t)r * ni + i], wm[(int64_t)i * NCK + c], m);
+            y[(int64_t)r * ldy + c] += m;
+        }
+}
+
+#if X86
+AVX2_T static inline void kmin_add_avx2(__m256 m, int nc, float *y) {
+    if (nc == NCK) {
+        _mm256_storeu_ps(y, _mm256_add_ps(_mm256_loadu_ps(y), m));
+        return;
+    }
+    float t[NCK];
+    _mm256_storeu_ps(t, m);
+    for (int c = 0; c < nc; c++) y[c] += t[c];
+}
+
+/* kmin_pass_scalar across the panel's 8 columns, 8 rows at a time (8 independent chains
+ * keep both fma pipes busy); lane c is column c's chain, so bit-identical. */
+AVX2_T static void kmin_pass_avx2(const float *xm, int ni, int rows, const float *wm, int nc,
+                                  float *y, int64_t ldy) {
+    int r = 0;
+    for (; r + 8 <= rows; r += 8) {
+        __m256 m0 = _mm256_setzero_ps(), m1 = m0, m2 = m0, m3 = m0, m4 = m0, m5 = m0, m6 = m0,
+               m7 = m0;
+        const float *x = xm + (int64_t)r * ni;
+        for (int i = 0; i < ni; i++) {
+            __m256 w = _mm256_loadu_ps(wm + (int64_t)i * NCK);
+            m0 = _mm256_fmadd_ps(_mm256_broadcast_ss(x + i), w, m0);
+            m1 = _mm256_fmadd_ps(_mm256_broadcast_ss(x + ni + i), w, m1);
+            m2 = _mm256_fmadd_ps(_mm256_broadcast_ss(x + 2 * ni + i), w, m2);
+            m3 = _mm256_fmadd_ps(_mm256_broadcast_ss(x + 3 * ni + i), w, m3);
+            m4 = _mm256_fmadd_ps(_mm256_broadcast_ss(x + 4 * ni + i), w, m4);
+            m5 = _mm256_fmadd_ps(_mm256_broadcast_ss(x + 5 * ni + i), w, m5);
+            m6 = _mm256_fmadd_ps(_mm256_broadcast_ss(x + 6 * ni + i), w, m6);
+            m7 = _mm256_fmadd_ps(_mm256_broadcast_ss(x + 7 * ni + i), w, m7);
+        }
+        __m256 m[8] = {m0, m1, m2, m3, m4, m5, m6, m7};
+        for (int q = 0; q < 8; q++) kmin_add_avx2(m[q], nc, y + (int64_t)(r + q) * ldy);
+    }
+    for (; r < rows; r++) {
+        __m256 m0 = _mm256_setzero_ps();
+        const float *x = xm + (int64_t)r * ni;
+        for (int i = 0; i < ni; i++)
+            m0 = _mm256_fmadd_ps(_mm256_broadcast_ss(x + i), _mm256_loadu_ps(wm + (int64_t)i * NCK), m0);
+        kmin_add_avx2(m0, nc, y + (int64_t)r * ldy);
+    }
+}
+#endif
 
 static void gemm_k_task(void *ctx, int t, void *scratch) {
     kjob_t *j = (kjob_t *)ctx;
@@ -1377,10 +1414,17 @@ static void gemm_k_task(void *ctx, int t, void *scratch) {
     float *d = (float *)(mi16 + (size_t)NCK * (k / 16));  /* NCK * ns */
     float *fm = d + (size_t)NCK * ns;                     /* NCK * ns */
     int16_t *sv = (int16_t *)(fm + (size_t)NCK * ns);     /* NCK * k / 2: scales by lane */
+    float *wm = (float *)(sv + (size_t)NCK * (k / 2));    /* k / lm x NCK: the minimums */
     for (int c = 0; c < nc; c++)
         j->decode(j->type, j->w + (int64_t)(c0 + c) * j->rb, k, u + (int64_t)c * k,
                   sc16 + (int64_t)c * (k / 16), mi16 + (int64_t)c * (k / 16),
                   d + (int64_t)c * ns, fm + (int64_t)c * ns);
+    int lm = j->lm, ni = k / lm;
+    for (int i = 0; i < ni; i++)
+        for (int c = 0; c < NCK; c++)
+            wm[(int64_t)i * NCK + c] =
+                c < nc ? -fm[(int64_t)c * ns + i * lm / SB] * (float)mi16[(int64_t)c * (k / 16) + i * lm / 16]
+                       : 0.0f;
     /* the scales as the madd wants them: per sub-block of 32, 8 x sc16[2j], 8 x sc16[2j+1] */
     for (int c = 0; c < nc; c++)
         for (int b = 0; b < k / 32; b++)
@@ -1399,30 +1443,35 @@ static void gemm_k_task(void *ctx, int t, void *scratch) {
             int C = nc - c < CB ? nc - c : CB;
 #if X86
             if (R == 5 && C == CB) {
-                microk_avx2_52(xr, dr, j->bs16 + (int64_t)r0 * (k / 16), u + (int64_t)c * k,
-                               sv + (int64_t)c * (k / 2), mi16 + (int64_t)c * (k / 16),
-                               d + (int64_t)c * ns, fm + (int64_t)c * ns, k, yr + c, j->ldy);
+                microk_avx2_52(xr, dr, u + (int64_t)c * k, sv + (int64_t)c * (k / 2),
+                               d + (int64_t)c * ns, k, yr + c, j->ldy);
                 continue;
             }
             if (R == 5) { /* an odd last column: 4 rows, then 1 */
                 for (int r = 0; r < 5; r += 4)
                     j->micro(r ? 1 : 4, C, xr + (int64_t)r * k, dr + (int64_t)r * ns,
-                             j->bs16 + (int64_t)(r0 + r) * (k / 16), u + (int64_t)c * k,
-                             sv + (int64_t)c * (k / 2), mi16 + (int64_t)c * (k / 16),
-                             d + (int64_t)c * ns, fm + (int64_t)c * ns, k,
-                             yr + (int64_t)r * j->ldy + c, j->ldy);
+                             u + (int64_t)c * k, sv + (int64_t)c * (k / 2), d + (int64_t)c * ns,
+                             k, yr + (int64_t)r * j->ldy + c, j->ldy);
                 continue;
             }
 #endif
-            j->micro(R, C, xr, dr, j->bs16 + (int64_t)r0 * (k / 16), u + (int64_t)c * k,
-                     sv + (int64_t)c * (k / 2), mi16 + (int64_t)c * (k / 16),
-                     d + (int64_t)c * ns, fm + (int64_t)c * ns, k, yr + c, j->ldy);
+            j->micro(R, C, xr, dr, u + (int64_t)c * k, sv + (int64_t)c * (k / 2),
+                     d + (int64_t)c * ns, k, yr + c, j->ldy);
         }
     }
+    float *y0 = j->y + c0;
+#if X86
+    if (j->vmin) {
+        kmin_pass_avx2(j->xm, ni, j->rows, wm, nc, y0, j->ldy);
+        return;
+    }
+#endif
+    kmin_pass_scalar(j->xm, ni, j->rows, wm, nc, y0, j->ldy);
 }
 
 /* y = the K-quant matrix applied to activations from pcd_qgemm_quantize_k. Returns 0; 1
- * threads failed; 2 not a K-quant type or k not a multiple of 256; 3 path unavailable. */
+ * threads or memory failed; 2 not a K-quant type or k not a multiple of 256; 3 path
+ * unavailable. */
 int pcd_qgemm_int8_k(int type, const uint8_t *w, int n, int k, const int8_t *xq,
                      const float *dx, const int16_t *bs16, int rows, float *y, int64_t ldy,
                      int path, int threads) {
@@ -1436,9 +1485,25 @@ int pcd_qgemm_int8_k(int type, const uint8_t *w, int n, int k, const int8_t *xq,
     if (path != PATH_SCALAR) {
         j.decode = decode_k_avx2;
         j.micro = path == PATH_AVX2 ? microk_avx2 : path == PATH_AVXVNNI ? microk_avxvnni : microk_avx512;
+        j.vmin = 1;
     }
 #endif
-    return run_parallel(gemm_k_task, &j, (n + NCK - 1) / NCK, panel_k_bytes(k), threads);
+    /* the minimum's activations: dx times the int sums per sub-block of lm */
+    int lm = type == T_Q6_K ? 16 : 32, ni = k / lm, ns = k / SB;
+    float *xm = (float *)malloc(((size_t)rows * ni + 1) * sizeof(float));
+    if (!xm) return 1;
+    for (int r = 0; r < rows; r++) {
+        const int16_t *bs = bs16 + (int64_t)r * (k / 16);
+        for (int i = 0; i < ni; i++) {
+            int b = lm == 16 ? bs[i] : bs[2 * i] + bs[2 * i + 1];
+            xm[(int64_t)r * ni + i] = dx[(int64_t)r * ns + i * lm / SB] * (float)b;
+        }
+    }
+    j.xm = xm;
+    j.lm = lm;
+    int rc = run_parallel(gemm_k_task, &j, (n + NCK - 1) / NCK, panel_k_bytes(k), threads);
+    free(xm);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- bf16 route */
