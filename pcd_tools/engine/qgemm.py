@@ -29,7 +29,9 @@ Modes:
   sub-block and the float work is two FMAs per superblock of 256. Its scalar twin
   ``scalar-cols`` gives bit-identical results, and a row's output never depends on the
   other rows of the call. Elsewhere the 8-lane K micro kernels (``avx2``, ``avxvnni``,
-  ``scalar``) run, equal within float32 rounding.
+  ``scalar``) run, equal within float32 rounding: their tiles take the integer sums and
+  one FMA per 8 lanes and superblock, and the minimum's term is a separate float pass per
+  panel of 8 columns (one FMA per sub-block, rows and columns across the lanes).
 
 Supported weight types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K (rows whose
 length is a multiple of the type's block: 32, or 256 for the K-quants).
@@ -54,10 +56,12 @@ compiler folded; an asm loop measures 197 G op/s a thread for ``vpmaddubsw + vpm
 vpaddd`` against 102 for ``vfmadd231ps``: int8 can be 1.9x float32 there,
 `benchmarks/prefill.py`.) With the tile's sub-block step in asm (GCC had spilled three
 of the 4 x 2 tile's accumulators; a 5 x 2 tile with the scales as memory operands is now
-the full tile), panels of 8 columns and the AVX2 activation quantizer, the K kernel runs at
-1.16-1.26x of sgemm (102-114 G op/s a thread), and a cold 1.5B prefill at 1.13-1.20x of
-llama.cpp's prompt evaluation on the same ids (BENCHMARKS.md, "int8 on AVX2, part 2");
-`auto` takes int8 there. int8 is
+the full tile), panels of 8 columns and the AVX2 activation quantizer, the K kernel ran at
+1.16-1.26x of sgemm (102-114 G op/s a thread). The minimum's term then left the tiles for
+one fma pass per panel (it had taken a quarter of the AVX2 kernel's time, on the ports the
+integer products need): 1.35-1.5x of sgemm (115-135 G op/s a thread), and a cold 1.5B
+prefill at 1.18-1.29x of llama.cpp's prompt evaluation on the same ids (BENCHMARKS.md,
+"int8 on AVX2, part 3"); `auto` takes int8 there. int8 is
 expected to win by more with
 AVX-512 VNNI / AVX-VNNI (``vpdpbusd``: 64 multiply-adds in one instruction); those
 kernels and the AVX-512 BF16 route are written and compile-checked but could not run
