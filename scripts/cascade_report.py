@@ -5,6 +5,8 @@ the runs folder, `pcd_tools.eval.cascade.cascade_report` splits the items into a
 calibration half and a held-out half (seed 0) and reports; this prints the markdown tables
 and writes each report as `cascade_<set>_<small>_<large>.json` in the runs folder.
 
+The last table is the mean over the sets given, per pair and fit (a set counts once).
+
 Usage: PCD_DATA_DIR=../shared/data python scripts/cascade_report.py RUNS [SETS...]
 """
 
@@ -30,6 +32,7 @@ def main() -> None:
     runs = Path(sys.argv[1])
     sets = sys.argv[2:] or ["sst2", "sms_spam", "mams", "nlupp", "clinc150", "banking77"]
     fits, gates = [], []
+    means: dict[tuple[str, str], list[list[float]]] = {}  # (pair, target) -> rows per set
     for d in sets:
         ds = load_dataset(d)
         for s, lg in PAIRS:
@@ -68,6 +71,24 @@ def main() -> None:
                     f"{pct(h['accuracy'])} | {pct(h['large_tokens'])} | {h['est_time']:.2f}x | "
                     f"{'yes' if f['met'] else '**no**'} |"
                 )
+            # for the mean: the raw gate's fits, and each set's best gate's (raw where best)
+            for name, key in (
+                ("max_escalation=0.3", "max_escalation/raw/probability"),
+                ("max_accuracy_loss=0.01", "max_accuracy_loss/raw/probability"),
+                ("max_escalation=0.3, best gate", "max_escalation/best"),
+                ("max_accuracy_loss=0.01, best gate", "max_accuracy_loss/best"),
+            ):
+                f = rep["fits"].get(key) or rep["fits"][key.split("/")[0] + "/raw/probability"]
+                h = f["held_out"]
+                means.setdefault((f"{s} → {lg}", name), []).append(
+                    [
+                        so["accuracy"],
+                        lo["accuracy"],
+                        h["escalation"],
+                        h["accuracy"],
+                        float(f["met"]),
+                    ]
+                )
             areas = {g: v["area"] for g, v in rep["gates"].items()}
             row = " | ".join(
                 f"{areas.get(f'{src}/{sig}', float('nan')):.4f}"
@@ -90,6 +111,19 @@ def main() -> None:
     print("| set | cascade | " + " | ".join(heads) + " | best |")
     print("|---|---|" + "---|" * len(heads) + "---|")
     print("\n".join(gates))
+    print()
+    # the mean over the sets given, per pair and fit (a set counts once however large)
+    print(
+        "| cascade | fit | sets | small acc | large acc | escalated | accuracy | "
+        "accuracy - large | met |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for (pair, which), rows in means.items():
+        m = [sum(col) / len(rows) for col in zip(*rows)]
+        print(
+            f"| {pair} | {which} | {len(rows)} | {pct(m[0])} | {pct(m[1])} | {pct(m[2])} | "
+            f"{pct(m[3])} | {100 * (m[3] - m[1]):+.1f} | {round(m[4] * len(rows))} of {len(rows)} |"
+        )
 
 
 if __name__ == "__main__":
