@@ -858,10 +858,11 @@ void pcd_qgemm_dequantize(int type, const uint8_t *w, int64_t rb, int k, int r0,
  *     xm[i] = dx[s] * (float)(sum of the activations' ints over sub-block i)   (per row)
  *     wm[i] = -fm[s] * (float)mi16[i * L / 16]                                  (per column)
  *     m = fma(xm[i], wm[i], m) for i = 0, 1, ..., K / L - 1 in order;  y += m
- * (min_pass). In the tiles it took a madd, a conversion, a multiply and an fma per 8 lanes
- * and superblock, on the ports the integer products need: 25% of the AVX2 kernel's time
- * (Q4_K, 1.5B shapes, Zen 3); as one fma per column and sub-block, vectorised across 8
- * columns, it costs about 5%. Every path computes exactly these integers and float
+ * (kmin_pass_*). In the tiles it took a madd, a conversion, a multiply and an fma per 8
+ * lanes and superblock, on the ports the integer products need: 25% of the AVX2 kernel's
+ * time (Q4_K, 1.5B shapes, Zen 3: 102-104 G op/s a thread with it, 136-147 without); as
+ * one fma per column and sub-block, across 8 columns, it costs under a tenth (115-134 G
+ * op/s). Every path computes exactly these integers and float
  * operations in this order, so every path (AVX-512 included) gives bit-identical results.
  * AVX2 spends 3 integer instructions per 32 multiply-adds (maddubs, madd with the scales,
  * add); AVX-VNNI / AVX-512 VNNI fold the add into vpdpwssd. */
