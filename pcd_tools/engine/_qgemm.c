@@ -1134,9 +1134,8 @@ MICROK256_42(microk_avxvnni, VNNI256_T, ACC_VNNI)
     "vpmaddwd %%ymm3, %%ymm6, %%ymm6\n\t"                                                 \
     "vpaddd %%ymm5, %" A0 ", %" A0 "\n\t"                                                 \
     "vpaddd %%ymm6, %" A1 ", %" A1 "\n\t"
-/* KSTEP's float steps for the AVX2 tiles (superblock s, columns 0 and 1 of the tile),
- * with the scalar products taken as vector ones (the same roundings; -(a * b) == a * -b)
- * and each column's minimums loaded once per superblock. */
+/* KSTEP's float step for the AVX2 tiles (superblock s, columns 0 and 1 of the tile), with
+ * the scalar product dx * d taken as a vector one (the same rounding). */
 #define KSETUP_AVX2                                                                        \
     __m256 D0 = _mm256_set1_ps(d[s]), D1 = _mm256_set1_ps(d[ns + s]);
 #define KROW_AVX2(r, A0, A1)                                                               \
@@ -1339,7 +1338,6 @@ typedef struct {
     int vec; /* column panels: 1 for the AVX-512 VNNI kernel, 0 for its scalar twin */
     const float *xm; /* row panels: the minimum's activations, rows x k / lm */
     int lm;          /* row panels: the minimums' sub-block length, 32 or 16 */
-    int vmin;        /* row panels: 1 for the AVX2 minimum pass, 0 for the scalar one */
 } kjob_t;
 
 static size_t panel_k_bytes(int k) {
@@ -1462,7 +1460,7 @@ static void gemm_k_task(void *ctx, int t, void *scratch) {
     }
     float *y0 = j->y + c0;
 #if X86
-    if (j->vmin) {
+    if (j->micro != microk_scalar) { /* every SIMD path has AVX2 */
         kmin_pass_avx2(j->xm, ni, j->rows, wm, nc, y0, j->ldy);
         return;
     }
@@ -1486,7 +1484,6 @@ int pcd_qgemm_int8_k(int type, const uint8_t *w, int n, int k, const int8_t *xq,
     if (path != PATH_SCALAR) {
         j.decode = decode_k_avx2;
         j.micro = path == PATH_AVX2 ? microk_avx2 : path == PATH_AVXVNNI ? microk_avxvnni : microk_avx512;
-        j.vmin = 1;
     }
 #endif
     /* the minimum's activations: dx times the int sums per sub-block of lm */
