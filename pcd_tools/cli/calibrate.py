@@ -248,9 +248,11 @@ def _new_scores(args: argparse.Namespace, ds: Any, compiled: Any, console: Any) 
 
 def _fit_cascade(args: argparse.Namespace, compiled: Any, cal: Any, console: Any) -> Any:
     """`--cascade LARGE`: runs the large model on the calibration sample and fits the
-    per-field thresholds on the small model's calibrated confidences."""
+    per-field thresholds on the small model's calibrated confidences, cross-fitted: each
+    item scored by `cal` refitted without its fold (`cross_fit`), since `cal` itself was
+    fitted on these items and is surer on them than on new ones."""
     from ..decide.decider import Decider
-    from ..eval.cascade import ModelRun, fit_cascade
+    from ..eval.cascade import ModelRun, cross_fit, fit_cascade
     from ..eval.runner import run_pcd
 
     split, small = args.cascade_small
@@ -265,12 +267,13 @@ def _fit_cascade(args: argparse.Namespace, compiled: Any, cal: Any, console: Any
         progress=True,
         label=f"cascade: {large.model_id}",
     )
+    small_run = ModelRun.from_decisions(compiled, small, labels, split.ids)
     return fit_cascade(
         compiled,
-        ModelRun.from_decisions(compiled, small, labels, split.ids),
+        small_run,
         ModelRun.from_decisions(compiled, big, labels, split.ids),
         signal=args.cascade_signal,
-        calibration=cal,
+        calibration=cross_fit(compiled, small_run, cal, folds=max(2, min(5, len(split.ids)))),
         confidence_level=args.cascade_confidence,
         **cascade_target(args.cascade_target),  # type: ignore[arg-type]
     )

@@ -51,7 +51,7 @@ from ..answers.softmax import softmax
 from .fitting import CV_FOLDS, fit_biased, fit_temperature, folds
 from .metrics import ECE_BINS, _null_eces, ece, nll
 
-__all__ = ["CANDIDATES", "LABEL_FREE_METHODS", "NULL_QUANTILE", "choose"]
+__all__ = ["CANDIDATES", "LABEL_FREE_METHODS", "NULL_QUANTILE", "choose", "fit_candidate"]
 
 # In order of simplicity: the one-standard-error rule prefers the earlier one.
 CANDIDATES = (
@@ -68,10 +68,19 @@ LABEL_FREE_METHODS = ("contextual", "pmi")
 NULL_QUANTILE = 0.9
 
 
-def _fit(
-    name: str, z: np.ndarray, g: np.ndarray, offset: Any, objective: str, sd: float
+def fit_candidate(
+    name: str, z: np.ndarray, g: np.ndarray, offset: Any, objective: str, sd: float | None
 ) -> tuple[float, np.ndarray | None]:
-    """A candidate's `(T, b)` fitted on `(z, g)`; `softmax(z / T + b)` applies it."""
+    """A candidate's `(T, b)` fitted on `(z, g)`; `softmax(z / T + b)` applies it.
+
+    Args:
+        name: One of `CANDIDATES`.
+        z: `(n, K)` raw candidate log scores.
+        g: `(n,)` index of the correct candidate.
+        offset: The `(K,)` content-free offset of a label-free candidate (else unused).
+        objective: The temperature's loss.
+        sd: `temperature_bias`'s prior width (None: chosen by cross-validation).
+    """
     if name == "identity":
         return 1.0, None
     if name == "temperature":
@@ -111,13 +120,13 @@ def _out_of_fold(
     name: str, z: np.ndarray, g: np.ndarray, offset: Any, objective: str, sd: float
 ) -> np.ndarray:
     if name in ("identity", *LABEL_FREE_METHODS):  # nothing is fitted
-        t, b = _fit(name, z, g, offset, objective, sd)
+        t, b = fit_candidate(name, z, g, offset, objective, sd)
         return softmax(z, t, b)
     out = np.empty_like(z)
     everything = np.arange(len(g))
     for test in folds(len(g)):
         train = np.setdiff1d(everything, test)
-        t, b = _fit(name, z[train], g[train], offset, objective, sd)
+        t, b = fit_candidate(name, z[train], g[train], offset, objective, sd)
         out[test] = softmax(z[test], t, b)
     return out
 
@@ -223,5 +232,5 @@ def choose(
     if kind in offs:
         how["label_free"] = kind
         how["offset"] = [round(float(x), 6) for x in np.asarray(offs[kind], dtype=np.float64)]
-    t, b = _fit(choice, z, g, offs.get(kind), objective, sd)
+    t, b = fit_candidate(choice, z, g, offs.get(kind), objective, sd)
     return t, b, how

@@ -21,7 +21,10 @@ which was measured).
   items split into a calibration half and a held-out half, every gate signal (max
   probability, margin, entropy) from every source (raw, the small model's fitted `auto`
   calibration, the label-free contextual correction) swept on the held-out half, and the
-  fits for both targets checked on it.
+  fits for both targets checked on it;
+- `cross_fit`: the small model's calibration refitted without each item's fold, so that
+  thresholds fitted on calibrated confidences do not see the calibration's in-sample
+  confidences (`fit_cascade(calibration="fit")`, `pcd calibrate --cascade`).
 
 Accuracy of a multi-field schema is the mean over fields. The escalation rate is the
 fraction of items with at least one escalated field (each costs the large model a prefill
@@ -42,10 +45,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..schema import Schema, compile_schema
+from ..schema import compile_schema
+from .cascade_crossfit import cross_fit, fitted_calibration
 from .cascade_data import (
     SIGNALS,
     CascadeEvalError,
+    CrossFitted,
     ModelRun,
     Pair,
     common_ids,
@@ -58,16 +63,17 @@ from .cascade_data import (
     uniform,
 )
 from .cascade_fit import CascadeFit, fit_cascade, fit_pair
-from .datasets import label_index
 
 __all__ = [
     "SIGNALS",
     "SOURCES",
     "CascadeEvalError",
     "CascadeFit",
+    "CrossFitted",
     "ModelRun",
     "cascade_report",
     "confidence",
+    "cross_fit",
     "evaluate_policy",
     "fit_cascade",
     "fitted_calibration",
@@ -96,23 +102,6 @@ def split_ids(ids: Sequence[str], cal_fraction: float, seed: int) -> tuple[list[
     return [ids[i] for i in sorted(perm[:k])], [ids[i] for i in sorted(perm[k:])]
 
 
-def fitted_calibration(schema: Schema, run: ModelRun) -> Any:
-    """The small model's `auto` calibration fitted on `run`'s items (no content-free
-    offsets offline, so no label-free candidate): the `fitted` gate's source, and what a
-    real run of a fit on it loads (`Decider.with_calibration`)."""
-    from .calibration import calibration_from_scores
-
-    arrays = {}
-    for n in gated_fields(schema):
-        spec = schema.field(n)
-        rows = [(z[n], g[n]) for z, g in zip(run.log_scores, run.gold) if g.get(n) is not None]
-        arrays[n] = (
-            np.array([z for z, _ in rows], np.float64),
-            np.array([label_index(spec, g) for _, g in rows], np.int64),
-        )
-    return calibration_from_scores(schema, arrays, model_id=run.model_id, method="auto")
-
-
 def cascade_report(
     schema: Any,
     small: ModelRun,
@@ -125,6 +114,7 @@ def cascade_report(
     top_k: int | None = None,
     max_escalation: float = 0.3,
     max_accuracy_loss: float = 0.01,
+    folds: int = 5,
     dataset: str = "",
 ) -> dict[str, Any]:
     """Sweeps, compares gates and fits thresholds; everything from saved results.
@@ -135,7 +125,9 @@ def cascade_report(
     fitted on the calibration part; `contextual`, when a contextual run is given). The
     best gate is the one with the largest area under accuracy against the large model's
     token fraction. Then per-field thresholds are fitted on the calibration part for both
-    targets with that gate and measured on the held-out part.
+    targets with that gate and measured on the held-out part; for the `fitted` source they
+    are fitted on cross-fitted confidences (`folds` folds: each calibration item scored by
+    a calibration fitted without it), so calibration and thresholds never share an item.
 
     Returns:
         A JSON-serialisable report.
@@ -144,18 +136,21 @@ def cascade_report(
     n_items = pair_runs(compiled, small, large).n  # checks the schema and the common ids
     common = common_ids(small, large, *([contextual] if contextual is not None else []))
     cal_ids, test_ids = split_ids(common, cal_fraction, seed)
-    fitted = fitted_calibration(compiled, small.subset(cal_ids))
-    sources: dict[str, dict[str, Any]] = {
-        "raw": {},
-        "fitted": {"small_calibration": fitted},
+    small_cal = small.subset(cal_ids)
+    fitted = fitted_calibration(compiled, small_cal)
+    # the thresholds on the calibration part see out-of-fold calibrated confidences
+    crossed = cross_fit(compiled, small_cal, fitted, folds=folds)
+    sources: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+        "raw": ({}, {}),
+        "fitted": ({"small_calibration": crossed}, {"small_calibration": fitted}),
     }
     if contextual is not None:
-        sources["contextual"] = {"gate": contextual}
+        sources["contextual"] = ({"gate": contextual}, {"gate": contextual})
     gates: dict[str, dict[str, Any]] = {}
     pairs: dict[str, tuple[Pair, Pair]] = {}
-    for src, kw in sources.items():
+    for src, (cal_kw, kw) in sources.items():
         cal_pair = pair_runs(
-            compiled, small.subset(cal_ids), large.subset(cal_ids), top_k=top_k, **kw
+            compiled, small.subset(cal_ids), large.subset(cal_ids), top_k=top_k, **cal_kw
         )
         test_pair = pair_runs(
             compiled, small.subset(test_ids), large.subset(test_ids), top_k=top_k, **kw
@@ -235,6 +230,7 @@ def cascade_report(
         "fitted_calibration": {
             n: fitted.metrics.get(n, {}).get("method") for n in gated_fields(compiled)
         },
+        "fitted_thresholds_on": f"{crossed.folds}-fold cross-fitted confidences",
         "gates": gates,
         "best_gate": best,
         "fits": fits,

@@ -19,6 +19,7 @@ from .metrics import ece, macro_f1
 __all__ = [
     "SIGNALS",
     "CascadeEvalError",
+    "CrossFitted",
     "ModelRun",
     "common_ids",
     "confidence",
@@ -172,10 +173,45 @@ def gated_fields(schema: Schema) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class CrossFitted:
+    """Out-of-fold calibration (`cascade_fit.cross_fit`): each item's probabilities come
+    from a calibration fitted on the other folds, never on the item itself.
+
+    Args:
+        by_id: Item id -> the calibration fitted without that item's fold.
+        folds: The number of folds.
+    """
+
+    by_id: Mapping[str, Any]
+    folds: int
+
+    def for_item(self, item_id: str) -> Any:
+        """The calibration fitted without `item_id`.
+
+        Raises:
+            CascadeEvalError: for an item that was not among the cross-fitted items.
+        """
+        try:
+            return self.by_id[item_id]
+        except KeyError:
+            raise CascadeEvalError(
+                f"item {item_id!r} was not among the {len(self.by_id)} cross-fitted items; "
+                "cross-fit the calibration on the items the cascade is fitted on."
+            ) from None
+
+
 def _probs(
     run: ModelRun, name: str, calibration: Any = None, temperature: float = 1.0
 ) -> np.ndarray:
     z = np.array([row[name] for row in run.log_scores], dtype=np.float64)
+    if isinstance(calibration, CrossFitted):
+        return np.stack(
+            [
+                calibration.for_item(i).probabilities(name, r, temperature)
+                for i, r in zip(run.ids, z)
+            ]
+        )
     if calibration is not None:
         return np.stack([calibration.probabilities(name, r, temperature) for r in z])
     return softmax(z, temperature)
@@ -202,7 +238,8 @@ def pair_runs(
     top_k: int | None = None,
 ) -> Pair:
     """Both runs on their common items, as arrays (the small model's answers under
-    `small_calibration`, or from `gate`'s log scores, e.g. a contextual run).
+    `small_calibration`, a `Calibration` or a `CrossFitted` one, or from `gate`'s log
+    scores, e.g. a contextual run).
 
     Raises:
         CascadeEvalError: for runs of another schema or without common items.

@@ -11,10 +11,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from ..schema import compile_schema
+from .cascade_crossfit import cross_fit, fitted_calibration
 from .cascade_data import (
     SIGNALS,
+    CrossFitted,
     ModelRun,
     Pair,
+    common_ids,
     confidence,
     evaluate_policy,
     pair_runs,
@@ -42,6 +46,11 @@ class CascadeFit:
         reached: Whether the target was met on the calibration split.
         large_model: The large model's id.
         n: Calibration items.
+        folds: When the gate's calibration was cross-fitted on the same items, its
+            folds (the thresholds were fitted on out-of-fold confidences); else None.
+        small_calibration: The small model's calibration fitted on every item, when
+            `fit_cascade(calibration="fit")` fitted one (not stored by `to_dict`; `attach`
+            stores the fit in it).
     """
 
     thresholds: dict[str, tuple[str, float]]
@@ -53,6 +62,8 @@ class CascadeFit:
     reached: bool = True
     large_model: str = ""
     n: int = 0
+    folds: int | None = None
+    small_calibration: Any = field(default=None, repr=False, compare=False)
 
     @property
     def per_field(self) -> dict[str, tuple[str, float]]:
@@ -68,6 +79,7 @@ class CascadeFit:
             "thresholds": {f: [s, round(t, 6)] for f, (s, t) in self.thresholds.items()},
             "large_model": self.large_model,
             "n": self.n,
+            "cross_fitted_folds": self.folds,
             "reached": self.reached,
             "calibration": self.calibration,
         }
@@ -86,11 +98,27 @@ class CascadeFit:
             reached=bool(d.get("reached", True)),
             large_model=str(d.get("large_model", "")),
             n=int(d.get("n", 0)),
+            folds=None if d.get("cross_fitted_folds") is None else int(d["cross_fitted_folds"]),
         )
 
-    def attach(self, calibration: Any) -> Any:
+    def attach(self, calibration: Any = None) -> Any:
         """Stores the fit in `calibration` (its `cascade` entry) and returns it; save it
-        with `calibration.save(path)`."""
+        with `calibration.save(path)`.
+
+        Args:
+            calibration: The small model's calibration; None for `small_calibration`,
+                the one `fit_cascade(calibration="fit")` fitted.
+
+        Raises:
+            InvalidArgumentError: for None when the fit fitted no calibration.
+        """
+        if calibration is None:
+            calibration = self.small_calibration
+        if calibration is None:
+            raise InvalidArgumentError(
+                "attach() needs the small model's calibration to store the fit in: pass "
+                "one, or fit with fit_cascade(..., calibration='fit'), which fits it."
+            )
         calibration.cascade = self.to_dict()
         return calibration
 
@@ -294,6 +322,7 @@ def fit_cascade(
     signal: str = "probability",
     calibration: Any = None,
     confidence_level: float | None = None,
+    folds: int = 5,
 ) -> CascadeFit:
     """Per-field thresholds for a small→large cascade, fitted on labelled items.
 
@@ -314,9 +343,18 @@ def fit_cascade(
         max_accuracy_loss: The least escalation with accuracy within this much (a
             fraction: 0.01 is one point) of the large model alone.
         signal: `"probability"`, `"margin"` or `"entropy"`.
-        calibration: The small model's `Calibration` if its decider will apply one (the
-            thresholds are then on calibrated confidences, as `Cascade` sees them); a
-            `Decider` stage brings its own.
+        calibration: The small model's calibration, when its decider will apply one (the
+            thresholds are then on calibrated confidences, as `Cascade` sees them):
+            - `"fit"`: fit its `auto` calibration on these items too, and fit the
+              thresholds on cross-fitted confidences (`folds` folds, each item scored by a
+              calibration fitted without it); `fit.small_calibration` is the calibration
+              fitted on every item, and `fit.attach()` stores the thresholds in it;
+            - a `Calibration` fitted on other items (one fitted on these same items is
+              surer here than on new items, so the thresholds escalate too little: use
+              `"fit"`, or a `CrossFitted` one);
+            - a `CrossFitted` one (`cross_fit`), for a calibration fitted with other
+              options;
+            - None: raw confidences, or the `Decider` stage's own calibration.
         confidence_level: For `max_accuracy_loss`: None (default) takes the least
             escalation whose accuracy on these items is within the target (the point
             estimate); a level such as 0.9 takes the least escalation whose one-sided
@@ -324,21 +362,34 @@ def fit_cascade(
             large-only is within it. On the shared sets the bound escalated far more
             (sst2 0.5B → 1.5B: 68.5% against 50.5%) and met the target on held-out items
             no more often (5 of 9 pairs each; EVAL.md, "Cascades").
+        folds: The folds of `calibration="fit"`, from 2 to the number of items.
 
     Returns:
         The `CascadeFit`; `fit.per_field` goes to `Cascade(per_field=...)`, and
         `fit.attach(calibration).save(path)` stores it for `Cascade(threshold="fitted")`.
 
     Raises:
-        InvalidArgumentError: for no target or both, a target outside [0, 1] or an
-            unknown signal.
+        InvalidArgumentError: for no target or both, a target outside [0, 1], an
+            unknown signal, or a `calibration` or `folds` not accepted.
         CascadeEvalError: for runs that cannot be paired.
     """
+    _check_target(max_escalation, max_accuracy_loss)  # before any model runs
+    if isinstance(calibration, str) and calibration != "fit":
+        raise InvalidArgumentError(
+            f"calibration must be 'fit', a Calibration, a CrossFitted one or None; got "
+            f"{calibration!r}."
+        )
     if calibration is None and hasattr(small, "decide_many"):
         calibration = getattr(small, "calibration", None)
     s, lg = (_as_run(schema, x, labelled, what) for x, what in ((small, "small"), (large, "large")))
+    full = None
+    if isinstance(calibration, str):
+        compiled = compile_schema(schema)
+        s = s.subset(common_ids(s, lg))
+        full = fitted_calibration(compiled, s)
+        calibration = cross_fit(compiled, s, full, folds=folds)
     pair = pair_runs(schema, s, lg, small_calibration=calibration)
-    return fit_pair(
+    fit = fit_pair(
         pair,
         max_escalation=max_escalation,
         max_accuracy_loss=max_accuracy_loss,
@@ -351,3 +402,7 @@ def fit_cascade(
         large_model=lg.model_id,
         confidence_level=confidence_level,
     )
+    if isinstance(calibration, CrossFitted):
+        fit.folds = calibration.folds
+    fit.small_calibration = full
+    return fit

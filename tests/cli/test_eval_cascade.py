@@ -200,6 +200,8 @@ def test_calibrate_cascade_stores_thresholds_that_cascade_reads(data, tmp_path, 
     cal = Calibration.load(out)
     assert cal.cascade["target"] == {"max_escalation": 0.25}
     assert cal.cascade["source"] == "fitted" and cal.cascade["n"] == 20
+    # the thresholds saw the calibration refitted without each item's fold
+    assert cal.cascade["cross_fitted_folds"] == 5
     assert cal.cascade["calibration"]["escalation"] <= 0.25
     assert set(cal.cascade["thresholds"]) == {"mood", "urgent"}
     small = models["small"].with_calibration(cal)
