@@ -46,7 +46,6 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..schema import compile_schema
-from .cascade_crossfit import cross_fit, fitted_calibration
 from .cascade_data import (
     SIGNALS,
     CascadeEvalError,
@@ -63,6 +62,7 @@ from .cascade_data import (
     uniform,
 )
 from .cascade_fit import CascadeFit, fit_cascade, fit_pair
+from .crossfit import cross_fit, fitted_calibration
 
 __all__ = [
     "SIGNALS",

@@ -12,7 +12,6 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..schema import compile_schema
-from .cascade_crossfit import cross_fit, fitted_calibration
 from .cascade_data import (
     SIGNALS,
     CrossFitted,
@@ -25,6 +24,7 @@ from .cascade_data import (
     to_threshold,
     uniform,
 )
+from .crossfit import cross_fit, fitted_calibration
 
 __all__ = ["TARGETS", "CascadeFit", "fit_cascade", "fit_pair"]
 

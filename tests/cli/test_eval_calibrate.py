@@ -84,6 +84,8 @@ def test_cli_calibrate_then_eval(tiny, tmp_path, monkeypatch, capsys):
             str(tmp_path / "scores.json"),
             "--method",
             "temperature_bias",
+            "--target-risk",
+            "0.3",
             "--out",
             str(cal2),
             "--json",
@@ -93,6 +95,25 @@ def test_cli_calibrate_then_eval(tiny, tmp_path, monkeypatch, capsys):
     out2 = json.loads(capsys.readouterr().out)
     assert out2["method"] == "temperature_bias" and set(out2["biases"]) == {"mood", "urgent"}
     assert out2["fitted_on"]["ids"] == out["fitted_on"]["ids"]
+    # each threshold was chosen on cross-fitted confidences of the saved scores
+    import numpy as np
+
+    from pcd_tools.answers.calibration import Calibration
+    from pcd_tools.eval.crossfit import out_of_fold
+    from pcd_tools.eval.thresholds import choose_threshold
+
+    cal = Calibration.load(cal2)
+    saved = json.loads((tmp_path / "scores.json").read_text())["fields"]
+    differs = []
+    for name in ("mood", "urgent"):
+        z, g = np.array(saved[name]["log_scores"]), np.array(saved[name]["gold"])
+        p = out_of_fold(cal, name, z, g, folds=5)
+        want = choose_threshold(p.max(axis=1), p.argmax(axis=1) == g, target_risk=0.3)
+        assert out2["thresholds"][name] == pytest.approx(want.to_dict(), abs=1e-4)
+        inside = cal.probabilities(name, z)
+        got = choose_threshold(inside.max(axis=1), inside.argmax(axis=1) == g, target_risk=0.3)
+        differs.append(got.to_dict() != want.to_dict())
+    assert any(differs)  # in-sample confidences would have chosen otherwise
     # ...and recompute the saved report under it
     rc = main(
         [

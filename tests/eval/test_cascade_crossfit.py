@@ -22,8 +22,8 @@ from pcd_tools.eval.cascade import (
     fitted_calibration,
     pair_runs,
 )
-from pcd_tools.eval.cascade_crossfit import run_arrays
 from pcd_tools.eval.cascade_fit import fit_pair
+from pcd_tools.eval.crossfit import out_of_fold, run_arrays
 from pcd_tools.schema import compile_schema
 
 LABELS = tuple(f"l{k}" for k in range(12))
@@ -178,3 +178,18 @@ def test_the_report_fits_the_fitted_gate_on_cross_fitted_confidences():
     )
     inside = fit_pair(pair_runs(SCHEMA, cal, large_cal, small_calibration=full), max_escalation=0.3)
     assert inside.thresholds["intent"][1] != pytest.approx(by_hand.thresholds["intent"][1])
+
+
+def test_one_fields_out_of_fold_probabilities_match_the_cross_fit():
+    """`out_of_fold` (the selective thresholds of `pcd calibrate --target-risk`) gives each
+    item what `cross_fit` gives it, and no item the in-sample calibration's answer."""
+    small, large = _runs(60, seed=7)
+    full = fitted_calibration(SCHEMA, small)
+    z, g = run_arrays(SCHEMA, small)["intent"]
+    oof = out_of_fold(full, "intent", z, g, folds=3, seed=1)
+    crossed = pair_runs(
+        SCHEMA, small, large, small_calibration=cross_fit(SCHEMA, small, full, folds=3, seed=1)
+    )
+    np.testing.assert_allclose(oof, crossed.small["intent"], rtol=0, atol=1e-12)
+    inside = np.stack([full.probabilities("intent", r) for r in z])
+    assert not np.isclose(oof, inside, atol=1e-6).all(axis=1).any()
