@@ -9,7 +9,10 @@ set size at 0.8, 0.9 and 0.95. A second table compares the score the library use
 `1 - p(true)`) with APS (Romano et al. 2020, non-randomised: the probability mass ranked
 at or above the true answer), both on the same calibrated probabilities.
 
-    PCD_DATA_DIR=../shared/data python scripts/conformal_report.py /tmp/conformal_runs [sst2 ...]
+    PCD_DATA_DIR=../shared/data python scripts/conformal_report.py /tmp/conformal_runs \
+        [--folds K] [sst2 ...]
+
+`--folds K` fits the conformal scores cross-fitted (`pcd calibrate --conformal-folds K`).
 
 The last table is what chance alone gives an exact method at n = 300 / 300.
 """
@@ -111,7 +114,12 @@ def chance(n_cal: int = 300, n_eval: int = 300, draws: int = 20000) -> list[str]
 
 def main() -> int:
     runs = Path(sys.argv[1])
-    sets = sys.argv[2:] or SETS
+    rest = sys.argv[2:]
+    folds: list[str] = []
+    if rest[:1] == ["--folds"]:
+        folds, rest = ["--conformal-folds", rest[1]], rest[2:]
+    sets = rest or SETS
+    within: dict[str, list[int]] = {}
     rows, compare = [], []
     for d in sets:
         if not (runs / f"eval_{d}.json").exists():
@@ -119,7 +127,7 @@ def main() -> int:
             continue
         cal = runs / f"calc_{d}.json"
         pcd("calibrate", "--dataset", d, "--from-scores", str(runs / f"scores_{d}.json"),
-            "--out", str(cal))  # fmt: skip
+            "--out", str(cal), *folds)  # fmt: skip
         rep = pcd("eval", "--dataset", d, "--from-report", str(runs / f"eval_{d}.json"),
                   "--calibration", str(cal))  # fmt: skip
         compare += _compare(runs, d, cal)
@@ -131,6 +139,8 @@ def main() -> int:
             for t in TARGETS:
                 r = per[t]
                 miss = abs(r["coverage"] - float(t)) > 0.03
+                within.setdefault(d, [0, 0])[0] += not miss
+                within[d][1] += 1
                 cov = f"{r['coverage']:.3f}" + (" **miss**" if miss else "")
                 cells += [cov, f"{r['mean_size']:.2f}", f"{r['lac_coverage']:.3f}"]
             rows.append([d, field, str(k), str(per[TARGETS[0]]["n"]),
@@ -150,6 +160,11 @@ def main() -> int:
     print("|" + "---|" * len(head))
     for r in compare:
         print("| " + " | ".join(r) + " |")
+    print()
+    print("| set | cells within 3 points |")
+    print("|---|---|")
+    for d, (ok, n) in within.items():
+        print(f"| {d} | {ok} of {n} |")
     print()
     print("| target | mean coverage | sd | P(off by > 3 points) |")
     print("|---|---|---|---|")

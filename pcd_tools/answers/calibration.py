@@ -97,7 +97,8 @@ class Calibration:
         conformal: Per scored single-choice field, the split-conformal data that
             `FieldResult.prediction_set` reads (`pcd_tools.answers.conformal`):
             `{"score": "lac", "n": n, "scores": [...]}`, the calibration items'
-            nonconformity scores `1 - p(true label)` under this calibration, ascending.
+            nonconformity scores `1 - p(true label)` under this calibration, ascending
+            (with `"fitted"` saying how, when they were cross-fitted).
             Files written before it was added have none (prediction sets then need a refit).
         cascade: Optional per-field cascade thresholds fitted to a target
             (`pcd calibrate --cascade`, `pcd_tools.eval.cascade.CascadeFit.to_dict`):

@@ -74,6 +74,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "correctness after the biases",
     )
     parser.add_argument(
+        "--conformal-folds",
+        type=int,
+        default=None,
+        metavar="K",
+        help="prediction sets' conformal scores under the calibration refitted without "
+        "each item's fold (K folds) instead of the one fitted on every item",
+    )
+    parser.add_argument(
         "--method",
         choices=METHODS,
         default="auto",
@@ -291,6 +299,8 @@ def check_args(args: argparse.Namespace) -> None:
     """
     check_at_least(args, 1, "n", "batch_size")
     check_at_least(args, 0, "eval_n", "shots")
+    if args.conformal_folds is not None and args.conformal_folds < 2:
+        raise UsageError(f"--conformal-folds must be at least 2; got {args.conformal_folds}.")
     risk, cov = args.target_risk, args.target_coverage
     if risk is not None and cov is not None:
         raise UsageError(
@@ -373,6 +383,7 @@ def run(args: argparse.Namespace) -> int:
         objective=args.objective,
         method=args.method,
         offsets=offsets if args.method == "auto" else None,
+        conformal_folds=args.conformal_folds,
     )
     if args.target_risk is not None or args.target_coverage is not None:
         from ..eval.crossfit import out_of_fold

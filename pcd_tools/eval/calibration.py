@@ -215,6 +215,7 @@ def calibration_from_scores(
     method: str = "auto",
     label_free: str = "none",
     offsets: Mapping[str, Mapping[str, Any]] | None = None,
+    conformal_folds: int | None = None,
 ) -> Calibration:
     """Fits per-field calibration from raw log scores, without running the model.
 
@@ -233,6 +234,10 @@ def calibration_from_scores(
         offsets: For `auto`: label-free method (`"contextual"`, `"pmi"`) -> field name ->
             that field's content-free offset `(K,)` (`content_free_offsets`). A field
             without one is offered no label-free candidate.
+        conformal_folds: None: the conformal scores are the items' `1 - p(true)` under the
+            calibration fitted on them (in-sample); k: under the same calibration refitted
+            without each item's fold (`crossfit.out_of_fold`, k folds), as a new item
+            sees it. Fields with fewer than 2k labelled items keep in-sample scores.
 
     Returns:
         The calibration, with `conformal` scores for every single-choice field fitted
@@ -245,6 +250,9 @@ def calibration_from_scores(
     compiled = compile_schema(schema)
     if method not in METHODS:
         raise CalibrationError(f"unknown method {method!r}; accepted: {list(METHODS)}.")
+    k = conformal_folds
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 2):
+        raise CalibrationError(f"conformal_folds must be an int >= 2 or None; got {k!r}.")
     objective = resolve_objective(method, objective)
     temps: dict[str, float] = {}
     biases: dict[str, list[float]] = {}
@@ -289,7 +297,7 @@ def calibration_from_scores(
     info = dict(fitted_on or {})
     if offsets:
         info.setdefault("label_free_candidates", sorted(offsets))
-    return Calibration(
+    cal = Calibration(
         model_id=model_id,
         schema_name=compiled.name,
         schema_fingerprint=compiled.fingerprint(),
@@ -304,6 +312,26 @@ def calibration_from_scores(
         label_free=label_free,
         conformal=conformal,
     )
+    if conformal_folds is not None:
+        _cross_fit_conformal(cal, arrays, conformal_folds)
+    return cal
+
+
+def _cross_fit_conformal(
+    cal: Calibration, arrays: Mapping[str, tuple[Any, Any]], folds: int
+) -> None:
+    """Replaces `cal`'s in-sample conformal scores by cross-fitted ones (see
+    `calibration_from_scores`), recording how each was made."""
+    from .crossfit import out_of_fold
+
+    for name in list(cal.conformal):
+        z = np.asarray(arrays[name][0], dtype=np.float64)
+        g = np.asarray(arrays[name][1], dtype=np.int64)
+        if len(g) < 2 * folds:
+            cal.conformal[name]["fitted"] = "in-sample (too few items to cross-fit)"
+            continue
+        probs = out_of_fold(cal, name, z, g, folds=folds)
+        cal.conformal[name] = {**conformal_entry(probs, g), "fitted": f"{folds}-fold cross-fitted"}
 
 
 def calibrate(

@@ -57,6 +57,7 @@ CASES = [
         ["--target-risk", "--target-coverage", "one of"],
     ),
     (["calibrate", *DATA, "--from-scores", "{missing}"], ["--from-scores", "missing.json"]),
+    (["calibrate", *DATA, "--conformal-folds", "1"], ["--conformal-folds", "at least 2", "1"]),
     (["serve", "--port", "70000"], ["--port", "0 to 65535", "70000"]),
     (["serve", "--max-batch", "0"], ["--max-batch", ">= 1"]),
     (["serve", "--max-batch-tokens", "0"], ["--max-batch-tokens", ">= 1"]),

@@ -166,6 +166,34 @@ def test_fit_stores_sorted_scores_under_the_stored_calibration(tmp_path):
 
 
 @pytest.mark.unit
+def test_cross_fitted_scores_are_each_items_score_under_its_folds_refit(tmp_path):
+    from pcd_tools.eval.crossfit import out_of_fold
+
+    schema, arrays = _fitted()
+    inside = calibration_from_scores(schema, arrays, model_id="m", method="temperature_bias")
+    cal = calibration_from_scores(
+        schema, arrays, model_id="m", method="temperature_bias", conformal_folds=4
+    )
+    assert cal.temperatures == inside.temperatures  # only the scores change
+    for name, (z, g) in arrays.items():
+        entry = cal.conformal[name]
+        p = out_of_fold(cal, name, np.asarray(z), np.asarray(g), folds=4)
+        want = np.sort(1.0 - p[np.arange(len(g)), g])
+        np.testing.assert_allclose(entry["scores"], want, atol=1e-8)
+        assert entry["fitted"] == "4-fold cross-fitted" and entry["n"] == len(g)
+        assert entry["scores"] != pytest.approx(inside.conformal[name]["scores"])
+    back = Calibration.load(cal.save(tmp_path / "cal.json"))
+    assert back.conformal == cal.conformal
+    few = {n: (np.asarray(z)[:5], np.asarray(g)[:5]) for n, (z, g) in arrays.items()}
+    small = calibration_from_scores(
+        schema, few, model_id="m", method="temperature", conformal_folds=4
+    )
+    assert all(e["fitted"].startswith("in-sample") for e in small.conformal.values())
+    with pytest.raises(CalibrationError, match="conformal_folds must be an int >= 2"):
+        calibration_from_scores(schema, arrays, model_id="m", conformal_folds=1)
+
+
+@pytest.mark.unit
 def test_older_files_without_conformal_still_load(tmp_path):
     path = tmp_path / "old.json"
     d = toy_calibration().to_dict()
