@@ -31,7 +31,7 @@ def pct(x: float) -> str:
 def main() -> None:
     runs = Path(sys.argv[1])
     sets = sys.argv[2:] or ["sst2", "sms_spam", "mams", "nlupp", "clinc150", "banking77"]
-    fits, gates = [], []
+    fits, gates, seps = [], [], []
     means: dict[tuple[str, str], list[list[float]]] = {}  # (pair, target) -> rows per set
     for d in sets:
         ds = load_dataset(d)
@@ -96,6 +96,15 @@ def main() -> None:
                 for sig in ("probability", "margin", "entropy")
             )
             gates.append(f"| {d} | {s} → {lg} | {row} | {rep['best_gate']} |")
+            sep = {g: v["separation"] for g, v in rep["gates"].items()}
+            seps.append(
+                f"| {d} | {s} → {lg} | {pct(rep['small_only']['accuracy'])} | "
+                + " | ".join(
+                    f"{sep.get(f'{src}/probability', float('nan')):.3f}"
+                    for src in ("raw", "fitted", "contextual")
+                )
+                + " |"
+            )
     print(
         "| set | cascade | n cal / held-out | small acc | large acc | target | gate | "
         "cal. escalated | escalated | accuracy | large tokens | est. time | met |"
@@ -111,6 +120,13 @@ def main() -> None:
     print("| set | cascade | " + " | ".join(heads) + " | best |")
     print("|---|---|" + "---|" * len(heads) + "---|")
     print("\n".join(gates))
+    print()
+    print("Separation: the AUROC of the small model's max probability for its right against")
+    print("its wrong answers (held-out; 0.5 = cannot tell them apart), per source.")
+    print()
+    print("| set | cascade | small acc | raw | fitted | contextual |")
+    print("|---|---|---|---|---|---|")
+    print("\n".join(seps))
     print()
     # the mean over the sets given, per pair and fit (a set counts once however large)
     print(

@@ -58,6 +58,7 @@ from .cascade_data import (
     evaluate_policy,
     gated_fields,
     pair_runs,
+    separation,
     sweep,
     uniform,
 )
@@ -124,8 +125,10 @@ def cascade_report(
     signal from every source (`raw`; `fitted`, the small model's `auto` calibration
     fitted on the calibration part; `contextual`, when a contextual run is given). The
     best gate is the one with the largest area under accuracy against the large model's
-    token fraction. Then per-field thresholds are fitted on the calibration part for both
-    targets with that gate and measured on the held-out part; for the `fitted` source they
+    token fraction. Each gate also reports its `separation`: the AUROC of its confidence
+    for the small model's right against wrong answers (0.5: no separation). Then
+    per-field thresholds are fitted on the calibration part for both targets with that
+    gate and measured on the held-out part; for the `fitted` source they
     are fitted on cross-fitted confidences (`folds` folds: each calibration item scored by
     a calibration fitted without it), so calibration and thresholds never share an item.
 
@@ -162,6 +165,7 @@ def cascade_report(
                 "source": src,
                 "signal": sig,
                 "area": curve_area(rows),
+                "separation": separation(test_pair, sig),
                 "sweep": rows,
             }
     best = max(gates, key=lambda g: (gates[g]["area"], g == "raw/probability"))

@@ -14,7 +14,7 @@ from ..answers.softmax import softmax
 from ..errors import InvalidArgumentError, PcdToolsError
 from ..schema import Schema, compile_schema
 from .datasets import label_index
-from .metrics import ece, macro_f1
+from .metrics import auroc, ece, macro_f1
 
 __all__ = [
     "SIGNALS",
@@ -27,6 +27,7 @@ __all__ = [
     "evaluate_policy",
     "gated_fields",
     "pair_runs",
+    "separation",
     "sweep",
     "to_threshold",
     "uniform",
@@ -379,6 +380,21 @@ def sweep(pair: Pair, signal: str = "probability", points: int = 21) -> list[dic
         rows.append(row)
     rows.sort(key=lambda r: (r["escalation"], r["large_tokens"]))
     return rows
+
+
+def separation(pair: Pair, signal: str = "probability") -> float:
+    """How well the gate's confidence separates the small model's right answers from its
+    wrong ones: the AUROC (`metrics.auroc`) per field, averaged over the fields where
+    the small model is both right and wrong (NaN when none is). 0.5 is a gate that
+    cannot tell them apart."""
+    vals = []
+    for f in pair.fields:
+        lab = pair.gold[f] >= 0
+        right = pair.small[f].argmax(axis=1) == pair.gold[f]
+        a = auroc(confidence(pair.small[f], signal)[lab], right[lab])
+        if not math.isnan(a):
+            vals.append(a)
+    return float(np.mean(vals)) if vals else float("nan")
 
 
 def curve_area(rows: Sequence[Mapping[str, Any]]) -> float:

@@ -27,6 +27,7 @@ __all__ = [
     "FieldMetrics",
     "accuracy",
     "aurc",
+    "auroc",
     "brier",
     "ece",
     "ece_floor",
@@ -257,6 +258,26 @@ def aurc(confidence: Any, correct: Any) -> float:
         return float("nan")
     widths = np.diff(np.concatenate([[0.0], cov]))
     return float((widths * risk).sum())
+
+
+def auroc(confidence: Any, correct: Any) -> float:
+    """How well the confidence separates right answers from wrong ones: the probability
+    that a right answer's confidence is above a wrong one's (ties count half; the
+    Mann-Whitney statistic). 0.5 is no separation, 1.0 perfect; NaN when the answers
+    are all right or all wrong."""
+    c = np.asarray(confidence, dtype=np.float64)
+    ok = np.asarray(correct, dtype=bool)
+    n_ok, n_bad = int(ok.sum()), int((~ok).sum())
+    if not n_ok or not n_bad:
+        return float("nan")
+    order = np.argsort(c, kind="stable")
+    ranks = np.empty(c.size, dtype=np.float64)
+    ranks[order] = np.arange(1, c.size + 1)
+    sc = np.sort(c)
+    for v in np.unique(sc[1:][np.diff(sc) == 0]):  # tied values share their mean rank
+        tie = c == v
+        ranks[tie] = ranks[tie].mean()
+    return float((ranks[ok].sum() - n_ok * (n_ok + 1) / 2) / (n_ok * n_bad))
 
 
 @dataclass

@@ -546,11 +546,11 @@ def print_cascade_report(console: Any, report: Mapping[str, Any]) -> None:
         f"{_pct(lg['accuracy'])} (held-out accuracy)."
     )
     t = Table(title="gates: area under accuracy vs large-model tokens (held-out)")
-    for c in ("gate", "area"):
+    for c in ("gate", "area", "separation (AUROC)"):
         t.add_column(c)
     for name, g in sorted(report["gates"].items(), key=lambda kv: -kv[1]["area"]):
         star = " (best)" if name == report["best_gate"] else ""
-        t.add_row(name + star, f"{g['area']:.4f}")
+        t.add_row(name + star, f"{g['area']:.4f}", f"{g.get('separation', float('nan')):.3f}")
     console.print(t)
     t = Table(title=f"sweep of {report['best_gate']} (held-out)")
     for c in ("threshold", "escalated", "large tokens", "est. time", "accuracy", "macro-F1", "ECE"):

@@ -193,3 +193,29 @@ def test_one_fields_out_of_fold_probabilities_match_the_cross_fit():
     np.testing.assert_allclose(oof, crossed.small["intent"], rtol=0, atol=1e-12)
     inside = np.stack([full.probabilities("intent", r) for r in z])
     assert not np.isclose(oof, inside, atol=1e-6).all(axis=1).any()
+
+
+def test_auroc_is_the_mann_whitney_statistic_with_ties_counted_half():
+    from pcd_tools.eval.metrics import auroc
+
+    assert auroc([0.9, 0.8, 0.7, 0.6], [1, 1, 0, 0]) == 1.0
+    assert auroc([0.1, 0.9], [1, 0]) == 0.0
+    assert auroc([0.7, 0.7, 0.2], [1, 0, 0]) == 0.75  # one tie (half) and one win
+    assert np.isnan(auroc([0.3, 0.4], [1, 1]))
+    rng = np.random.default_rng(0)
+    c, ok = rng.integers(0, 5, 120) / 4, rng.random(120) < 0.5
+    pairs = [(a > b) + 0.5 * (a == b) for a in c[ok] for b in c[~ok]]
+    assert auroc(c, ok) == pytest.approx(float(np.mean(pairs)))
+
+
+def test_each_gate_reports_how_well_it_separates_right_from_wrong():
+    from pcd_tools.eval.cascade_data import confidence
+    from pcd_tools.eval.metrics import auroc
+
+    small, large = _runs(160, seed=5)
+    rep = cascade_report(Intent, small, large, seed=0, points=5, folds=4)
+    test = pair_runs(SCHEMA, small.subset(rep["held_out_ids"]), large.subset(rep["held_out_ids"]))
+    right = test.small["intent"].argmax(1) == test.gold["intent"]
+    want = auroc(confidence(test.small["intent"], "margin"), right)
+    assert rep["gates"]["raw/margin"]["separation"] == pytest.approx(want)
+    assert 0.5 < want < 1.0  # the synthetic small model's confidence carries signal
