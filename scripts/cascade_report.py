@@ -60,6 +60,7 @@ def main() -> None:
             ]
             if rep["best_gate"] != "raw/probability":
                 keys += ["max_escalation/best", "max_accuracy_loss/best"]
+            keys.append("max_escalation/best/bound")
             for key in keys:
                 f = rep["fits"][key]
                 bound = " (90% bound)" if key.endswith("/bound") else ""
@@ -77,6 +78,7 @@ def main() -> None:
                 ("max_accuracy_loss=0.01", "max_accuracy_loss/raw/probability"),
                 ("max_escalation=0.3, best gate", "max_escalation/best"),
                 ("max_accuracy_loss=0.01, best gate", "max_accuracy_loss/best"),
+                ("max_escalation=0.3 (90% bound), best gate", "max_escalation/best/bound"),
             ):
                 f = rep["fits"].get(key) or rep["fits"][key.split("/")[0] + "/raw/probability"]
                 h = f["held_out"]

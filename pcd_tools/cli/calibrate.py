@@ -128,8 +128,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="LEVEL",
-        help="max_accuracy_loss: hold the loss to a one-sided lower confidence bound at this "
-        "level (e.g. 0.9) instead of the point estimate",
+        help="hold the target to a one-sided confidence bound at this level (e.g. 0.9) "
+        "instead of the point estimate: the loss's lower bound for max_accuracy_loss, the "
+        "escalation rate's upper bound for max_escalation",
     )
     parser.add_argument(
         "--cascade-signal",

@@ -485,6 +485,7 @@ def _cascade(args: argparse.Namespace, ds: Dataset) -> int:
 WALL_FITS = (
     "max_accuracy_loss/best",
     "max_escalation/best",
+    "max_escalation/best/bound",
     "max_accuracy_loss/raw/probability",
     "max_escalation/raw/probability",
     "max_accuracy_loss/raw/probability/bound",

@@ -244,7 +244,9 @@ def fit_pair(
     path = _greedy_path(pair, signal)
     large_acc = path[-1][1]
     if target == "max_escalation":
-        ok = [p for p in path if p[0] <= value + 1e-12]
+        z = 0.0 if confidence_level is None else statistics.NormalDist().inv_cdf(confidence_level)
+        # with a level: the rate's one-sided upper bound (normal, binomial variance) within it
+        ok = [p for p in path if p[0] + z * math.sqrt(p[0] * (1 - p[0]) / pair.n) <= value + 1e-12]
         chosen = max(ok, key=lambda p: (round(p[1], 12), -p[0]))
     elif confidence_level is None:
         ok = [p for p in path if p[1] >= large_acc - value - 1e-12]
@@ -269,7 +271,7 @@ def fit_pair(
     small_only = evaluate_policy(pair, uniform(pair, signal, -math.inf))
     got["small_accuracy"] = small_only["accuracy"]
     got["large_accuracy"] = large_acc
-    got["confidence_level"] = confidence_level if target == "max_accuracy_loss" else None
+    got["confidence_level"] = confidence_level
     reached = (
         got["escalation"] <= value + 1e-12
         if target == "max_escalation"
@@ -355,13 +357,15 @@ def fit_cascade(
             - a `CrossFitted` one (`cross_fit`), for a calibration fitted with other
               options;
             - None: raw confidences, or the `Decider` stage's own calibration.
-        confidence_level: For `max_accuracy_loss`: None (default) takes the least
-            escalation whose accuracy on these items is within the target (the point
-            estimate); a level such as 0.9 takes the least escalation whose one-sided
-            lower confidence bound (normal) on the paired accuracy difference against
-            large-only is within it. On the shared sets the bound escalated far more
-            (sst2 0.5B → 1.5B: 68.5% against 50.5%) and met the target on held-out items
-            no more often (5 of 9 pairs each; EVAL.md, "Cascades").
+        confidence_level: None (default) holds the target on these items (the point
+            estimate). A level such as 0.9 holds it to a one-sided normal confidence
+            bound instead. For `max_accuracy_loss`: the least escalation whose lower
+            bound on the paired accuracy difference against large-only is within it. On
+            the shared sets that escalated far more (sst2 0.5B → 1.5B: 68.5% against
+            50.5%) and met the target on held-out items no more often (5 of 9 pairs
+            each; EVAL.md, "Cascades"). For `max_escalation`: the best accuracy whose
+            upper bound on the escalation rate (binomial variance over these items) is
+            within the budget, for a budget that must hold on new items.
         folds: The folds of `calibration="fit"`, from 2 to the number of items.
 
     Returns:

@@ -219,3 +219,25 @@ def test_each_gate_reports_how_well_it_separates_right_from_wrong():
     want = auroc(confidence(test.small["intent"], "margin"), right)
     assert rep["gates"]["raw/margin"]["separation"] == pytest.approx(want)
     assert 0.5 < want < 1.0  # the synthetic small model's confidence carries signal
+
+
+def test_an_escalation_budget_can_be_held_to_an_upper_confidence_bound():
+    import math
+    import statistics
+
+    small, large = _runs(120, seed=3)
+    point = fit_cascade(Intent, small, large, max_escalation=0.3)
+    bound = fit_cascade(Intent, small, large, max_escalation=0.3, confidence_level=0.9)
+    e, n = bound.calibration["escalation"], 120
+    z = statistics.NormalDist().inv_cdf(0.9)
+    assert e + z * math.sqrt(e * (1 - e) / n) <= 0.3 + 1e-12
+    assert point.calibration["escalation"] + 1e-12 >= e
+    assert (
+        point.calibration["escalation"]
+        + z * math.sqrt(point.calibration["escalation"] * (1 - point.calibration["escalation"]) / n)
+        > 0.3
+    )  # the point estimate alone spends the budget to its edge
+    assert bound.calibration["confidence_level"] == 0.9
+    rep = cascade_report(Intent, small, large, seed=0, points=5, folds=4)
+    held = rep["fits"]["max_escalation/best/bound"]
+    assert held["confidence_level"] == 0.9 and held["target"] == "max_escalation"
