@@ -52,7 +52,7 @@ def main() -> None:
                 dataset=d,
             )
             (runs / f"cascade_{d}_{s}_{lg}.json").write_text(json.dumps(rep, indent=1) + "\n")
-            so, lo = rep["small_only"], rep["large_only"]
+            so = rep["small_only"]
             keys = [
                 "max_escalation/raw/probability",
                 "max_accuracy_loss/raw/probability",
@@ -60,14 +60,14 @@ def main() -> None:
             ]
             if rep["best_gate"] != "raw/probability":
                 keys += ["max_escalation/best", "max_accuracy_loss/best"]
-            keys.append("max_escalation/best/bound")
+            keys += ["max_escalation/best/bound", "max_escalation/both", "max_accuracy_loss/both"]
             for key in keys:
                 f = rep["fits"][key]
                 bound = " (90% bound)" if key.endswith("/bound") else ""
                 h = f["held_out"]
                 fits.append(
                     f"| {d} | {s} → {lg} | {rep['n_calibration']} / {rep['n_held_out']} | "
-                    f"{pct(so['accuracy'])} | {pct(lo['accuracy'])} | {f['target']}={f['value']}{bound} | "
+                    f"{pct(so['accuracy'])} | {pct(f['held_out_large_accuracy'])} | {f['target']}={f['value']}{bound} | "
                     f"{f['gate']} | {pct(f['calibration']['escalation'])} | {pct(h['escalation'])} | "
                     f"{pct(h['accuracy'])} | {pct(h['large_tokens'])} | {h['est_time']:.2f}x | "
                     f"{'yes' if f['met'] else '**no**'} |"
@@ -79,13 +79,15 @@ def main() -> None:
                 ("max_escalation=0.3, best gate", "max_escalation/best"),
                 ("max_accuracy_loss=0.01, best gate", "max_accuracy_loss/best"),
                 ("max_escalation=0.3 (90% bound), best gate", "max_escalation/best/bound"),
+                ("max_escalation=0.3, both calibrated", "max_escalation/both"),
+                ("max_accuracy_loss=0.01, both calibrated", "max_accuracy_loss/both"),
             ):
                 f = rep["fits"].get(key) or rep["fits"][key.split("/")[0] + "/raw/probability"]
                 h = f["held_out"]
                 means.setdefault((f"{s} → {lg}", name), []).append(
                     [
                         so["accuracy"],
-                        lo["accuracy"],
+                        f["held_out_large_accuracy"],
                         h["escalation"],
                         h["accuracy"],
                         float(f["met"]),

@@ -128,7 +128,8 @@ def cascade_report(
     token fraction. Each gate also reports its `separation`: the AUROC of its confidence
     for the small model's right against wrong answers (0.5: no separation). Then
     per-field thresholds are fitted on the calibration part for both targets with that
-    gate and measured on the held-out part; for the `fitted` source they
+    gate (and with both models under their own fitted calibration, `both`: against a
+    calibrated large model) and measured on the held-out part; for the `fitted` source they
     are fitted on cross-fitted confidences (`folds` folds: each calibration item scored by
     a calibration fitted without it), so calibration and thresholds never share an item.
 
@@ -168,6 +169,29 @@ def cascade_report(
                 "separation": separation(test_pair, sig),
                 "sweep": rows,
             }
+    # both stages under their own fitted calibration: the fair comparison where the raw
+    # large model is badly calibrated (it is not a gate of its own: the small side is
+    # the fitted gate's)
+    large_cal = large.subset(cal_ids)
+    large_fitted = fitted_calibration(compiled, large_cal)
+    pairs["both"] = (
+        pair_runs(
+            compiled,
+            small_cal,
+            large_cal,
+            top_k=top_k,
+            small_calibration=crossed,
+            large_calibration=cross_fit(compiled, large_cal, large_fitted, folds=folds),
+        ),
+        pair_runs(
+            compiled,
+            small.subset(test_ids),
+            large.subset(test_ids),
+            top_k=top_k,
+            small_calibration=fitted,
+            large_calibration=large_fitted,
+        ),
+    )
     best = max(gates, key=lambda g: (gates[g]["area"], g == "raw/probability"))
     src, sig = gates[best]["source"], gates[best]["signal"]
     cal_pair, test_pair = pairs[src]
@@ -179,6 +203,8 @@ def cascade_report(
         ("max_escalation", max_escalation, "best/bound", (src, sig), 0.9),
         ("max_accuracy_loss", max_accuracy_loss, "best", (src, sig), None),
         ("max_accuracy_loss", max_accuracy_loss, "raw/probability", ("raw", "probability"), None),
+        ("max_escalation", max_escalation, "both", ("both", "probability"), None),
+        ("max_accuracy_loss", max_accuracy_loss, "both", ("both", "probability"), None),
         # held to a 90% lower confidence bound, for comparison
         (
             "max_accuracy_loss",
@@ -218,6 +244,8 @@ def cascade_report(
     test_raw = pairs["raw"][1]
     small_only = evaluate_policy(test_raw, uniform(test_raw, "probability", -math.inf))
     large_only = evaluate_policy(test_raw, uniform(test_raw, "probability", math.inf))
+    test_both = pairs["both"][1]
+    large_fitted_only = evaluate_policy(test_both, uniform(test_both, "probability", math.inf))
     return {
         "dataset": dataset,
         "schema": compiled.name,
@@ -233,6 +261,7 @@ def cascade_report(
         "escalated_scoring": "all candidates" if top_k is None else f"top {top_k} (simulated)",
         "small_only": small_only,
         "large_only": large_only,
+        "large_only_fitted": large_fitted_only,
         "fitted_calibration": {
             n: fitted.metrics.get(n, {}).get("method") for n in gated_fields(compiled)
         },

@@ -236,11 +236,12 @@ def pair_runs(
     *,
     small_calibration: Any = None,
     gate: ModelRun | None = None,
+    large_calibration: Any = None,
     top_k: int | None = None,
 ) -> Pair:
     """Both runs on their common items, as arrays (the small model's answers under
     `small_calibration`, a `Calibration` or a `CrossFitted` one, or from `gate`'s log
-    scores, e.g. a contextual run).
+    scores, e.g. a contextual run; the large model's under `large_calibration`).
 
     Raises:
         CascadeEvalError: for runs of another schema or without common items.
@@ -268,7 +269,7 @@ def pair_runs(
     for n in names:
         spec = compiled.field(n)
         out_s[n] = _probs(g, n, small_calibration if gate is None else None)
-        out_l[n] = _narrow(out_s[n], _probs(lg, n), top_k)
+        out_l[n] = _narrow(out_s[n], _probs(lg, n, large_calibration), top_k)
         gold[n] = np.array(
             [label_index(spec, lab[n]) if lab.get(n) is not None else -1 for lab in s.gold],
             dtype=np.int64,

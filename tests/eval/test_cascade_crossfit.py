@@ -241,3 +241,24 @@ def test_an_escalation_budget_can_be_held_to_an_upper_confidence_bound():
     rep = cascade_report(Intent, small, large, seed=0, points=5, folds=4)
     held = rep["fits"]["max_escalation/best/bound"]
     assert held["confidence_level"] == 0.9 and held["target"] == "max_escalation"
+
+
+def test_the_report_also_fits_against_a_calibrated_large_model():
+    small, large = _runs(160, seed=5)
+    rep = cascade_report(Intent, small, large, seed=0, points=5, folds=4)
+    test_ids, cal_ids = rep["held_out_ids"], rep["calibration_ids"]
+    large_fitted = fitted_calibration(SCHEMA, large.subset(cal_ids))
+    both = pair_runs(
+        SCHEMA,
+        small.subset(test_ids),
+        large.subset(test_ids),
+        small_calibration=fitted_calibration(SCHEMA, small.subset(cal_ids)),
+        large_calibration=large_fitted,
+    )
+    gold = both.gold["intent"]
+    want = float((both.large["intent"].argmax(1) == gold).mean())
+    assert rep["large_only_fitted"]["accuracy"] == pytest.approx(want)
+    for target in ("max_escalation", "max_accuracy_loss"):
+        fit = rep["fits"][f"{target}/both"]
+        assert fit["gate"] == "both/probability"
+        assert fit["held_out_large_accuracy"] == pytest.approx(want)
