@@ -8,7 +8,8 @@ held-out), so a threshold fitted to lose at most one point escalates too little.
 `cross_fit` gives every item the probabilities of the same calibration refitted without
 it (k folds); the thresholds are fitted on those, and the calibration a decider loads is
 the one fitted on every item. `out_of_fold` does the same for one field's arrays, for the
-selective thresholds of `pcd calibrate --target-risk / --target-coverage`.
+selective thresholds of `pcd calibrate --target-risk / --target-coverage` and the optional
+cross-fitted conformal scores (`calibration_from_scores(conformal_folds=K)`).
 """
 
 from __future__ import annotations
