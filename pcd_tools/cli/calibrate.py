@@ -387,7 +387,7 @@ def run(args: argparse.Namespace) -> int:
         conformal_folds=args.conformal_folds,
     )
     if args.target_risk is not None or args.target_coverage is not None:
-        from ..eval.crossfit import out_of_fold
+        from ..eval.refit import out_of_fold
 
         for name, (z, g) in arrays.items():
             # the threshold sees each item as the calibration refitted without its fold

@@ -236,7 +236,7 @@ def calibration_from_scores(
             without one is offered no label-free candidate.
         conformal_folds: None: the conformal scores are the items' `1 - p(true)` under the
             calibration fitted on them (in-sample); k: under the same calibration refitted
-            without each item's fold (`crossfit.out_of_fold`, k folds), as a new item
+            without each item's fold (`refit.out_of_fold`, k folds), as a new item
             sees it. Fields with fewer than 2k labelled items keep in-sample scores.
 
     Returns:
@@ -322,7 +322,7 @@ def _cross_fit_conformal(
 ) -> None:
     """Replaces `cal`'s in-sample conformal scores by cross-fitted ones (see
     `calibration_from_scores`), recording how each was made."""
-    from .crossfit import out_of_fold
+    from .refit import out_of_fold
 
     for name in list(cal.conformal):
         z = np.asarray(arrays[name][0], dtype=np.float64)

@@ -7,25 +7,23 @@ the calibration's in-sample confidences, which are surer than it will be on new 
 held-out), so a threshold fitted to lose at most one point escalates too little.
 `cross_fit` gives every item the probabilities of the same calibration refitted without
 it (k folds); the thresholds are fitted on those, and the calibration a decider loads is
-the one fitted on every item. `out_of_fold` does the same for one field's arrays, for the
-selective thresholds of `pcd calibrate --target-risk / --target-coverage` and the optional
-cross-fitted conformal scores (`calibration_from_scores(conformal_folds=K)`).
+the one fitted on every item. `refit.out_of_fold` does the same for one field's arrays, for
+the selective thresholds of `pcd calibrate --target-risk / --target-coverage` and the
+optional cross-fitted conformal scores (`calibration_from_scores(conformal_folds=K)`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
 from ..schema import Schema, compile_schema
 from .cascade_data import CascadeEvalError, CrossFitted, ModelRun, gated_fields
 from .datasets import label_index
+from .refit import fold_assignment, refit
 
-__all__ = ["cross_fit", "fitted_calibration", "out_of_fold", "refit", "run_arrays"]
+__all__ = ["cross_fit", "fitted_calibration", "run_arrays"]
 
 
 def run_arrays(schema: Schema, run: ModelRun) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -55,90 +53,6 @@ def fitted_calibration(schema: Schema, run: ModelRun) -> Any:
         method="auto",
         label_free=run.label_free if run.label_free in ("contextual", "pmi") else "none",
     )
-
-
-def refit(calibration: Any, arrays: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> Any:
-    """A copy of `calibration` with each field of `arrays` refitted on those items, with
-    the choice `calibration` made for it (its method, bias prior width, label-free offset
-    and objective: what `auto` chose is kept, only the parameters are refitted).
-
-    Raises:
-        CascadeEvalError: for a field whose calibration method cannot be refitted.
-    """
-    from .auto import CANDIDATES, fit_candidate
-
-    temps, biases = dict(calibration.temperatures), dict(calibration.biases)
-    for name, (z, g) in arrays.items():
-        how = calibration.metrics.get(name)
-        if not how or name not in calibration.temperatures:
-            continue  # a field the calibration leaves as it is
-        method = str(how.get("method", ""))
-        if method not in CANDIDATES:
-            raise CascadeEvalError(
-                f"field {name!r}: the calibration's method {method!r} cannot be refitted "
-                f"per fold; refittable: {list(CANDIDATES)}."
-            )
-        t, b = 1.0, None
-        if len(g):
-            t, b = fit_candidate(
-                method, z, g, how.get("offset"), calibration.objective, how.get("bias_prior_sd")
-            )
-        temps[name] = float(t)
-        biases.pop(name, None)
-        if b is not None:
-            biases[name] = [float(x) for x in b]
-    return dataclasses.replace(calibration, temperatures=temps, biases=biases)
-
-
-def _folds(n: int, folds: int, seed: int) -> np.ndarray:
-    """Each of `n` items' fold, shuffled (seeded), the folds' sizes within one."""
-    if n < 2:
-        raise CascadeEvalError(f"cross-fitting needs at least 2 items; got {n}.")
-    if isinstance(folds, bool) or not isinstance(folds, int) or not 2 <= folds <= n:
-        raise InvalidArgumentError(
-            f"folds must be an int from 2 to the number of items ({n}); got {folds!r}."
-        )
-    fold_of = np.empty(n, dtype=np.int64)
-    fold_of[np.random.default_rng(seed).permutation(n)] = np.arange(n) % folds
-    return fold_of
-
-
-def out_of_fold(
-    calibration: Any,
-    name: str,
-    z: np.ndarray,
-    g: np.ndarray,
-    *,
-    folds: int = 5,
-    seed: int = 0,
-) -> np.ndarray:
-    """Field `name`'s calibrated distributions of the items `calibration` was fitted on,
-    each from the calibration refitted without its fold (`refit`): what a threshold
-    fitted on these items should see (`pcd calibrate --target-risk`).
-
-    Args:
-        calibration: The calibration fitted on `(z, g)`.
-        name: The field (or `field[label]` of a multi-label field).
-        z: `(n, K)` raw log scores.
-        g: `(n,)` gold indices.
-        folds: The number of folds, from 2 to n.
-        seed: The seed of the shuffle.
-
-    Returns:
-        `(n, K)` probabilities.
-
-    Raises:
-        InvalidArgumentError: for `folds` that is not an int in [2, n].
-        CascadeEvalError: for fewer than 2 items or a method that cannot be refitted.
-    """
-    z, g = np.asarray(z, np.float64), np.asarray(g, np.int64)
-    fold_of = _folds(len(g), folds, seed)
-    out = np.empty_like(z)
-    for k in range(folds):
-        test = fold_of == k
-        copy = refit(calibration, {name: (z[~test], g[~test])})
-        out[test] = np.stack([copy.probabilities(name, r) for r in z[test]])
-    return out
 
 
 def cross_fit(
@@ -176,7 +90,9 @@ def cross_fit(
             calibration method cannot be refitted.
     """
     compiled = compile_schema(schema)
-    fold_of = _folds(len(run.ids), folds, seed)
+    if len(run.ids) < 2:
+        raise CascadeEvalError(f"cross-fitting needs at least 2 items; got {len(run.ids)}.")
+    fold_of = fold_assignment(len(run.ids), folds, seed)
     if len(set(run.ids)) != len(run.ids):
         raise CascadeEvalError("cross-fitting needs distinct item ids; the run repeats some.")
     by_id: dict[str, Any] = {}

@@ -99,7 +99,7 @@ def test_cli_calibrate_then_eval(tiny, tmp_path, monkeypatch, capsys):
     import numpy as np
 
     from pcd_tools.answers.calibration import Calibration
-    from pcd_tools.eval.crossfit import out_of_fold
+    from pcd_tools.eval.refit import out_of_fold
     from pcd_tools.eval.thresholds import choose_threshold
 
     cal = Calibration.load(cal2)

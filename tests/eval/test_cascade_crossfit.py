@@ -23,7 +23,8 @@ from pcd_tools.eval.cascade import (
     pair_runs,
 )
 from pcd_tools.eval.cascade_fit import fit_pair
-from pcd_tools.eval.crossfit import out_of_fold, run_arrays
+from pcd_tools.eval.crossfit import run_arrays
+from pcd_tools.eval.refit import out_of_fold
 from pcd_tools.schema import compile_schema
 
 LABELS = tuple(f"l{k}" for k in range(12))

@@ -167,7 +167,7 @@ def test_fit_stores_sorted_scores_under_the_stored_calibration(tmp_path):
 
 @pytest.mark.unit
 def test_cross_fitted_scores_are_each_items_score_under_its_folds_refit(tmp_path):
-    from pcd_tools.eval.crossfit import out_of_fold
+    from pcd_tools.eval.refit import out_of_fold
 
     schema, arrays = _fitted()
     inside = calibration_from_scores(schema, arrays, model_id="m", method="temperature_bias")
