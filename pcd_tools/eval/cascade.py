@@ -140,7 +140,8 @@ def cascade_report(
     n_items = pair_runs(compiled, small, large).n  # checks the schema and the common ids
     common = common_ids(small, large, *([contextual] if contextual is not None else []))
     cal_ids, test_ids = split_ids(common, cal_fraction, seed)
-    small_cal = small.subset(cal_ids)
+    small_cal, large_cal = small.subset(cal_ids), large.subset(cal_ids)
+    small_test, large_test = small.subset(test_ids), large.subset(test_ids)
     fitted = fitted_calibration(compiled, small_cal)
     # the thresholds on the calibration part see out-of-fold calibrated confidences
     crossed = cross_fit(compiled, small_cal, fitted, folds=folds)
@@ -153,12 +154,8 @@ def cascade_report(
     gates: dict[str, dict[str, Any]] = {}
     pairs: dict[str, tuple[Pair, Pair]] = {}
     for src, (cal_kw, kw) in sources.items():
-        cal_pair = pair_runs(
-            compiled, small.subset(cal_ids), large.subset(cal_ids), top_k=top_k, **cal_kw
-        )
-        test_pair = pair_runs(
-            compiled, small.subset(test_ids), large.subset(test_ids), top_k=top_k, **kw
-        )
+        cal_pair = pair_runs(compiled, small_cal, large_cal, top_k=top_k, **cal_kw)
+        test_pair = pair_runs(compiled, small_test, large_test, top_k=top_k, **kw)
         pairs[src] = (cal_pair, test_pair)
         for sig in SIGNALS:
             rows = sweep(test_pair, sig, points)
@@ -172,7 +169,6 @@ def cascade_report(
     # both stages under their own fitted calibration: the fair comparison where the raw
     # large model is badly calibrated (it is not a gate of its own: the small side is
     # the fitted gate's)
-    large_cal = large.subset(cal_ids)
     large_fitted = fitted_calibration(compiled, large_cal)
     pairs["both"] = (
         pair_runs(
@@ -185,8 +181,8 @@ def cascade_report(
         ),
         pair_runs(
             compiled,
-            small.subset(test_ids),
-            large.subset(test_ids),
+            small_test,
+            large_test,
             top_k=top_k,
             small_calibration=fitted,
             large_calibration=large_fitted,

@@ -176,7 +176,7 @@ def gated_fields(schema: Schema) -> list[str]:
 
 @dataclass(frozen=True)
 class CrossFitted:
-    """Out-of-fold calibration (`cascade_fit.cross_fit`): each item's probabilities come
+    """Out-of-fold calibration (`crossfit.cross_fit`): each item's probabilities come
     from a calibration fitted on the other folds, never on the item itself.
 
     Args:

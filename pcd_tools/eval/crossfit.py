@@ -86,8 +86,8 @@ def cross_fit(
 
     Raises:
         InvalidArgumentError: for `folds` that is not an int in [2, items].
-        CascadeEvalError: for fewer than 2 items, repeated ids, or a field whose
-            calibration method cannot be refitted.
+        CascadeEvalError: for fewer than 2 items or repeated ids.
+        CalibrationError: for a field whose calibration method cannot be refitted.
     """
     compiled = compile_schema(schema)
     if len(run.ids) < 2:

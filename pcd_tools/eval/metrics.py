@@ -270,13 +270,9 @@ def auroc(confidence: Any, correct: Any) -> float:
     n_ok, n_bad = int(ok.sum()), int((~ok).sum())
     if not n_ok or not n_bad:
         return float("nan")
-    order = np.argsort(c, kind="stable")
-    ranks = np.empty(c.size, dtype=np.float64)
-    ranks[order] = np.arange(1, c.size + 1)
-    sc = np.sort(c)
-    for v in np.unique(sc[1:][np.diff(sc) == 0]):  # tied values share their mean rank
-        tie = c == v
-        ranks[tie] = ranks[tie].mean()
+    # 1-based ranks, tied values sharing their mean rank
+    _, at, counts = np.unique(c, return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(counts) - (counts - 1) / 2.0)[at]
     return float((ranks[ok].sum() - n_ok * (n_ok + 1) / 2) / (n_ok * n_bad))
 
 
