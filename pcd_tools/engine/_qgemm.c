@@ -19,6 +19,9 @@
  * same float operations in the same order); AVX-512 VNNI holds two blocks per register
  * (16 lanes), so its float sums are ordered differently (equal within rounding).
  *
+ * The one-scale 32-block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) on the scalar, AVX2 and
+ * AVX-VNNI paths lay the panel out across columns instead: see "32-blocks, column panels".
+ *
  * K-quant mode (Q4_K, Q5_K, Q6_K with activations per 256, as llama.cpp's Q8_K): see
  * "K-quant mode" below.
  *
@@ -680,6 +683,140 @@ VNNI512_T static void micro_avx512vnni(int R, int C, const int8_t *xq, const flo
 typedef void (*micro_t)(int, int, const int8_t *, const float *, const int8_t *, const float *,
                         int, float *, int64_t);
 
+/* ---------------------------------------------------------------- 32-blocks, column panels
+ *
+ * For the one-scale 32-block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) the scalar, AVX2 and
+ * AVX-VNNI paths lay the panel out across columns instead (as the K-quants' column panels
+ * below): per group of 8 columns (lane = column % 8), the 32 bytes at (group, 4-byte
+ * group q) hold bytes 4q..4q+3 of the 8 columns' quants. One vpmaddubsw (AVX2) or
+ * vpdpbusd (AVX-VNNI) with the activation's 4 bytes broadcast then takes 32 multiply-adds
+ * for 8 columns, the block's 32 products are summed in the integers, and the float work
+ * per (row, block) is one conversion, one product of scales and one fma for 8 columns,
+ * where the 8-lane kernels above pay them per column. Per (row, column, block) every path
+ * computes the same:
+ *     I = sum_{e in block} q[e] * xq[e]          (int32, exact: |I| <= 32 * 128 * 127)
+ *     acc = fma((float)I, dx * d, acc)           (in block order, acc from 0)
+ * then y = acc and the minimum pass adds sum_b mn[b] * xs[b]. So scalar, AVX2 and
+ * AVX-VNNI are bit-identical, and a row's result never depends on the other rows.
+ * AVX2's integer step: unsigned quants (0..31: every type but Q8_0) make maddubs pairs of
+ * at most 2 * 31 * 127 = 7874, so four 4-byte groups add in int16 (31496 < 2^15) before
+ * one madd with ones; Q8_0's signed quants take the sign trick, maddubs(|q|, sign(x, q))
+ * (pairs at most 2 * 128 * 127 < 2^15), and a madd each. AVX-VNNI: dpbusd(q, x), or
+ * dpbusd(|q|, sign(x, q)) for Q8_0. */
+
+#define CG 8  /* columns per group (lanes) */
+#define CR 6  /* rows per column tile */
+#define CR_U 4 /* the same, unsigned quants on AVX2 (int16 sums take registers) */
+
+/* 1 if `type` runs the column-panel 32-block kernels (one float scale per block). */
+static int col32_type(int type) {
+    return type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 || type == T_Q5_1 || type == T_Q8_0;
+}
+
+/* Tile kernels: rows [0, R) of xq (ld k) against one group (wg [k/4][8] int32, sg [nb][8]
+ * float), out[r * CG + lane] = acc (every lane, the unused ones included). */
+typedef void (*col32_t)(int R, const int8_t *xq, const float *dx, const int32_t *wg,
+                        const float *sg, int k, int sgn, float *out);
+
+static void col32_scalar(int R, const int8_t *xq, const float *dx, const int32_t *wg,
+                         const float *sg, int k, int sgn, float *out) {
+    (void)sgn;
+    int nb = k / QB;
+    for (int r = 0; r < R; r++)
+        for (int l = 0; l < CG; l++) {
+            const int8_t *xr = xq + (int64_t)r * k;
+            float acc = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                int32_t I = 0;
+                for (int q = b * (QB / 4); q < (b + 1) * (QB / 4); q++) {
+                    int32_t wv = wg[q * CG + l];
+                    for (int e = 0; e < 4; e++) I += (int32_t)(int8_t)(wv >> (8 * e)) * xr[4 * q + e];
+                }
+                acc = fmaf((float)I, dx[(int64_t)r * nb + b] * sg[b * CG + l], acc);
+            }
+            out[r * CG + l] = acc;
+        }
+}
+
+#if X86
+static inline int32_t load4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* V: 0 AVX2, 1 AVX-VNNI; S: signed quants (Q8_0). The float sums live in `out` (one load
+ * and store per block and row), which leaves the registers to the integer sums. */
+#define COL32_BODY(V, S)                                                                   \
+    int nb = k / QB;                                                                       \
+    const __m256i ones = _mm256_set1_epi16(1);                                             \
+    (void)ones;                                                                            \
+    for (int r = 0; r < R; r++) _mm256_storeu_ps(out + r * CG, _mm256_setzero_ps());       \
+    for (int b = 0; b < nb; b++) {                                                         \
+        __m256i I[CR];                                                                     \
+        for (int r = 0; r < R; r++) I[r] = _mm256_setzero_si256();                         \
+        for (int h = 0; h < 2; h++) {                                                      \
+            __m256i t[CR];                                                                 \
+            _Pragma("GCC unroll 4") for (int qi = 0; qi < 4; qi++) {                       \
+                const int q = b * 8 + h * 4 + qi;                                          \
+                __m256i w = _mm256_load_si256((const __m256i *)(wg + q * CG));             \
+                __m256i aw = S ? _mm256_abs_epi8(w) : w;                                   \
+                for (int r = 0; r < R; r++) {                                              \
+                    __m256i x = _mm256_set1_epi32(load4(xq + (int64_t)r * k + 4 * q));     \
+                    if (S) x = _mm256_sign_epi8(x, w);                                     \
+                    if (V) {                                                               \
+                        I[r] = _mm256_dpbusd_avx_epi32(I[r], aw, x);                       \
+                    } else if (S) {                                                        \
+                        I[r] = _mm256_add_epi32(I[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, x), ones)); \
+                    } else {                                                               \
+                        __m256i p = _mm256_maddubs_epi16(w, x);                            \
+                        t[r] = qi ? _mm256_add_epi16(t[r], p) : p;                         \
+                    }                                                                      \
+                }                                                                          \
+            }                                                                              \
+            if (!V && !S)                                                                  \
+                for (int r = 0; r < R; r++) I[r] = _mm256_add_epi32(I[r], _mm256_madd_epi16(t[r], ones)); \
+        }                                                                                  \
+        __m256 s = _mm256_load_ps(sg + b * CG);                                            \
+        for (int r = 0; r < R; r++) {                                                      \
+            __m256 a = _mm256_loadu_ps(out + r * CG);                                      \
+            __m256 d = _mm256_mul_ps(_mm256_set1_ps(dx[(int64_t)r * nb + b]), s);          \
+            _mm256_storeu_ps(out + r * CG, _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[r]), d, a)); \
+        }                                                                                  \
+    }
+
+AVX2_T AI void col32_avx2_rs(const int R, const int S, const int8_t *xq, const float *dx,
+                             const int32_t *wg, const float *sg, int k, float *out) {
+    COL32_BODY(0, S)
+}
+
+VNNI256_T AI void col32_avxvnni_rs(const int R, const int S, const int8_t *xq, const float *dx,
+                                   const int32_t *wg, const float *sg, int k, float *out) {
+    COL32_BODY(1, S)
+}
+
+#define COL32_DISPATCH(NAME, IMPL, TGT)                                                    \
+    TGT static void NAME(int R, const int8_t *xq, const float *dx, const int32_t *wg,      \
+                         const float *sg, int k, int sgn, float *out) {                    \
+        switch (R * 2 + (sgn != 0)) {                                                      \
+        case 12: IMPL(6, 0, xq, dx, wg, sg, k, out); break;                                \
+        case 13: IMPL(6, 1, xq, dx, wg, sg, k, out); break;                                \
+        case 10: IMPL(5, 0, xq, dx, wg, sg, k, out); break;                                \
+        case 11: IMPL(5, 1, xq, dx, wg, sg, k, out); break;                                \
+        case 8: IMPL(4, 0, xq, dx, wg, sg, k, out); break;                                 \
+        case 9: IMPL(4, 1, xq, dx, wg, sg, k, out); break;                                 \
+        case 6: IMPL(3, 0, xq, dx, wg, sg, k, out); break;                                 \
+        case 7: IMPL(3, 1, xq, dx, wg, sg, k, out); break;                                 \
+        case 4: IMPL(2, 0, xq, dx, wg, sg, k, out); break;                                 \
+        case 5: IMPL(2, 1, xq, dx, wg, sg, k, out); break;                                 \
+        case 3: IMPL(1, 1, xq, dx, wg, sg, k, out); break;                                 \
+        default: IMPL(1, 0, xq, dx, wg, sg, k, out); break;                                \
+        }                                                                                  \
+    }
+COL32_DISPATCH(col32_avx2, col32_avx2_rs, AVX2_T)
+COL32_DISPATCH(col32_avxvnni, col32_avxvnni_rs, VNNI256_T)
+#endif
+
 /* ---------------------------------------------------------------- minimum pass */
 
 /* y[r, c] += sum_b mn[c][b] * xs[r][b], one fma per block in block order (every path). */
@@ -730,6 +867,7 @@ typedef struct {
     decode_t decode;
     micro_t micro;
     int vec_min;
+    col32_t col; /* the column-panel kernel (32-block types on scalar, AVX2, AVX-VNNI) */
 } gjob_t;
 
 static void gemm_task(void *ctx, int t, void *scratch) {
@@ -755,6 +893,60 @@ static void gemm_task(void *ctx, int t, void *scratch) {
         for (int c = 0; c < nc; c += CB) {
             int C = nc - c < CB ? nc - c : CB;
             j->micro(R, C, xr, dr, q + (int64_t)c * k, sc + (int64_t)c * 2 * nb, k, yr + c, j->ldy);
+        }
+        if (mins) {
+#if X86
+            if (j->vec_min) {
+                min_pass_avx2(R, nc, j->xs + (int64_t)r0 * nb, mnT, nb, yr, j->ldy);
+                continue;
+            }
+#endif
+            min_pass_scalar(R, nc, j->xs + (int64_t)r0 * nb, mn, nb, yr, j->ldy);
+        }
+    }
+}
+
+/* The column-panel route (see "32-blocks, column panels"): decode the task's NC columns
+ * into groups of CG lanes, run the tiles, add the minimum's term. */
+static void gemm_col32_task(void *ctx, int t, void *scratch) {
+    gjob_t *j = (gjob_t *)ctx;
+    int k = j->k, nb = k / QB, ng = NC / CG;
+    int c0 = t * NC, nc = j->n - c0 < NC ? j->n - c0 : NC;
+    int32_t *wp = (int32_t *)scratch;                    /* [ng][k/4][CG] */
+    float *sp = (float *)(wp + (size_t)ng * (k / 4) * CG); /* [ng][nb][CG] */
+    float *mn = sp + (size_t)ng * nb * CG;               /* [NC][nb] */
+    float *mnT = mn + (size_t)NC * nb;                   /* [nb][NC] */
+    float *out = mnT + (size_t)nb * NC;                  /* [CR][CG] */
+    float *sc = out + CR * CG;                           /* [2 nb], one column */
+    int8_t *q = (int8_t *)(sc + 2 * nb);                 /* [k], one column */
+    if (nc < NC) {
+        memset(wp, 0, (size_t)ng * (k / 4) * CG * sizeof(int32_t));
+        memset(sp, 0, (size_t)ng * nb * CG * sizeof(float));
+    }
+    for (int c = 0; c < nc; c++) {
+        int g = c / CG, l = c % CG;
+        j->decode(j->type, j->w + (int64_t)(c0 + c) * j->rb, k, q, sc, mn + (int64_t)c * nb);
+        const int32_t *q4 = (const int32_t *)q;
+        int32_t *wg = wp + (size_t)g * (k / 4) * CG;
+        for (int i = 0; i < k / 4; i++) wg[i * CG + l] = q4[i];
+        float *sgp = sp + (size_t)g * nb * CG;
+        for (int b = 0; b < nb; b++) sgp[b * CG + l] = sc[2 * b];
+    }
+    int mins = has_min(j->type), sgn = j->type == T_Q8_0;
+    if (mins && j->vec_min)
+        for (int c = 0; c < nc; c++)
+            for (int b = 0; b < nb; b++) mnT[(int64_t)b * NC + c] = mn[(int64_t)c * nb + b];
+    int rt = sgn ? CR : CR_U;
+    for (int r0 = 0; r0 < j->rows; r0 += rt) {
+        int R = j->rows - r0 < rt ? j->rows - r0 : rt;
+        const int8_t *xr = j->xq + (int64_t)r0 * k;
+        const float *dr = j->dx + (int64_t)r0 * nb;
+        float *yr = j->y + (int64_t)r0 * j->ldy + c0;
+        for (int g = 0; g * CG < nc; g++) {
+            j->col(R, xr, dr, wp + (size_t)g * (k / 4) * CG, sp + (size_t)g * nb * CG, k, sgn, out);
+            int C = nc - g * CG < CG ? nc - g * CG : CG;
+            for (int r = 0; r < R; r++)
+                memcpy(yr + (int64_t)r * j->ldy + g * CG, out + r * CG, (size_t)C * sizeof(float));
         }
         if (mins) {
 #if X86
@@ -804,7 +996,9 @@ int pcd_qgemm_has_path(int path) {
 /* Bytes of scratch each thread needs for a panel of k. */
 static size_t panel_bytes(int k) {
     int nb = k / QB;
-    return (size_t)NC * k + sizeof(float) * ((size_t)NC * 2 * nb + 2 * (size_t)NC * nb) + 64;
+    size_t col = (size_t)NC * k + sizeof(float) * ((size_t)NC * nb * 3 + CR * CG + 2 * nb) + k;
+    size_t lanes = (size_t)NC * k + sizeof(float) * ((size_t)NC * 2 * nb + 2 * (size_t)NC * nb);
+    return (col > lanes ? col : lanes) + 64;
 }
 
 /* y[rows, n] (ld ldy) = dequant(w)[n, k] applied to the quantized rows (xq, dx, xs from
@@ -816,17 +1010,19 @@ int pcd_qgemm_int8(int type, const uint8_t *w, int n, int k, const int8_t *xq, c
     if (path == PATH_AUTO) path = pcd_qgemm_has_path(PATH_AUTO);
     if (path == PATH_AVX512BF16 || !have(path)) return 3;
     gjob_t j = {type, k, n, rows, w, (int64_t)(k / elems) * bb, xq, dx, xs, y, ldy,
-                decode_row_generic, micro_scalar, 0};
+                decode_row_generic, micro_scalar, 0, col32_scalar};
 #if X86
     if (path != PATH_SCALAR) {
         j.decode = decode_row_avx2;
         j.vec_min = 1;
         j.micro = path == PATH_AVXVNNI ? micro_avxvnni : path == PATH_AVX512VNNI ? micro_avx512vnni
                   : has_min(type) ? micro_avx2_u : micro_avx2;
+        j.col = path == PATH_AVXVNNI ? col32_avxvnni : col32_avx2;
     }
 #endif
     int ntasks = (n + NC - 1) / NC;
-    return run_parallel(gemm_task, &j, ntasks, panel_bytes(k), threads);
+    int cols = col32_type(type) && path != PATH_AVX512VNNI;
+    return run_parallel(cols ? gemm_col32_task : gemm_task, &j, ntasks, panel_bytes(k), threads);
 }
 
 /* Dequantize rows [r0, r1) into out (ld k), with the AVX2 decoder where the CPU has it. */

@@ -264,7 +264,7 @@ def _from_gguf(
 
         set_compute(model, compute)
         mode = compute
-    else:  # "auto": int8 for K-quant files where an int8 SIMD kernel runs (auto_compute)
+    else:  # "auto": int8 where an int8 SIMD kernel pays for this file (auto_compute)
         from .qweights import auto_compute, set_compute
 
         mode = auto_compute(model) if compute == "auto" else "float32"

@@ -16,7 +16,11 @@ Modes:
   same on 256 bits), ``avx2`` (``vpmaddubsw`` + ``vpmaddwd``, with the sign trick so the
   16-bit pairs cannot saturate), ``scalar`` (portable C). ``scalar``, ``avx2`` and
   ``avxvnni`` give bit-identical results; ``avx512vnni`` sums its float lanes in another
-  order (equal within float32 rounding).
+  order (equal within float32 rounding). For the one-scale 32-block types (Q4_0, Q4_1,
+  Q5_0, Q5_1, Q8_0) ``scalar``, ``avx2`` and ``avxvnni`` lay each panel out across
+  columns: 8 columns' 4-byte groups side by side, the activation's 4 bytes broadcast,
+  a block's 32 products summed in the integers, then one FMA per block for 8 columns;
+  a row's output never depends on the other rows of the call.
 - ``bf16`` (AVX-512 BF16 CPUs only): activations and the dequantized panel rounded to
   bf16, products summed in float32 by ``vdpbf16ps``.
 
@@ -61,8 +65,14 @@ the full tile), panels of 8 columns and the AVX2 activation quantizer, the K ker
 one fma pass per panel (it had taken a quarter of the AVX2 kernel's time, on the ports the
 integer products need): 1.35-1.5x of sgemm (115-135 G op/s a thread), and a cold 1.5B
 prefill at 1.18-1.29x of llama.cpp's prompt evaluation on the same ids (BENCHMARKS.md,
-"int8 on AVX2, part 3"); `auto` takes int8 there. int8 is
-expected to win by more with
+"int8 on AVX2, part 3"); `auto` takes int8 there. The 32-block types (Q4_0, Q4_1,
+Q5_0, Q5_1, Q8_0) then still ran at 0.73-0.77x of sgemm on 8 lanes per block (one
+conversion, product of scales and FMA per block and column); in column panels (8
+columns a vector, the activation's 4 bytes broadcast, a block's products summed in the
+integers, 16-bit sums for the unsigned quants) they run at 1.15-1.56x of sgemm
+(92-115 G op/s a thread), and the 0.5B's cold prefill is 1.37-1.53x faster in int8
+than in float32 (BENCHMARKS.md, "int8 on AVX2, part 4"), so `auto` takes int8 for such
+files from 256 MiB. int8 is expected to win by more with
 AVX-512 VNNI / AVX-VNNI (``vpdpbusd``: 64 multiply-adds in one instruction); those
 kernels and the AVX-512 BF16 route are written and compile-checked but could not run
 here. oneDNN (pip ``onednn`` 2026.1) is a SYCL build: with its Intel runtimes

@@ -344,17 +344,28 @@ def set_compute(model: Any, mode: str) -> int:
     return n
 
 
+#: Encoded matrix bytes from which `auto` takes int8 for 32-block files on AVX2 / AVX-VNNI.
+INT8_MIN_BYTES = 256 << 20
+
+
 def auto_compute(model: Any) -> str:
     """The compute mode `compute="auto"` picks for a model loaded in its file's encoding.
 
-    `"int8"` when K-quant matrices (Q4_K, Q5_K, Q6_K) hold at least half of the model's
-    encoded matrix bytes, as in the Q4_K_M files users run, on a CPU with an int8 SIMD
-    kernel: the column-panel one (AVX-512 VNNI), 2.5-3x faster than float32 at 1.5B; the
-    8-lane ones (AVX-VNNI, AVX2), 1.2-1.3x faster warm and 1.04x in a cold prefill at
-    1.5B on a Zen 3, where the float32 route pays each matrix's dequantization per pass
-    (BENCHMARKS.md, "Quantized GEMM kernels" and "int8 on AVX2"). Otherwise `"float32"`:
-    the portable C kernel, and the 32-block types (the embedded Q4_1 model; Qwen2.5-0.5B's
-    Q5_0 / Q8_0), which gain nothing from int8 on either CPU.
+    `"int8"` where a SIMD int8 kernel runs and it pays (BENCHMARKS.md, "Quantized GEMM
+    kernels", "int8 on AVX2" parts 1-4):
+    - K-quant matrices (Q4_K, Q5_K, Q6_K) hold at least half of the encoded matrix bytes,
+      as in the Q4_K_M files users run: on AVX-512 VNNI the column-panel kernel, 2.5-3x
+      faster than float32 at 1.5B; on AVX-VNNI / AVX2 the 8-lane K kernels, 1.2-1.3x
+      warm and 1.04x in a cold prefill at 1.5B on a Zen 3;
+    - on AVX-VNNI / AVX2, also files of at least `INT8_MIN_BYTES` (256 MiB) of encoded
+      matrices in any type, whose 32-block matrices (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) run
+      the column-panel 32-block kernels: Qwen2.5-0.5B's Q4_K_M file (85% Q5_0 / Q8_0) had
+      a 1.37-1.53x faster cold prefill in int8 on a Zen 3. Smaller files stay float32
+      (the embedded 135M kept encoded: 1.13-1.17x, not worth int8's distance from the
+      reference numbers), as do 32-block files on AVX-512 VNNI, whose 32-block kernel
+      (two blocks a register) measured no faster than float32 there.
+
+    Otherwise `"float32"`, as with the portable C kernel and dense models.
 
     Args:
         model: An mlx-lm model, with `GGUFLinear` / `GGUFEmbedding` modules when it was
@@ -369,7 +380,7 @@ def auto_compute(model: Any) -> str:
             total += m.weight.data.nbytes
             if m.weight.type_name in ("Q4_K", "Q5_K", "Q6_K"):
                 kq += m.weight.data.nbytes
-    if not total or kq * 2 < total:
+    if not total:
         return "float32"
     from . import qgemm
 
@@ -377,7 +388,9 @@ def auto_compute(model: Any) -> str:
         isa = qgemm.isa()
     except NativeBuildError:  # no compiler: the float32 route needs no int8 kernels
         return "float32"
-    return "int8" if isa in ("avx512vnni", "avxvnni", "avx2") else "float32"
+    if kq * 2 >= total and isa in ("avx512vnni", "avxvnni", "avx2"):
+        return "int8"
+    return "int8" if total >= INT8_MIN_BYTES and isa in ("avxvnni", "avx2") else "float32"
 
 
 def _scratch(n: int) -> np.ndarray:

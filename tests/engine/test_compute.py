@@ -17,7 +17,13 @@ gguf = pytest.importorskip("gguf")
 from pcd_tools import Decider  # noqa: E402
 from pcd_tools.engine import qgemm  # noqa: E402
 from pcd_tools.engine.models import COMPUTES, resolve_compute  # noqa: E402
-from pcd_tools.engine.qweights import GGUFLinear, QTensor, auto_compute  # noqa: E402
+from pcd_tools.engine.qweights import (  # noqa: E402
+    INT8_MIN_BYTES,
+    GGUFEmbedding,
+    GGUFLinear,
+    QTensor,
+    auto_compute,
+)
 from pcd_tools.errors import InvalidArgumentError, ModelLoadError  # noqa: E402
 from pcd_tools.schema import compile_schema  # noqa: E402
 from tests.engine.test_qweights import encoded  # noqa: E402
@@ -162,7 +168,8 @@ def test_bad_combinations_are_typed_errors(tiny_file, monkeypatch):
 def test_auto_takes_int8_by_cpu_and_encoding():
     """`auto`'s rule on every int8 kernel: files whose matrices are mostly K-quants take
     int8 where a SIMD int8 kernel runs (AVX-512 VNNI, AVX-VNNI, AVX2), float32 on the
-    portable one; the 32-block types and dense models never do."""
+    portable one; 32-block files of at least 256 MiB on AVX-VNNI and AVX2 (the column-panel
+    32-block kernels), smaller ones and dense models never."""
 
     class W:  # what auto_compute reads of a tensor; the bytes are never allocated
         def __init__(self, n: int, t: str):
@@ -183,17 +190,20 @@ def test_auto_takes_int8_by_cpu_and_encoding():
         GGUFLinear(W(42_900_480, "Q6_K")),
         GGUFLinear(W(29_417_472, "Q4_K")),
     )
-    q41 = M(GGUFLinear(W(10**8, "Q4_1")))
-    for isa, want in (
-        ("avx512vnni", "int8"),
-        ("avxvnni", "int8"),
-        ("avx2", "int8"),
-        ("scalar", "float32"),
+    q41 = M(GGUFLinear(W(10**8, "Q4_1")))  # the embedded 135M's size
+    edge = M(GGUFLinear(W(INT8_MIN_BYTES - 1, "Q8_0")), GGUFEmbedding(W(1, "Q8_0")))
+    for isa, want, want_32 in (
+        ("avx512vnni", "int8", "float32"),
+        ("avxvnni", "int8", "int8"),
+        ("avx2", "int8", "int8"),
+        ("scalar", "float32", "float32"),
     ):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(qgemm, "isa", lambda isa=isa: isa)
             assert auto_compute(q4km) == want, isa
-            assert auto_compute(mostly_32) == "float32", isa
+            assert auto_compute(mostly_32) == want_32, isa
+            assert auto_compute(edge) == want_32, isa  # exactly 256 MiB
+            assert auto_compute(M(GGUFLinear(W(INT8_MIN_BYTES - 1, "Q8_0")))) == "float32", isa
             assert auto_compute(q41) == "float32", isa
             assert auto_compute(M()) == "float32", isa  # dense: nothing encoded
 

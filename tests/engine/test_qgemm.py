@@ -179,6 +179,40 @@ def test_column_kernels_are_bit_identical_and_rows_independent(name):
         np.testing.assert_array_equal(m.matmul(x, path=path), want, err_msg=path)
 
 
+BLOCK32 = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
+
+
+@pytest.mark.parametrize("name", BLOCK32)
+def test_block32_column_panels_are_bit_identical_and_rows_independent(name):
+    """The 32-block types run column panels on scalar, AVX2 and AVX-VNNI (8 columns a
+    vector, the block's products summed in the integers): every row count's tile
+    remainder (tiles of 4 rows for unsigned quants, 6 for Q8_0), a partial group of
+    columns, and a row's result independent of the other rows."""
+    rng = np.random.default_rng(29)
+    n, k, rows = 45, 320, 25  # panels of 16, 16 and 13 columns: groups of 8 and 5
+    raw = weights(name, n, k, rng)
+    x = (rng.standard_normal((rows, k)) * rng.uniform(0.1, 10, (rows, 1))).astype(np.float32)
+    m = qgemm.prepare(raw, name, (n, k))
+    scalar = m.matmul(x, path="scalar", threads=1)
+    ref, bound = reference(x, dequant(raw, name))
+    assert (np.abs(scalar - ref) <= 2e-6 * bound + 1e-30).all()
+    for path in SAME_ORDER:
+        for threads in (1, 2):
+            np.testing.assert_array_equal(m.matmul(x, path=path, threads=threads), scalar)
+        for count in range(1, 8):  # each remainder of both tile heights
+            np.testing.assert_array_equal(
+                m.matmul(x[3 : 3 + count], path=path), scalar[3 : 3 + count], err_msg=f"{count} rows"
+            )
+    # integer operands: every product and sum exact on every path
+    raw = _exact_weights(name, n, k, rng)
+    x = rng.integers(-127, 128, (rows, k)).astype(np.float32)
+    x[:, ::32] = 127.0  # dx = 1 per block: xq = x
+    want = (x.astype(np.int64) @ dequant(raw, name).astype(np.int64).T).astype(np.float32)
+    m = qgemm.prepare(raw, name, (n, k))
+    for path in INT8_PATHS:
+        np.testing.assert_array_equal(m.matmul(x, path=path), want, err_msg=path)
+
+
 def test_act_block_256_picks_the_column_kernel_with_avx512_vnni():
     rng = np.random.default_rng(24)
     raw = weights("Q4_K", 48, 512, rng)
