@@ -817,6 +817,70 @@ COL32_DISPATCH(col32_avx2, col32_avx2_rs, AVX2_T)
 COL32_DISPATCH(col32_avxvnni, col32_avxvnni_rs, VNNI256_T)
 #endif
 
+#if X86
+/* One block of 32 quants of a 32-block type as 32 bytes (the DECODE_BODY values). */
+AVX2_T AI __m256i block32_avx2(int type, const uint8_t *blk) {
+    if (type == T_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
+    const int off = type == T_Q4_0 ? 2 : type == T_Q4_1 ? 4 : type == T_Q5_0 ? 6 : 8;
+    __m128i qs = _mm_loadu_si128((const __m128i *)(blk + off));
+    const __m128i m4 = _mm_set1_epi8(15);
+    __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), m4), _mm_and_si128(qs, m4));
+    if (type == T_Q5_0 || type == T_Q5_1) { /* bit j of qh -> bit 4 of byte j */
+        uint32_t qh;
+        memcpy(&qh, blk + off - 4, 4);
+        const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                               0x0101010101010101LL, 0x0000000000000000LL);
+        const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+        __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), shuf);
+        h = _mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit);
+        v = _mm256_or_si256(v, _mm256_and_si256(h, _mm256_set1_epi8(16)));
+    }
+    return v;
+}
+
+/* Columns [c0, c0 + nc) (nc <= CG) of a 32-block matrix into one group of the column
+ * panel: wg [k/4][CG] (lanes >= nc zero), sg [nb][CG], mn [c][nb] (c from 0), with the
+ * DECODE_BODY numbers: an 8 x 8 int32 transpose per block. */
+AVX2_T static void decode_col32_avx2(int type, const uint8_t *w, int64_t rb, int k, int c0,
+                                     int nc, int32_t *wg, float *sg, float *mn) {
+    int nb = k / QB, bb = pcd_qgemm_block(type, 0);
+    for (int b = 0; b < nb; b++) {
+        __m256i v[CG];
+        for (int l = 0; l < CG; l++) {
+            if (l >= nc) {
+                v[l] = _mm256_setzero_si256();
+                sg[b * CG + l] = 0.0f;
+                continue;
+            }
+            const uint8_t *blk = w + (int64_t)(c0 + l) * rb + (int64_t)b * bb;
+            v[l] = block32_avx2(type, blk);
+            float d = h2f(blk);
+            sg[b * CG + l] = d;
+            mn[(int64_t)l * nb + b] = type == T_Q4_0 ? -8.0f * d : type == T_Q5_0 ? -16.0f * d
+                                      : type == T_Q8_0 ? 0.0f : h2f(blk + 2);
+        }
+        /* transpose: out[q] lane l = int32 q of v[l] */
+        __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+        __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+        __m256i t4 = _mm256_unpacklo_epi32(v[4], v[5]), t5 = _mm256_unpackhi_epi32(v[4], v[5]);
+        __m256i t6 = _mm256_unpacklo_epi32(v[6], v[7]), t7 = _mm256_unpackhi_epi32(v[6], v[7]);
+        __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+        __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+        __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+        __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+        __m256i *o = (__m256i *)(wg + (int64_t)b * (QB / 4) * CG);
+        _mm256_store_si256(o + 0, _mm256_permute2x128_si256(u0, u4, 0x20));
+        _mm256_store_si256(o + 1, _mm256_permute2x128_si256(u1, u5, 0x20));
+        _mm256_store_si256(o + 2, _mm256_permute2x128_si256(u2, u6, 0x20));
+        _mm256_store_si256(o + 3, _mm256_permute2x128_si256(u3, u7, 0x20));
+        _mm256_store_si256(o + 4, _mm256_permute2x128_si256(u0, u4, 0x31));
+        _mm256_store_si256(o + 5, _mm256_permute2x128_si256(u1, u5, 0x31));
+        _mm256_store_si256(o + 6, _mm256_permute2x128_si256(u2, u6, 0x31));
+        _mm256_store_si256(o + 7, _mm256_permute2x128_si256(u3, u7, 0x31));
+    }
+}
+#endif
+
 /* ---------------------------------------------------------------- minimum pass */
 
 /* y[r, c] += sum_b mn[c][b] * xs[r][b], one fma per block in block order (every path). */
@@ -919,6 +983,15 @@ static void gemm_col32_task(void *ctx, int t, void *scratch) {
     float *out = mnT + (size_t)nb * NC;                  /* [CR][CG] */
     float *sc = out + CR * CG;                           /* [2 nb], one column */
     int8_t *q = (int8_t *)(sc + 2 * nb);                 /* [k], one column */
+#if X86
+    if (j->vec_min) { /* the AVX2 decoder, straight into the groups */
+        for (int g = 0; g * CG < nc; g++)
+            decode_col32_avx2(j->type, j->w + (int64_t)c0 * j->rb, j->rb, k, g * CG,
+                              nc - g * CG < CG ? nc - g * CG : CG, wp + (size_t)g * (k / 4) * CG,
+                              sp + (size_t)g * nb * CG, mn + (int64_t)g * CG * nb);
+    } else
+#endif
+    {
     if (nc < NC) {
         memset(wp, 0, (size_t)ng * (k / 4) * CG * sizeof(int32_t));
         memset(sp, 0, (size_t)ng * nb * CG * sizeof(float));
@@ -931,6 +1004,7 @@ static void gemm_col32_task(void *ctx, int t, void *scratch) {
         for (int i = 0; i < k / 4; i++) wg[i * CG + l] = q4[i];
         float *sgp = sp + (size_t)g * nb * CG;
         for (int b = 0; b < nb; b++) sgp[b * CG + l] = sc[2 * b];
+    }
     }
     int mins = has_min(j->type), sgn = j->type == T_Q8_0;
     if (mins && j->vec_min)
