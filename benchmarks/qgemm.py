@@ -94,7 +94,11 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     rng = np.random.default_rng(0)
     out: list[dict[str, Any]] = []
     for tname in args.types.split(","):
-        for label, rows, k, n in SHAPES:
+        for label, rows, k, n in [
+            (lb if r == 512 else f"{lb} x {r} rows", r, k, n)
+            for lb, rows0, k, n in SHAPES
+            for r in (args.rows or [rows0])
+        ]:
             if args.shapes and not any(s in label for s in args.shapes.split(",")):
                 continue
             tn = tname
@@ -165,7 +169,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| type | shape (512 rows) | method | ms (median) | G op/s median [range] | vs sgemm "
+        "| type | shape (512 rows unless named) | method | ms (median) | G op/s median [range] | vs sgemm "
         "| G op per CPU-s | vs sgemm, CPU time | weight MB |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -194,6 +198,12 @@ def main() -> None:
         "--fallback",
         default="Q4_1",
         help="type for rows that are not whole K-quant blocks (576: SmolLM2-135M; its file is Q4_1)",
+    )
+    ap.add_argument(
+        "--rows",
+        type=lambda s: [int(v) for v in s.split(",")],
+        default=None,
+        help="comma-separated row counts instead of 512 (few rows: the panel decode's share)",
     )
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
