@@ -92,7 +92,8 @@ class Decider:
                 `"float32"`, `"float16"`, `"bfloat16"`, `"keep"` (see
                 `pcd_tools.engine.models.load_model`).
             compute: `"auto"` (or `PCD_COMPUTE`: int8 for a file mostly in K-quants, such
-                as a Q4_K_M, on a CPU with an int8 SIMD kernel, else float32;
+                as a Q4_K_M, on a CPU with an int8 SIMD kernel, and on AVX2 / AVX-VNNI for
+                any file of at least 256 MiB of matrices; else float32;
                 `pcd_tools.engine.qweights.auto_compute`), `"float32"`, `"int8"` or
                 `"bf16"`: the arithmetic of the passes' matrix products over a GGUF file's
                 blocks on CPU (see `pcd_tools.engine.models.load_model`).
