@@ -529,6 +529,9 @@ def _cascade_wall(
     alone = large.decide_many(ds.schema, texts, batch_size=args.batch_size)
     large_s = time.perf_counter() - t0
     t0 = time.perf_counter()
+    small.decide_many(ds.schema, texts, batch_size=args.batch_size)
+    small_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
     out = casc.batch(texts)
     casc_s = time.perf_counter() - t0
     names = list(fit["thresholds"])
@@ -547,6 +550,7 @@ def _cascade_wall(
         "small_calibration": small.calibration is not None,
         "n": len(texts),
         "large_only_s": large_s,
+        "small_only_s": small_s,
         "cascade_s": casc_s,
         "ratio": casc_s / large_s if large_s else float("nan"),
         "escalation": escalated / max(1, len(texts)),

@@ -585,7 +585,9 @@ def print_cascade_report(console: Any, report: Mapping[str, Any]) -> None:
     if w:
         console.print(
             f"real run ({w['fit']}, n={w['n']}): cascade {w['cascade_s']:.1f} s against large "
-            f"only {w['large_only_s']:.1f} s = {w['ratio']:.2f}x; escalated "
+            f"only {w['large_only_s']:.1f} s = {w['ratio']:.2f}x"
+            + (f" (small only {w['small_only_s']:.1f} s)" if "small_only_s" in w else "")
+            + "; escalated "
             f"{_pct(w['escalation'])}, accuracy {_pct(w['accuracy'])}"
             + (
                 f" (large only {_pct(w['large_accuracy'])})."
