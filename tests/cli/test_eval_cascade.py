@@ -109,7 +109,12 @@ def test_eval_cascade_from_models_and_from_saved_reports(
     assert rep["n_calibration"] == rep["n_held_out"] == 20
     # one real batched cascade run at the fitted thresholds, timed against large-only
     wall = rep["wall"]
-    assert wall["n"] == 20 and wall["cascade_s"] > 0 and wall["large_only_s"] > 0 and wall["small_only_s"] > 0
+    assert (
+        wall["n"] == 20
+        and wall["cascade_s"] > 0
+        and wall["large_only_s"] > 0
+        and wall["small_only_s"] > 0
+    )
     assert 0.0 <= wall["escalation"] <= 1.0
     assert (tmp_path / "png" / "cascade-d.png").stat().st_size > 1000
     # the same sweep from two saved `pcd eval --out` reports, without loading a model

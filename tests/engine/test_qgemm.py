@@ -201,7 +201,9 @@ def test_block32_column_panels_are_bit_identical_and_rows_independent(name):
             np.testing.assert_array_equal(m.matmul(x, path=path, threads=threads), scalar)
         for count in range(1, 8):  # each remainder of both tile heights
             np.testing.assert_array_equal(
-                m.matmul(x[3 : 3 + count], path=path), scalar[3 : 3 + count], err_msg=f"{count} rows"
+                m.matmul(x[3 : 3 + count], path=path),
+                scalar[3 : 3 + count],
+                err_msg=f"{count} rows",
             )
     # integer operands: every product and sum exact on every path
     raw = _exact_weights(name, n, k, rng)
