@@ -934,6 +934,20 @@ typedef struct {
     col32_t col; /* the column-panel kernel (32-block types on scalar, AVX2, AVX-VNNI) */
 } gjob_t;
 
+/* The minimum's term of rows [r0, r0 + R) of a panel (mn [c][nb], its transpose mnT). */
+static void min_pass(const gjob_t *j, int R, int nc, int r0, const float *mn, const float *mnT,
+                     float *yr) {
+    int nb = j->k / QB;
+#if X86
+    if (j->vec_min) {
+        min_pass_avx2(R, nc, j->xs + (int64_t)r0 * nb, mnT, nb, yr, j->ldy);
+        return;
+    }
+#endif
+    (void)mnT;
+    min_pass_scalar(R, nc, j->xs + (int64_t)r0 * nb, mn, nb, yr, j->ldy);
+}
+
 static void gemm_task(void *ctx, int t, void *scratch) {
     gjob_t *j = (gjob_t *)ctx;
     int k = j->k, nb = k / QB;
@@ -958,15 +972,7 @@ static void gemm_task(void *ctx, int t, void *scratch) {
             int C = nc - c < CB ? nc - c : CB;
             j->micro(R, C, xr, dr, q + (int64_t)c * k, sc + (int64_t)c * 2 * nb, k, yr + c, j->ldy);
         }
-        if (mins) {
-#if X86
-            if (j->vec_min) {
-                min_pass_avx2(R, nc, j->xs + (int64_t)r0 * nb, mnT, nb, yr, j->ldy);
-                continue;
-            }
-#endif
-            min_pass_scalar(R, nc, j->xs + (int64_t)r0 * nb, mn, nb, yr, j->ldy);
-        }
+        if (mins) min_pass(j, R, nc, r0, mn, mnT, yr);
     }
 }
 
@@ -1022,15 +1028,7 @@ static void gemm_col32_task(void *ctx, int t, void *scratch) {
             for (int r = 0; r < R; r++)
                 memcpy(yr + (int64_t)r * j->ldy + g * CG, out + r * CG, (size_t)C * sizeof(float));
         }
-        if (mins) {
-#if X86
-            if (j->vec_min) {
-                min_pass_avx2(R, nc, j->xs + (int64_t)r0 * nb, mnT, nb, yr, j->ldy);
-                continue;
-            }
-#endif
-            min_pass_scalar(R, nc, j->xs + (int64_t)r0 * nb, mn, nb, yr, j->ldy);
-        }
+        if (mins) min_pass(j, R, nc, r0, mn, mnT, yr);
     }
 }
 
