@@ -37,15 +37,16 @@ def _dense(layer: Any) -> tuple[np.ndarray, np.ndarray | None]:
     """A linear layer's float32 weight (out, in) and bias."""
     import mlx.nn as nn
 
+    bias = _np(layer["bias"]) if "bias" in layer else None
     if getattr(layer, "gguf_encoded", False):  # qweights.GGUFLinear: dequantize this one only
-        w = mx.array(layer.weight.dequantize(threads=2))
-    elif isinstance(layer, nn.QuantizedLinear):
+        return layer.weight.dequantize(threads=2), bias  # numpy float32, no MLX buffer
+    if isinstance(layer, nn.QuantizedLinear):
         w = mx.dequantize(layer.weight, layer.scales, layer.biases, layer.group_size, layer.bits)
     elif isinstance(layer, nn.Linear):
         w = layer.weight
     else:
         raise TypeError(f"{type(layer).__name__} is not a linear layer")
-    return _np(w), (_np(layer["bias"]) if "bias" in layer else None)
+    return _np(w), bias
 
 
 def _embedding(emb: Any) -> np.ndarray:

@@ -332,3 +332,32 @@ def test_the_embedded_model_decodes_as_mlx_does(real):
     assert agree[1] >= 0.9 * 32, (agree, err)
     write(eng.passes, [1], caches[0])  # the MLX caches were left as they were
     assert caches[1][0].offset == caches[2][0].offset == len(prompt)
+
+
+@pytest.mark.integration
+def test_an_encoded_embedding_stays_encoded_with_the_same_logits(real):
+    """With the model kept in its GGUF encoding, the decoder makes no float32 copy of the
+    embedding (each step dequantizes its tokens' rows; the tied head is packed in chunks),
+    and its logits are those of the decoder over the dense model, bit for bit."""
+    from pcd_tools import Decider
+
+    try:
+        enc = Decider.load(dtype="quantized").engine
+    except Exception as e:  # no compiler for the encoded kernels
+        pytest.skip(str(e))
+    dense = real.engine
+    prompt = dense.encode_ids("My card was declined at the store twice today.")
+    d_enc, d_dense = NativeDecoder(enc.model), NativeDecoder(dense.model)
+    assert d_enc.embed is None and d_dense.embed is not None
+    # the dense decoder reads the model's own table; the encoded one holds no table either
+    assert abs(d_enc.nbytes - d_dense.nbytes) < d_dense.embed.nbytes // 100
+    from mlx_lm.models.cache import make_prompt_cache
+
+    caches = [make_prompt_cache(m) for m in (enc.model, dense.model)]
+    forward(enc.passes, prompt, caches[0])
+    forward(dense.passes, prompt, caches[1])
+    a = d_enc.stepper([caches[0]], 6)
+    b = d_dense.stepper([caches[1]], 6)
+    for t in (TOKENS[:2], TOKENS[2:4], TOKENS[4:6]):  # one row per step, and a repeat token
+        for tok in t:
+            np.testing.assert_array_equal(a.step([tok]), b.step([tok]))
