@@ -976,6 +976,27 @@ static void gemm_task(void *ctx, int t, void *scratch) {
     }
 }
 
+/* The scalar twin of decode_col32_avx2 for the task's nc columns: each column decoded by
+ * DECODE_BODY into q / sc (one column's scratch), then its 4-byte groups and scales moved
+ * into their group's lane (lanes >= nc zero). */
+static void decode_col32_generic(const gjob_t *j, int c0, int nc, int32_t *wp, float *sp,
+                                 float *mn, float *sc, int8_t *q) {
+    int k = j->k, nb = k / QB;
+    if (nc < NC) {
+        memset(wp, 0, (size_t)(NC / CG) * (k / 4) * CG * sizeof(int32_t));
+        memset(sp, 0, (size_t)(NC / CG) * nb * CG * sizeof(float));
+    }
+    for (int c = 0; c < nc; c++) {
+        int g = c / CG, l = c % CG;
+        j->decode(j->type, j->w + (int64_t)(c0 + c) * j->rb, k, q, sc, mn + (int64_t)c * nb);
+        const int32_t *q4 = (const int32_t *)q;
+        int32_t *wg = wp + (size_t)g * (k / 4) * CG;
+        for (int i = 0; i < k / 4; i++) wg[i * CG + l] = q4[i];
+        float *sgp = sp + (size_t)g * nb * CG;
+        for (int b = 0; b < nb; b++) sgp[b * CG + l] = sc[2 * b];
+    }
+}
+
 /* The column-panel route (see "32-blocks, column panels"): decode the task's NC columns
  * into groups of CG lanes, run the tiles, add the minimum's term. */
 static void gemm_col32_task(void *ctx, int t, void *scratch) {
@@ -990,28 +1011,14 @@ static void gemm_col32_task(void *ctx, int t, void *scratch) {
     float *sc = out + CR * CG;                           /* [2 nb], one column */
     int8_t *q = (int8_t *)(sc + 2 * nb);                 /* [k], one column */
 #if X86
-    if (j->vec_min) { /* the AVX2 decoder, straight into the groups */
+    if (j->vec_min) /* the AVX2 decoder, straight into the groups */
         for (int g = 0; g * CG < nc; g++)
             decode_col32_avx2(j->type, j->w + (int64_t)c0 * j->rb, j->rb, k, g * CG,
                               nc - g * CG < CG ? nc - g * CG : CG, wp + (size_t)g * (k / 4) * CG,
                               sp + (size_t)g * nb * CG, mn + (int64_t)g * CG * nb);
-    } else
+    else
 #endif
-    {
-    if (nc < NC) {
-        memset(wp, 0, (size_t)ng * (k / 4) * CG * sizeof(int32_t));
-        memset(sp, 0, (size_t)ng * nb * CG * sizeof(float));
-    }
-    for (int c = 0; c < nc; c++) {
-        int g = c / CG, l = c % CG;
-        j->decode(j->type, j->w + (int64_t)(c0 + c) * j->rb, k, q, sc, mn + (int64_t)c * nb);
-        const int32_t *q4 = (const int32_t *)q;
-        int32_t *wg = wp + (size_t)g * (k / 4) * CG;
-        for (int i = 0; i < k / 4; i++) wg[i * CG + l] = q4[i];
-        float *sgp = sp + (size_t)g * nb * CG;
-        for (int b = 0; b < nb; b++) sgp[b * CG + l] = sc[2 * b];
-    }
-    }
+        decode_col32_generic(j, c0, nc, wp, sp, mn, sc, q);
     int mins = has_min(j->type), sgn = j->type == T_Q8_0;
     if (mins && j->vec_min)
         for (int c = 0; c < nc; c++)
