@@ -56,7 +56,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -209,34 +209,21 @@ class NativeDecoder:
     def _lin(self, w: np.ndarray, bias: np.ndarray | None) -> DecodeLin:
         rows, cols = w.shape
         if self.wbits == 8:
-            q = np.empty((rows, cols), np.uint8)
-            s = np.empty((rows, cols // _QB), np.float32)
-            mn = np.empty((rows, cols // _QB), np.float32)
-            w = np.ascontiguousarray(w, np.float32)
-            self.lib.pcd_quantize_q8(
-                w.ctypes.data,
-                rows,
-                cols,
-                q.ctypes.data,
-                s.ctypes.data,
-                mn.ctypes.data,
-                _SCHEMES.index(self.scheme),
-                self._threads,
-            )
-            return DecodeLin(self._ptr(q), self._ptr(s), self._ptr(mn), self._ptr(bias), rows, cols)
+            return self._lin8(rows, cols, [(0, w)], bias)
         w = np.ascontiguousarray(w, np.float32)
         return DecodeLin(self._ptr(w), None, None, self._ptr(bias), rows, cols)
 
-    def _lin_chunks(self, tensor: Any, chunk: int = 8192) -> DecodeLin:
-        """`_lin` of an encoded (rows, cols) tensor, dequantized `chunk` rows at a time
-        (the same blocks as `_lin` of the whole float32 matrix, without making it)."""
-        rows, cols = tensor.shape
+    def _lin8(
+        self, rows: int, cols: int, parts: Iterable[tuple[int, np.ndarray]], bias: np.ndarray | None
+    ) -> DecodeLin:
+        """The 8-bit blocks of a (rows, cols) matrix given as float32 row ranges
+        `(first row, rows)`, in order (a generator can dequantize each one as it is asked)."""
         q = np.empty((rows, cols), np.uint8)
         s = np.empty((rows, cols // _QB), np.float32)
         mn = np.empty((rows, cols // _QB), np.float32)
-        for r0 in range(0, rows, chunk):
-            r1 = min(rows, r0 + chunk)
-            w = tensor.dequantize(rows=np.arange(r0, r1), threads=self._threads)
+        for r0, w in parts:
+            w = np.ascontiguousarray(w, np.float32)
+            r1 = r0 + w.shape[0]
             self.lib.pcd_quantize_q8(
                 w.ctypes.data,
                 r1 - r0,
@@ -247,7 +234,7 @@ class NativeDecoder:
                 _SCHEMES.index(self.scheme),
                 self._threads,
             )
-        return DecodeLin(self._ptr(q), self._ptr(s), self._ptr(mn), None, rows, cols)
+        return DecodeLin(self._ptr(q), self._ptr(s), self._ptr(mn), self._ptr(bias), rows, cols)
 
     def _pack(self, model: Any) -> None:
         inner = model.model
@@ -296,7 +283,12 @@ class NativeDecoder:
         if hasattr(model, "lm_head"):
             head = self._lin(*_dense(model.lm_head))
         elif self._embed_q is not None and self.wbits == 8:  # tied and encoded: in chunks
-            head = self._lin_chunks(self._embed_q)
+            t, (rows, cols) = self._embed_q, self._embed_q.shape
+            chunks = (
+                (r0, t.dequantize(rows=np.arange(r0, min(rows, r0 + 8192)), threads=self._threads))
+                for r0 in range(0, rows, 8192)
+            )
+            head = self._lin8(rows, cols, chunks, None)
         else:  # tied: the embedding is the head
             head = self._lin(
                 _embedding(inner.embed_tokens) if self.embed is None else self.embed, None
