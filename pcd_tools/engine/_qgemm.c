@@ -112,6 +112,13 @@ static void k4_scale_min(int j, const uint8_t *s, int *sc, int *m) {
     }
 }
 
+/* The float minimum of a one-scale 32-block (blk, scale d) as the decoders store it:
+ * Q4_0 / Q5_0 are decoded unsigned, so -8 d / -16 d; Q4_1 / Q5_1 their own; Q8_0 none. */
+static inline float block32_min(int type, const uint8_t *blk, float d) {
+    return type == T_Q4_0 ? -8.0f * d : type == T_Q5_0 ? -16.0f * d : type == T_Q8_0 ? 0.0f
+                                                                                    : h2f(blk + 2);
+}
+
 /* One weight row (k elements, its blocks at `src`) into q[k], sc[2 * k / 32], mn[k / 32]. */
 #define DECODE_BODY                                                                        \
     int nb = k / QB;                                                                       \
@@ -127,7 +134,7 @@ static void k4_scale_min(int j, const uint8_t *s, int *sc, int *m) {
             }                                                                              \
             float d = h2f(blk);                                                            \
             sc[2 * b] = sc[2 * b + 1] = d;                                                 \
-            mn[b] = type == T_Q4_0 ? -8.0f * d : h2f(blk + 2);                             \
+            mn[b] = block32_min(type, blk, d);                                             \
         }                                                                                  \
         break;                                                                             \
     case T_Q5_0: case T_Q5_1:                                                              \
@@ -144,7 +151,7 @@ static void k4_scale_min(int j, const uint8_t *s, int *sc, int *m) {
             }                                                                              \
             float d = h2f(blk);                                                            \
             sc[2 * b] = sc[2 * b + 1] = d;                                                 \
-            mn[b] = type == T_Q5_0 ? -16.0f * d : h2f(blk + 2);                            \
+            mn[b] = block32_min(type, blk, d);                                             \
         }                                                                                  \
         break;                                                                             \
     case T_Q8_0:                                                                           \
@@ -856,8 +863,7 @@ AVX2_T static void decode_col32_avx2(int type, const uint8_t *w, int64_t rb, int
             v[l] = block32_avx2(type, blk);
             float d = h2f(blk);
             sg[b * CG + l] = d;
-            mn[(int64_t)l * nb + b] = type == T_Q4_0 ? -8.0f * d : type == T_Q5_0 ? -16.0f * d
-                                      : type == T_Q8_0 ? 0.0f : h2f(blk + 2);
+            mn[(int64_t)l * nb + b] = block32_min(type, blk, d);
         }
         /* transpose: out[q] lane l = int32 q of v[l] */
         __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
