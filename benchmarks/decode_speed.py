@@ -186,11 +186,24 @@ def speed(decider: Decider, args: argparse.Namespace) -> dict[str, Any]:
     ids = prompt_ids(decider, TICKETS[0])
     one = [_prefill(decider, ids)]
     eight = [_prefill(decider, prompt_ids(decider, t)) for t in TICKETS[:8]]
-    methods: dict[str, Callable[[], float]] = {
-        "mlx float32": lambda: mlx_run(decider, ids, args.tokens),
-        "int8 B=1": lambda: native_run(decoder, one, args.tokens),
-        "int8 B=8 (per row)": lambda: native_run(decoder, eight, args.tokens),
-    }
+    form = "file blocks" if decoder.mapped_bytes else "8-bit copy"
+    methods: dict[str, Callable[[], float]] = {}
+    if not args.no_mlx:
+        methods["mlx float32"] = lambda: mlx_run(decider, ids, args.tokens)
+    methods[f"native {form} B=1"] = lambda: native_run(decoder, one, args.tokens)
+    methods[f"native {form} B=8 (per row)"] = lambda: native_run(decoder, eight, args.tokens)
+    other = None
+    if getattr(decider.engine.model.model.embed_tokens, "gguf_encoded", False):  # encoded
+        from pcd_tools.engine.fast_decode import NativeDecoder
+
+        o_form = "8-bit copy" if decoder.mapped_bytes else "file blocks"
+        other = NativeDecoder(
+            decider.engine.model,
+            weights="copy" if decoder.mapped_bytes else "file",
+            threads=decoder.threads,
+        )
+        methods[f"native {o_form} B=1"] = lambda: native_run(other, one, args.tokens)
+        methods[f"native {o_form} B=8 (per row)"] = lambda: native_run(other, eight, args.tokens)
     skipped = None
     path = decider.loaded.path
     if path.endswith(".gguf"):
@@ -219,6 +232,8 @@ def speed(decider: Decider, args: argparse.Namespace) -> dict[str, Any]:
         "quantize_ms": decoder.quantize_ms,
         "build_ms": decoder.build_ms,
         "weights_mb": decoder.nbytes / 1e6,
+        "file_blocks_mb": max(decoder.mapped_bytes, other.mapped_bytes if other else 0) / 1e6,
+        "copy_mb": max(decoder.nbytes, other.nbytes if other else 0) / 1e6,
         "ms_per_token": times,
         "llama_cpp_skipped": skipped,
         "llama_cpp_extra_bufts": args.llama_extra_bufts,
@@ -257,8 +272,14 @@ def report(res: dict[str, Any], ex: dict[str, Any] | None) -> None:
     print(
         f"{platform.machine()}, {res['threads']} threads, ISA {res['isa']}, prompt "
         f"{res['prompt_tokens']} tokens, {res['tokens']} tokens x {res['rounds']} rounds, "
-        f"load average {os.getloadavg()[0]:.1f}; packing the 8-bit weights "
-        f"({res['weights_mb']:.0f} MB) took {res['quantize_ms']:.0f} ms"
+        f"load average {os.getloadavg()[0]:.1f}; "
+        + (
+            f"file blocks read in place: {res['file_blocks_mb']:.0f} MB (an 8-bit copy: "
+            f"{res['copy_mb']:.0f} MB), packing {res['quantize_ms']:.0f} ms"
+            if res.get("file_blocks_mb")
+            else f"packing the 8-bit weights ({res['weights_mb']:.0f} MB) took "
+            f"{res['quantize_ms']:.0f} ms"
+        )
     )
     print()
     print("| method | ms / token (median) | range | vs llama.cpp |")
@@ -287,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="rounds (>= 3), methods alternate")
     p.add_argument("--contexts", type=int, default=10, help="tickets for the exactness check")
     p.add_argument("--no-exactness", action="store_true")
+    p.add_argument("--no-mlx", action="store_true", help="leave out MLX float32 steps (slow)")
     p.add_argument("--threads", type=int, default=None, help="default: the usable CPUs")
     p.add_argument("--json", default=None, help="also write the results here")
     p.add_argument(

@@ -5,12 +5,20 @@
  * read once per step for all B rows, so B rows cost little more than one: a one-row
  * step is bound by reading the weights (135 M of them for SmolLM2-135M).
  *
- * Weights: every matrix is 8-bit, w = mn + s * q with q in [0, 255] and a float32 scale
- * s and minimum mn per block of 32 along the input dimension (pcd_quantize_q8 forms each
- * block as affine min/range or as llama.cpp's symmetric Q8_0, whichever is closer), or
- * float32 (the same step without the rounding, for tests). Q/K/V are one matrix; gate
- * and up are interleaved row by row (2j: gate j, 2j+1: up j) so a chunk of rows yields
+ * Weights, per matrix, in one of three forms:
+ *   - the file's own blocks, for a model kept in its GGUF encoding (Q4_0, Q4_1, Q5_0,
+ *     Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): read in place from the mapped file, rows
+ *     in an optional order (llama's un-permuted Q/K). A row's blocks are decoded into int8
+ *     quants and a float32 scale and minimum per 16 or 32 weights (w = s * q + m, the file's
+ *     weights), then multiplied in float32 (see "The file's blocks");
+ *   - 8 bits, w = mn + s * q with q in [0, 255] and a float32 scale s and minimum mn per
+ *     block of 32 along the input dimension (pcd_quantize_q8 forms each block as affine
+ *     min/range or as llama.cpp's symmetric Q8_0, whichever is closer): a copy packed from
+ *     dense or MLX-quantized weights;
+ *   - float32 (the same step without the rounding, for tests).
+ * Gate and up are two matrices whose rows j are taken together, so a chunk of rows yields
  * silu(gate) * up directly. Activations, norms, RoPE, attention and softmax are float32.
+ * The token embedding is float32 or file blocks (a step decodes its tokens' rows).
  *
  * KV: each row attends over its prefix K/V, read in place from the caller's arrays
  * (strided: head and row strides per layer), then over the tokens this library decoded
@@ -56,27 +64,32 @@
 #endif
 
 typedef struct {
-    const void *w;     /* uint8 or float32, (rows, cols) row-major */
-    const float *s;    /* 8-bit: (rows, cols / 32) scales; float32: NULL */
-    const float *mn;   /* 8-bit: (rows, cols / 32) block minimums: w = mn + s * q */
+    const void *w;     /* own: uint8 or float32, (rows, cols) row-major; file: rows of blocks */
+    const float *s;    /* own 8-bit: (rows, cols / 32) scales; otherwise NULL */
+    const float *mn;   /* own 8-bit: (rows, cols / 32) block minimums: w = mn + s * q */
     const float *bias; /* (rows) or NULL */
+    const int32_t *order; /* file: row j is stored row order[j] (NULL: row j) */
+    int64_t row_bytes;    /* file: bytes of a stored row */
     int32_t rows, cols;
+    int32_t type; /* 0: own (8-bit with s, else float32); else the ggml type of file blocks */
+    int32_t pad;
 } pcd_lin_t;
 
 typedef struct {
     const float *attn_norm, *mlp_norm;
-    pcd_lin_t qkv, o, gate_up, down;
+    pcd_lin_t q, k, v, o, gate, up, down;
 } pcd_layer_t;
 
 typedef struct {
     int32_t n_layers, hidden, n_heads, n_kv_heads, head_dim, inter, vocab, wbits;
     int32_t rope_traditional, rope_dims, rope_len, pad;
     float eps, attn_scale;
-    const float *embed;      /* (vocab, hidden) float32 */
+    const float *embed;      /* (vocab, hidden) float32, or NULL: embed_q's file blocks */
     const float *final_norm; /* (hidden) */
     const float *rope_cos, *rope_sin; /* (rope_len, rope_dims / 2) */
     const pcd_layer_t *layers;
     pcd_lin_t head;
+    pcd_lin_t embed_q; /* with embed NULL: the embedding's file blocks (vocab, hidden) */
 } pcd_model_t;
 
 typedef struct {
@@ -91,9 +104,10 @@ typedef struct {
 
 enum { MV_STORE = 0, MV_ADD = 1, MV_SWIGLU = 2 };
 
-/* Rows [r0, r1) of a matrix on B rows of x (row stride ldx) into y (row stride ldy). */
-typedef void (*mv_fn)(const pcd_lin_t *, int, int, const float *, int64_t, int, float *, int64_t,
-                      int);
+/* Rows [r0, r1) of a matrix L on B rows of x (row stride ldx) into y (row stride ldy);
+ * with MV_SWIGLU, U is the up matrix taken row by row with L (gate). */
+typedef void (*mv_fn)(const pcd_lin_t *, const pcd_lin_t *, int, int, const float *, int64_t,
+                      int, float *, int64_t, int);
 typedef void (*scores_fn)(const float *, const float *, int64_t, int, int, float, float *);
 typedef void (*accum_fn)(float *, const float *, const float *, int64_t, int, int);
 typedef float (*softmax_fn)(float *, int);
@@ -108,38 +122,408 @@ typedef struct {
 
 static inline float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
+/* Row j of L against nb rows of x: the file-block, 8-bit or float32 (tests: the portable
+ * code on every path) kernel. */
+#define ROW_DOTS(Q8FN, FILEFN, L, j, x, ldx, nb, out)                                        \
+    do {                                                                                      \
+        if ((L)->type)                                                                        \
+            FILEFN(L, j, x, ldx, nb, out);                                                    \
+        else if ((L)->s)                                                                      \
+            Q8FN(L, j, x, ldx, nb, out);                                                      \
+        else                                                                                  \
+            row_f32_c(L, j, x, ldx, nb, out);                                                 \
+    } while (0)
+
 /* Every row of x goes through the same arithmetic whatever B is and wherever it sits in
  * the batch (groups of at most NB rows share one pass over a weight row), so a batch of
- * B rows gives exactly the logits of B one-row steps. MV_SWIGLU keeps each (gate, up)
- * pair's dots and writes silu(gate) * up at column j / 2. */
-#define MV_DRIVER(NAME, ROWFN, NB)                                                            \
-    static void NAME(const pcd_lin_t *L, int r0, int r1, const float *x, int64_t ldx, int B, \
-                     float *y, int64_t ldy, int mode) {                                       \
-        float dots[NB_MAX], gate[NB_MAX];                                                     \
+ * B rows gives exactly the logits of B one-row steps. MV_SWIGLU takes row j of gate (L)
+ * and of up (U) and writes silu(gate) * up at column j. */
+#define MV_DRIVER(NAME, Q8FN, FILEFN, NB)                                                     \
+    static void NAME(const pcd_lin_t *L, const pcd_lin_t *U, int r0, int r1, const float *x, \
+                     int64_t ldx, int B, float *y, int64_t ldy, int mode) {                   \
+        float dots[NB_MAX], up[NB_MAX];                                                       \
         for (int b0 = 0; b0 < B; b0 += NB) {                                                  \
             int nb = B - b0 < NB ? B - b0 : NB;                                               \
             const float *xb = x + (int64_t)b0 * ldx;                                           \
             float *yb = y + (int64_t)b0 * ldy;                                                 \
             for (int j = r0; j < r1; j++) {                                                   \
-                if (L->s)                                                                     \
-                    ROWFN(L, j, xb, ldx, nb, dots);                                           \
-                else /* float32 weights (tests): the portable code on every path */           \
-                    row_f32_c(L, j, xb, ldx, nb, dots);                                       \
-                float bias = L->bias ? L->bias[j] : 0.0f;                                     \
+                ROW_DOTS(Q8FN, FILEFN, L, j, xb, ldx, nb, dots);                              \
+                float bias = L->bias ? L->bias[j] : 0.0f, ub = 0.0f;                          \
+                if (mode == MV_SWIGLU) {                                                      \
+                    ROW_DOTS(Q8FN, FILEFN, U, j, xb, ldx, nb, up);                            \
+                    ub = U->bias ? U->bias[j] : 0.0f;                                         \
+                }                                                                             \
                 for (int b = 0; b < nb; b++) {                                                \
                     float v = dots[b] + bias;                                                 \
                     if (mode == MV_STORE)                                                     \
                         yb[b * ldy + j] = v;                                                  \
                     else if (mode == MV_ADD)                                                  \
                         yb[b * ldy + j] += v;                                                 \
-                    else if (!(j & 1))                                                        \
-                        gate[b] = v;                                                          \
                     else                                                                      \
-                        yb[b * ldy + j / 2] = silu_mul(gate[b], v);                           \
+                        yb[b * ldy + j] = silu_mul(v, up[b] + ub);                            \
                 }                                                                             \
             }                                                                                 \
         }                                                                                     \
     }
+
+/* --- The file's blocks ------------------------------------------------------------------
+ * A matrix kept in its GGUF encoding is read in place. A row is taken in spans of up to
+ * SPAN weights: the span's blocks are decoded into int8 quants q and a float32 scale s and
+ * minimum m per group of 16 or 32 weights, w = s * q + m, which are the file's weights
+ * (s = d * sc and m = -dmin * mn as gguf-py forms them; for Q4_0 / Q5_0 / Q3_K / Q6_K the
+ * offset is in q), then each path multiplies them in float32 against the batch's rows,
+ * the group size and the minimum's presence constants of each kernel. The x86 paths
+ * decode with AVX2 (portable C for Q2_K and Q3_K), the portable path in C; both give the
+ * same q, s and m. */
+
+enum { G_Q4_0 = 2, G_Q4_1 = 3, G_Q5_0 = 6, G_Q5_1 = 7, G_Q8_0 = 8, G_Q2_K = 10, G_Q3_K = 11,
+       G_Q4_K = 12, G_Q5_K = 13, G_Q6_K = 14 };
+#define SPAN 1024 /* weights decoded at a time: 4 K-quant blocks, 32 blocks of 32 */
+#define GI static inline __attribute__((always_inline))
+
+static float g_half[65536];
+static int g_half_ready;
+
+static float half_bits(uint32_t h) {
+    uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0 && man == 0) {
+        u = sign;
+    } else if (exp == 0) { /* subnormal: normalise */
+        exp = 127 - 15 + 1;
+        while (!(man & 0x400)) man <<= 1, exp--;
+        u = sign | (exp << 23) | ((man & 0x3ff) << 13);
+    } else {
+        u = sign | (exp == 31 ? 0x7f800000u : (exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void half_init(void) {
+    if (__atomic_load_n(&g_half_ready, __ATOMIC_ACQUIRE)) return;
+    for (uint32_t i = 0; i < 65536; i++) g_half[i] = half_bits(i);
+    __atomic_store_n(&g_half_ready, 1, __ATOMIC_RELEASE);
+}
+
+GI float hf(const uint8_t *p) { return g_half[p[0] | (p[1] << 8)]; }
+
+/* Bytes of a block of a supported type (and its weights in *per); 0 otherwise. */
+static int file_block(int type, int *per) {
+    *per = 256;
+    switch (type) {
+    case G_Q2_K: return 84;
+    case G_Q3_K: return 110;
+    case G_Q4_K: return 144;
+    case G_Q5_K: return 176;
+    case G_Q6_K: return 210;
+    }
+    *per = 32;
+    switch (type) {
+    case G_Q4_0: return 18;
+    case G_Q4_1: return 20;
+    case G_Q5_0: return 22;
+    case G_Q5_1: return 24;
+    case G_Q8_0: return 34;
+    }
+    *per = 0;
+    return 0;
+}
+
+/* log2 of the weights sharing a scale (and minimum): 16 for Q2_K, Q3_K and Q6_K, else 32. */
+static int file_group_shift(int type) {
+    return type == G_Q2_K || type == G_Q3_K || type == G_Q6_K ? 4 : 5;
+}
+
+/* Whether the type's weights carry a minimum (w = s * q + m); the others are s * q. */
+static int file_has_min(int type) {
+    return type == G_Q4_1 || type == G_Q5_1 || type == G_Q2_K || type == G_Q4_K || type == G_Q5_K;
+}
+
+/* 32-blocks: nibbles (and a fifth bit, bit i of the 4 bytes at qh for weight i) of the
+ * 16 bytes at qs, minus `off`. */
+GI void dec32(const uint8_t *restrict qs, const uint8_t *restrict qh, int off,
+              int8_t *restrict q) {
+    uint32_t h = 0;
+    if (qh) memcpy(&h, qh, 4);
+    for (int i = 0; i < 16; i++) {
+        q[i] = (int8_t)(((qs[i] & 15) | (((h >> i) & 1) << 4)) - off);
+        q[i + 16] = (int8_t)(((qs[i] >> 4) | (((h >> (i + 16)) & 1) << 4)) - off);
+    }
+}
+
+GI void k4_sm(int j, const uint8_t *s, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63, *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Where a 32-block type's parts are: 1 with a minimum, 1 with a fifth bit, q's offset. */
+GI int b32_min(int type) { return type == G_Q4_1 || type == G_Q5_1; }
+GI int b32_fifth(int type) { return type == G_Q5_0 || type == G_Q5_1; }
+GI int b32_off(int type) { return b32_min(type) ? 0 : b32_fifth(type) ? 16 : 8; }
+
+/* A block's scales and minimums, one per group (file_group_shift). */
+GI void block_scales(int type, const uint8_t *restrict b, float *restrict s, float *restrict m) {
+    switch (type) {
+    case G_Q4_0: case G_Q4_1: case G_Q5_0: case G_Q5_1: case G_Q8_0:
+        s[0] = hf(b);
+        m[0] = b32_min(type) ? hf(b + 2) : 0.0f;
+        break;
+    case G_Q2_K: {
+        float d = hf(b + 80), dm = hf(b + 82);
+        for (int g = 0; g < 16; g++) s[g] = d * (float)(b[g] & 15), m[g] = -(dm * (float)(b[g] >> 4));
+        break;
+    }
+    case G_Q3_K: {
+        const uint8_t *sc = b + 96;
+        float d = hf(b + 108);
+        for (int i = 0; i < 16; i++) {
+            int lo = i < 8 ? sc[i] & 15 : sc[i - 8] >> 4, hi = (sc[8 + i % 4] >> (2 * (i / 4))) & 3;
+            s[i] = d * (float)((lo | hi << 4) - 32), m[i] = 0.0f;
+        }
+        break;
+    }
+    case G_Q4_K: case G_Q5_K: {
+        float d = hf(b), dm = hf(b + 2);
+        for (int g = 0; g < 8; g++) {
+            int sc, mn;
+            k4_sm(g, b + 4, &sc, &mn);
+            s[g] = d * (float)sc;
+            m[g] = -(dm * (float)mn);
+        }
+        break;
+    }
+    case G_Q6_K: {
+        const int8_t *sc = (const int8_t *)(b + 192);
+        float d = hf(b + 208);
+        for (int i = 0; i < 16; i++) s[i] = d * (float)sc[i], m[i] = 0.0f;
+        break;
+    }
+    }
+}
+
+/* A block's int8 quants (portable). */
+GI void block_quants(int type, const uint8_t *restrict b, int8_t *restrict q) {
+    switch (type) {
+    case G_Q4_0: case G_Q4_1: case G_Q5_0: case G_Q5_1: {
+        int one = b32_min(type), five = b32_fifth(type);
+        dec32(b + 2 + 2 * one + 4 * five, five ? b + 2 + 2 * one : 0, b32_off(type), q);
+        break;
+    }
+    case G_Q8_0:
+        for (int i = 0; i < 32; i++) q[i] = (int8_t)b[2 + i];
+        break;
+    case G_Q2_K:
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 32; l++)
+                    q[128 * h + 32 * j + l] = (int8_t)((b[16 + 32 * h + l] >> (2 * j)) & 3);
+        break;
+    case G_Q3_K: {
+        const uint8_t *hm = b, *qs = b + 32;
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 32; l++)
+                    q[128 * h + 32 * j + l] = (int8_t)(((qs[32 * h + l] >> (2 * j)) & 3) -
+                                                       (((hm[l] >> (4 * h + j)) & 1) ? 0 : 4));
+        break;
+    }
+    case G_Q4_K: case G_Q5_K: {
+        const uint8_t *qh = b + 16, *qs = b + (type == G_Q5_K ? 48 : 16);
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++) {
+                int h0 = 0, h1 = 0;
+                if (type == G_Q5_K) h0 = ((qh[l] >> (2 * c)) & 1) << 4, h1 = ((qh[l] >> (2 * c + 1)) & 1) << 4;
+                q[64 * c + l] = (int8_t)((qs[32 * c + l] & 15) | h0);
+                q[64 * c + 32 + l] = (int8_t)((qs[32 * c + l] >> 4) | h1);
+            }
+        break;
+    }
+    case G_Q6_K: {
+        const uint8_t *ql = b, *qh = b + 128;
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 32; l++) {
+                int hb = qh[32 * h + l];
+                const uint8_t *L = ql + 64 * h;
+                q[128 * h + l] = (int8_t)(((L[l] & 15) | ((hb & 3) << 4)) - 32);
+                q[128 * h + 32 + l] = (int8_t)(((L[l + 32] & 15) | (((hb >> 2) & 3) << 4)) - 32);
+                q[128 * h + 64 + l] = (int8_t)(((L[l] >> 4) | (((hb >> 4) & 3) << 4)) - 32);
+                q[128 * h + 96 + l] = (int8_t)(((L[l + 32] >> 4) | (((hb >> 6) & 3) << 4)) - 32);
+            }
+        break;
+    }
+    }
+}
+
+/* n weights (whole blocks) of `type` from b into q, s, m (s and m per group). */
+GI void dec_span(int type, const uint8_t *restrict b, int n, int8_t *restrict q,
+              float *restrict s, float *restrict m) {
+    int per, bytes = file_block(type, &per), g = per >> file_group_shift(type);
+    for (int e = 0; e < n; e += per, b += bytes, q += per, s += g, m += g) {
+        block_scales(type, b, s, m);
+        block_quants(type, b, q);
+    }
+}
+
+#if X86
+/* The quants of the common types with AVX2 (bit-identical to block_quants; the others
+ * take it): 32 bytes a store. */
+__attribute__((target("avx2,fma"))) GI void dec_span_avx2_t(
+    const int type, const uint8_t *restrict b, int n, int8_t *restrict q, float *restrict s,
+    float *restrict m) {
+    int per, bytes = file_block(type, &per), g = per >> file_group_shift(type);
+    const __m256i lo4 = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
+    for (int e = 0; e < n; e += per, b += bytes, q += per, s += g, m += g) {
+        if (type == G_Q4_K || type == G_Q5_K) { /* the 8 six-bit scales and minimums at once */
+            uint32_t u[4];
+            memcpy(u, b + 4, 12);
+            u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+            uint32_t lo = u[1] & 0x3f3f3f3f;
+            u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+            u[2] = lo;
+            u[0] &= 0x3f3f3f3f; /* bytes 0-7: scales, 8-15: minimums */
+            __m128i v = _mm_loadu_si128((const __m128i *)u);
+            __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+            __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
+            _mm256_storeu_ps(s, _mm256_mul_ps(_mm256_set1_ps(hf(b)), sc));
+            _mm256_storeu_ps(m, _mm256_xor_ps(_mm256_set1_ps(-0.0f),  /* -(dmin * mn) */
+                                              _mm256_mul_ps(_mm256_set1_ps(hf(b + 2)), mn)));
+        } else {
+            block_scales(type, b, s, m);
+        }
+        switch (type) {
+        case G_Q4_0: case G_Q4_1: case G_Q5_0: case G_Q5_1: {
+            int one = b32_min(type), five = b32_fifth(type);
+            __m128i qs = _mm_loadu_si128((const __m128i *)(b + 2 + 2 * one + 4 * five));
+            __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), lo4);
+            if (five) { /* bit i of qh to byte i: each 128-bit lane takes two of its bytes */
+                uint32_t h;
+                memcpy(&h, b + 2 + 2 * one, 4);
+                const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+                const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+                __m256i hb = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bit);
+                v = _mm256_or_si256(v, _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), sixteen));
+            }
+            v = _mm256_sub_epi8(v, _mm256_set1_epi8((char)b32_off(type)));
+            _mm256_storeu_si256((__m256i *)q, v);
+            break;
+        }
+        case G_Q8_0:
+            _mm256_storeu_si256((__m256i *)q, _mm256_loadu_si256((const __m256i *)(b + 2)));
+            break;
+        case G_Q4_K: case G_Q5_K: {
+            const uint8_t *qs = b + (type == G_Q5_K ? 48 : 16);
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
+            for (int c = 0; c < 4; c++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+                __m256i l4 = _mm256_and_si256(v, lo4), h4 = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+                if (type == G_Q5_K) {
+                    __m256i b0 = _mm256_set1_epi8((char)(1 << (2 * c))), b1 = _mm256_set1_epi8((char)(2 << (2 * c)));
+                    l4 = _mm256_or_si256(l4, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), sixteen));
+                    h4 = _mm256_or_si256(h4, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), sixteen));
+                }
+                _mm256_storeu_si256((__m256i *)(q + 64 * c), l4);
+                _mm256_storeu_si256((__m256i *)(q + 64 * c + 32), h4);
+            }
+            break;
+        }
+        case G_Q6_K: {
+            const __m256i hi2 = _mm256_set1_epi8(0x30), off = _mm256_set1_epi8(32);
+            for (int h = 0; h < 2; h++) {
+                __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h));
+                __m256i l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));
+                __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+                __m256i v0 = _mm256_or_si256(_mm256_and_si256(l0, lo4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2));
+                __m256i v1 = _mm256_or_si256(_mm256_and_si256(l1, lo4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2));
+                __m256i v2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), lo4), _mm256_and_si256(qh, hi2));
+                __m256i v3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), lo4),
+                                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2));
+                _mm256_storeu_si256((__m256i *)(q + 128 * h), _mm256_sub_epi8(v0, off));
+                _mm256_storeu_si256((__m256i *)(q + 128 * h + 32), _mm256_sub_epi8(v1, off));
+                _mm256_storeu_si256((__m256i *)(q + 128 * h + 64), _mm256_sub_epi8(v2, off));
+                _mm256_storeu_si256((__m256i *)(q + 128 * h + 96), _mm256_sub_epi8(v3, off));
+            }
+            break;
+        }
+        default:
+            block_quants(type, b, q);
+        }
+    }
+}
+/* One copy of the loop per type (the type a constant in each). */
+__attribute__((target("avx2,fma"))) static void dec_span_avx2(
+    int type, const uint8_t *restrict b, int n, int8_t *restrict q, float *restrict s,
+    float *restrict m) {
+#define T(t) case t: dec_span_avx2_t(t, b, n, q, s, m); break;
+    switch (type) { T(G_Q4_0) T(G_Q4_1) T(G_Q5_0) T(G_Q5_1) T(G_Q8_0) T(G_Q2_K) T(G_Q3_K)
+                    T(G_Q4_K) T(G_Q5_K) T(G_Q6_K) }
+#undef T
+}
+#endif
+
+/* Each path's span decoder: the portable code compiled for the path's target. */
+#define DEC_SPAN_PATH(SUF, TARGET)                                                            \
+    TARGET __attribute__((noinline)) static void dec_span##SUF(                              \
+        int type, const uint8_t *restrict b, int n, int8_t *restrict q, float *restrict s,    \
+        float *restrict m) {                                                                  \
+        dec_span(type, b, n, q, s, m);                                                        \
+    }
+
+GI const uint8_t *file_row(const pcd_lin_t *L, int j) {
+    return (const uint8_t *)L->w + (int64_t)(L->order ? L->order[j] : j) * L->row_bytes;
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#else
+#define NO_CONTRACT
+#endif
+
+/* A row of a file-block matrix as float32, exactly the file's weights (s * q, or s * q + m:
+ * gguf-py's products and sums, never fused into one multiply-add). */
+NO_CONTRACT static void file_dequant_row(int type, const uint8_t *src, int cols, float *out) {
+    int8_t q[SPAN];
+    float s[SPAN / 16], m[SPAN / 16];
+    int per, bytes = file_block(type, &per), mn = file_has_min(type), gs = file_group_shift(type);
+    for (int e0 = 0; e0 < cols; e0 += SPAN) {
+        int n = cols - e0 < SPAN ? cols - e0 : SPAN;
+        dec_span(type, src + (int64_t)e0 / per * bytes, n, q, s, m);
+        for (int e = 0; e < n; e++) {
+            float w = s[e >> gs] * (float)q[e];
+            out[e0 + e] = mn ? w + m[e >> gs] : w;
+        }
+    }
+}
+
+/* portable C */
+DEC_SPAN_PATH(_c, )
+
+static void row_file_c(const pcd_lin_t *L, int j, const float *x, int64_t ldx, int nb, float *out) {
+    int8_t q[SPAN];
+    float s[SPAN / 16], m[SPAN / 16], acc[NB_MAX][16] = {{0}};
+    int per, bytes = file_block(L->type, &per), gs = file_group_shift(L->type);
+    const uint8_t *w = file_row(L, j);
+    for (int e0 = 0; e0 < L->cols; e0 += SPAN) {
+        int n = L->cols - e0 < SPAN ? L->cols - e0 : SPAN;
+        dec_span_c(L->type, w + (int64_t)e0 / per * bytes, n, q, s, m);
+        for (int b = 0; b < nb; b++) {
+            const float *xb = x + b * ldx + e0;
+            for (int e = 0; e < n; e += 16)
+                for (int i = 0; i < 16; i++)
+                    acc[b][i] += (s[e >> gs] * (float)q[e + i] + m[e >> gs]) * xb[e + i];
+        }
+    }
+    for (int b = 0; b < nb; b++) {
+        float r = 0.0f;
+        for (int i = 0; i < 16; i++) r += acc[b][i];
+        out[b] = r;
+    }
+}
 
 /* portable C */
 static void row_q8_c(const pcd_lin_t *L, int j, const float *x, int64_t ldx, int nb, float *out) {
@@ -168,7 +552,7 @@ static void row_f32_c(const pcd_lin_t *L, int j, const float *x, int64_t ldx, in
     }
 }
 
-MV_DRIVER(mv_c, row_q8_c, NB_MAX)
+MV_DRIVER(mv_c, row_q8_c, row_file_c, NB_MAX)
 
 #if X86
 #define T512 __attribute__((target("avx512f,avx2,fma")))
@@ -212,7 +596,61 @@ T512 static void row_q8_512(const pcd_lin_t *L, int j, const float *x, int64_t l
 #undef K
 }
 
-T512 MV_DRIVER(mv_512, row_q8_512, NB_MAX)
+
+/* A span's 16-weight groups (one register: w = s * q + m) against nb rows of x. */
+T512 static inline __attribute__((always_inline)) __m512 q8x16(const int8_t *q, float s,
+                                                                const float *m, const int mn) {
+    __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)q)));
+    return mn ? _mm512_fmadd_ps(v, _mm512_set1_ps(s), _mm512_set1_ps(*m))
+              : _mm512_mul_ps(v, _mm512_set1_ps(s));
+}
+
+/* A span's weights, 32 at a time (w = s * q + m; gs and mn constants: the group of a
+ * scale, whether there is a minimum), against nb rows of x. */
+T512 static inline __attribute__((always_inline)) void row_file_512_nb(
+    const pcd_lin_t *L, int j, const float *x, int64_t ldx, float *out, const int nb,
+    const int gs, const int mn) {
+    int8_t q[SPAN] __attribute__((aligned(64)));
+    float s[SPAN / 16], m[SPAN / 16];
+    int per, bytes = file_block(L->type, &per);
+    const uint8_t *w = file_row(L, j);
+    __m512 acc[NB_MAX][2];
+    for (int b = 0; b < nb; b++) acc[b][0] = acc[b][1] = _mm512_setzero_ps();
+    for (int e0 = 0; e0 < L->cols; e0 += SPAN) {
+        int n = L->cols - e0 < SPAN ? L->cols - e0 : SPAN;
+        dec_span_avx2(L->type, w + (int64_t)e0 / per * bytes, n, q, s, m);
+        for (int e = 0; e < n; e += 32) {
+            __m512 w0 = q8x16(q + e, s[e >> gs], m + (e >> gs), mn);
+            __m512 w1 = q8x16(q + e + 16, s[(e + 16) >> gs], m + ((e + 16) >> gs), mn);
+            for (int b = 0; b < nb; b++) {
+                const float *xb = x + b * ldx + e0 + e;
+                acc[b][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xb), acc[b][0]);
+                acc[b][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xb + 16), acc[b][1]);
+            }
+        }
+    }
+    for (int b = 0; b < nb; b++) out[b] = _mm512_reduce_add_ps(_mm512_add_ps(acc[b][0], acc[b][1]));
+}
+
+T512 static inline __attribute__((always_inline)) void row_file_512_g(
+    const pcd_lin_t *L, int j, const float *x, int64_t ldx, int nb, float *out, const int gs,
+    const int mn) {
+#define K(c) row_file_512_nb(L, j, x, ldx, out, c, gs, mn)
+    switch (nb) { case 1: K(1); break; case 2: K(2); break; case 3: K(3); break; case 4: K(4); break;
+                  case 5: K(5); break; case 6: K(6); break; case 7: K(7); break; default: K(8); }
+#undef K
+}
+
+T512 static void row_file_512(const pcd_lin_t *L, int j, const float *x, int64_t ldx, int nb,
+                              float *out) {
+    int mn = file_has_min(L->type);
+    if (file_group_shift(L->type) == 4)
+        mn ? row_file_512_g(L, j, x, ldx, nb, out, 4, 1) : row_file_512_g(L, j, x, ldx, nb, out, 4, 0);
+    else
+        mn ? row_file_512_g(L, j, x, ldx, nb, out, 5, 1) : row_file_512_g(L, j, x, ldx, nb, out, 5, 0);
+}
+
+T512 MV_DRIVER(mv_512, row_q8_512, row_file_512, NB_MAX)
 
 /* --- AVX2 + FMA: 16 ymm registers hold 2 accumulator chains for each of 4 rows --- */
 #define NB_256 4
@@ -257,7 +695,55 @@ T256 static void row_q8_256(const pcd_lin_t *L, int j, const float *x, int64_t l
 #undef K
 }
 
-T256 MV_DRIVER(mv_256, row_q8_256, NB_256)
+
+T256 static inline __attribute__((always_inline)) __m256 q8x8(const int8_t *q, __m256 s, __m256 m) {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q))),
+                           s, m);
+}
+
+T256 static inline __attribute__((always_inline)) void row_file_256_nb(
+    const pcd_lin_t *L, int j, const float *x, int64_t ldx, float *out, const int nb,
+    const int gs, const int mn) {
+    int8_t q[SPAN] __attribute__((aligned(32)));
+    float s[SPAN / 16], m[SPAN / 16];
+    int per, bytes = file_block(L->type, &per);
+    const uint8_t *w = file_row(L, j);
+    __m256 acc[NB_256][2];
+    for (int b = 0; b < nb; b++) acc[b][0] = acc[b][1] = _mm256_setzero_ps();
+    for (int e0 = 0; e0 < L->cols; e0 += SPAN) {
+        int n = L->cols - e0 < SPAN ? L->cols - e0 : SPAN;
+        dec_span_avx2(L->type, w + (int64_t)e0 / per * bytes, n, q, s, m);
+        for (int e = 0; e < n; e += 16) {
+            __m256 sv = _mm256_set1_ps(s[e >> gs]), mv = _mm256_set1_ps(mn ? m[e >> gs] : 0.0f);
+            __m256 w0 = q8x8(q + e, sv, mv), w1 = q8x8(q + e + 8, sv, mv);
+            for (int b = 0; b < nb; b++) {
+                const float *xb = x + b * ldx + e0 + e;
+                acc[b][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xb), acc[b][0]);
+                acc[b][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), acc[b][1]);
+            }
+        }
+    }
+    for (int b = 0; b < nb; b++) out[b] = hsum8(_mm256_add_ps(acc[b][0], acc[b][1]));
+}
+
+T256 static inline __attribute__((always_inline)) void row_file_256_g(
+    const pcd_lin_t *L, int j, const float *x, int64_t ldx, int nb, float *out, const int gs,
+    const int mn) {
+#define K(c) row_file_256_nb(L, j, x, ldx, out, c, gs, mn)
+    switch (nb) { case 1: K(1); break; case 2: K(2); break; case 3: K(3); break; default: K(4); }
+#undef K
+}
+
+T256 static void row_file_256(const pcd_lin_t *L, int j, const float *x, int64_t ldx, int nb,
+                              float *out) {
+    int mn = file_has_min(L->type);
+    if (file_group_shift(L->type) == 4)
+        mn ? row_file_256_g(L, j, x, ldx, nb, out, 4, 1) : row_file_256_g(L, j, x, ldx, nb, out, 4, 0);
+    else
+        mn ? row_file_256_g(L, j, x, ldx, nb, out, 5, 1) : row_file_256_g(L, j, x, ldx, nb, out, 5, 0);
+}
+
+T256 MV_DRIVER(mv_256, row_q8_256, row_file_256, NB_256)
 
 #endif
 
@@ -364,6 +850,7 @@ ATTENTION_PATH(_c, )
 /* The kernels of a code path: 0 for the best this CPU has, or 512, 256 or 1 to ask for
  * one (tests). Returns 0 (and leaves *k alone) if the one asked for is not available. */
 static int pick(int path, kern_t *k) {
+    half_init();
 #if X86
     __builtin_cpu_init();
     if ((path == 0 || path == 512) && __builtin_cpu_supports("avx512f")) {
@@ -502,24 +989,36 @@ static void rope(const pcd_model_t *m, const float *x, int pos, float *out) {
     for (int i = m->rope_dims; i < d; i++) out[i] = x[i];
 }
 
-/* Rows [r0, r1) of `L` in chunks handed out by counter *ctr; x is (B, cols). */
-static void matvec(job_t *jb, const pcd_lin_t *L, int *ctr, const float *x, int64_t ldx, float *y,
-                   int64_t ldy, int mode) {
-    int chunk = (int)(65536 / (L->cols > 0 ? L->cols : 1));
-    chunk = chunk < 16 ? 16 : chunk & ~1; /* even: gate/up pairs stay together */
-    int nchunks = (L->rows + chunk - 1) / chunk;
-    for (;;) {
-        int c = __atomic_fetch_add(ctr, 1, __ATOMIC_RELAXED);
-        if (c >= nchunks) break;
-        int r0 = c * chunk, r1 = r0 + chunk < L->rows ? r0 + chunk : L->rows;
-        jb->k.mv(L, r0, r1, x, ldx, jb->B, y, ldy, mode);
+/* The rows of n matrices (their outputs side by side in y: Q, K and V) in chunks handed
+ * out by counter *ctr; x is (B, cols). With MV_SWIGLU, n is 1 and U the up matrix. */
+static void matvec(job_t *jb, const pcd_lin_t *const *Ls, int n, const pcd_lin_t *U, int *ctr,
+                   const float *x, int64_t ldx, float *y, int64_t ldy, int mode) {
+    int chunk[3], first[4] = {0};
+    int64_t off[3] = {0};
+    for (int i = 0; i < n; i++) {
+        int c = (int)((mode == MV_SWIGLU ? 32768 : 65536) / (Ls[i]->cols > 0 ? Ls[i]->cols : 1));
+        chunk[i] = c < 16 ? 16 : c;
+        first[i + 1] = first[i] + (Ls[i]->rows + chunk[i] - 1) / chunk[i];
+        if (i) off[i] = off[i - 1] + Ls[i - 1]->rows;
     }
+    for (;;) {
+        int c = __atomic_fetch_add(ctr, 1, __ATOMIC_RELAXED), i = 0;
+        if (c >= first[n]) break;
+        while (c >= first[i + 1]) i++;
+        const pcd_lin_t *L = Ls[i];
+        int r0 = (c - first[i]) * chunk[i], r1 = r0 + chunk[i] < L->rows ? r0 + chunk[i] : L->rows;
+        jb->k.mv(L, U, r0, r1, x, ldx, jb->B, y + off[i], ldy, mode);
+    }
+}
+
+static inline int64_t qkv_width(const pcd_layer_t *L) {
+    return (int64_t)L->q.rows + L->k.rows + L->v.rows;
 }
 
 static void attention(job_t *jb, pool_t *p, int tid, int l, int *ctr) {
     const pcd_model_t *m = jb->m;
     int H = m->n_heads, KH = m->n_kv_heads, d = m->head_dim, G = H / KH;
-    int64_t ldq = m->layers[l].qkv.rows;
+    int64_t ldq = qkv_width(&m->layers[l]);
     scratch_t *s = &p->scr[tid];
     int ntasks = jb->B * H;
     for (;;) {
@@ -564,20 +1063,23 @@ static void step_body(pool_t *p, int tid) {
     for (int l = 0; l < m->n_layers; l++) {
         const pcd_layer_t *L = &m->layers[l];
         for (int b = 0; b < B; b++) rms_norm(p->x + b * D, L->attn_norm, D, m->eps, xn + b * D);
-        matvec(jb, &L->qkv, &jb->ctr[ph++], xn, D, p->qkv, L->qkv.rows, MV_STORE);
+        const pcd_lin_t *qkv[3] = {&L->q, &L->k, &L->v};
+        matvec(jb, qkv, 3, 0, &jb->ctr[ph++], xn, D, p->qkv, qkv_width(L), MV_STORE);
         barrier(p);
         attention(jb, p, tid, l, &jb->ctr[ph++]);
         barrier(p);
-        matvec(jb, &L->o, &jb->ctr[ph++], p->att, L->o.cols, p->x, D, MV_ADD);
+        const pcd_lin_t *o = &L->o, *gate = &L->gate, *down = &L->down;
+        matvec(jb, &o, 1, 0, &jb->ctr[ph++], p->att, L->o.cols, p->x, D, MV_ADD);
         barrier(p);
         for (int b = 0; b < B; b++) rms_norm(p->x + b * D, L->mlp_norm, D, m->eps, xn + b * D);
-        matvec(jb, &L->gate_up, &jb->ctr[ph++], xn, D, p->act, m->inter, MV_SWIGLU);
+        matvec(jb, &gate, 1, &L->up, &jb->ctr[ph++], xn, D, p->act, m->inter, MV_SWIGLU);
         barrier(p);
-        matvec(jb, &L->down, &jb->ctr[ph++], p->act, m->inter, p->x, D, MV_ADD);
+        matvec(jb, &down, 1, 0, &jb->ctr[ph++], p->act, m->inter, p->x, D, MV_ADD);
         barrier(p);
     }
     for (int b = 0; b < B; b++) rms_norm(p->x + b * D, m->final_norm, D, m->eps, xn + b * D);
-    matvec(jb, &m->head, &jb->ctr[ph++], xn, D, jb->logits, m->vocab, MV_STORE);
+    const pcd_lin_t *head = &m->head;
+    matvec(jb, &head, 1, 0, &jb->ctr[ph++], xn, D, jb->logits, m->vocab, MV_STORE);
     barrier(p);
 }
 
@@ -635,6 +1137,42 @@ static int grow(float **buf, size_t *cap, size_t n) {
     return 0;
 }
 
+/* Whether a matrix's form is one the kernels take: file blocks of a supported type whose
+ * rows are whole blocks, or own 8-bit / float32 rows of whole blocks of 32. */
+static int lin_ok(const pcd_lin_t *L) {
+    if (!L->w || L->rows < 1 || L->cols < 1) return 0;
+    if (!L->type) return L->cols % QB == 0;
+    int per, bytes = file_block(L->type, &per);
+    return bytes && L->cols % per == 0 && L->row_bytes == (int64_t)L->cols / per * bytes;
+}
+
+/* Weights per block of a file type the decode kernels read (0: not one of them). */
+int pcd_decode_file_block(int type) {
+    int per;
+    return file_block(type, &per) ? per : 0;
+}
+
+/* Rows idx[0, n) of a file-block matrix as float32: exactly the file's weights. Returns
+ * 0, or 1 for a matrix the kernels do not take. */
+int pcd_decode_dequant_rows(const pcd_lin_t *L, const int32_t *idx, int n, float *out) {
+    half_init();
+    if (!lin_ok(L) || !L->type) return 1;
+    for (int i = 0; i < n; i++) {
+        if (idx[i] < 0 || idx[i] >= L->rows) return 1;
+        file_dequant_row(L->type, file_row(L, idx[i]), L->cols, out + (int64_t)i * L->cols);
+    }
+    return 0;
+}
+
+/* y (B, rows) = x (B, cols) W^T + bias on one thread, through the kernels of `path` (as
+ * in pcd_decode_path). Returns 0, or 1 (a path not here, a matrix the kernels do not take). */
+int pcd_decode_matvec(const pcd_lin_t *L, const float *x, int B, float *y, int path) {
+    kern_t k;
+    if (!pick(path, &k) || !lin_ok(L) || B < 1) return 1;
+    k.mv(L, 0, 0, L->rows, x, L->cols, B, y, L->rows, MV_STORE);
+    return 0;
+}
+
 /* One decode step of B rows on `threads` of the pool's threads (0: all): logits
  * (B, vocab). `path` as in pcd_decode_path. Returns 0, or 1 (bad arguments, a path not
  * available here), 2 (out of memory). The caller keeps each row's token, n_new and
@@ -646,7 +1184,17 @@ int pcd_decode_step(void *pool, const pcd_model_t *m, pcd_row_t *rows, int B, fl
     if (!p || !m || B < 1 || !pick(path, &jb.k)) return 1;
     if (m->hidden % QB || m->inter % QB || m->n_heads % m->n_kv_heads || m->head_dim > 1024)
         return 1;
-    int longest = 0, qkv_rows = m->layers[0].qkv.rows;
+    if (!(m->embed ? 1 : lin_ok(&m->embed_q) && m->embed_q.rows == m->vocab &&
+                             m->embed_q.cols == m->hidden && m->embed_q.type) ||
+        !lin_ok(&m->head))
+        return 1;
+    for (int l = 0; l < m->n_layers; l++) {
+        const pcd_layer_t *L = &m->layers[l];
+        if (!lin_ok(&L->q) || !lin_ok(&L->k) || !lin_ok(&L->v) || !lin_ok(&L->o) ||
+            !lin_ok(&L->gate) || !lin_ok(&L->up) || !lin_ok(&L->down))
+            return 1;
+    }
+    int longest = 0, qkv_rows = (int)qkv_width(&m->layers[0]);
     for (int b = 0; b < B; b++) {
         pcd_row_t *r = &rows[b];
         int pos = r->n_prefix + r->n_new;
@@ -671,8 +1219,13 @@ int pcd_decode_step(void *pool, const pcd_model_t *m, pcd_row_t *rows, int B, fl
     }
     if (err) return 2;
     memset(p->ctr, 0, sizeof(int) * phases);
-    for (int b = 0; b < B; b++)
-        memcpy(p->x + b * D, m->embed + (int64_t)rows[b].token * D, sizeof(float) * D);
+    for (int b = 0; b < B; b++) {
+        if (m->embed)
+            memcpy(p->x + b * D, m->embed + (int64_t)rows[b].token * D, sizeof(float) * D);
+        else
+            file_dequant_row(m->embed_q.type, file_row(&m->embed_q, rows[b].token), (int)D,
+                             p->x + b * D);
+    }
     jb.m = m, jb.rows = rows, jb.B = B, jb.logits = logits, jb.ctr = p->ctr;
     p->job = &jb;
     p->active = threads < 1 || threads > p->n ? p->n : threads;

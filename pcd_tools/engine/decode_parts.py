@@ -3,7 +3,8 @@
 The parts of `fast_decode` that do not touch the native library: the float32 weights of
 linear and embedding layers (dequantized where MLX holds them quantized), whether a model
 can be decoded natively at all, the RoPE tables probed from the model's own rope module,
-the decode ISA and thread count from the environment, and the thread tuner.
+the decode ISA and thread count from the environment, the thread tuner, and which
+weights the steps read (`check_weights`: the GGUF file's blocks or an 8-bit copy).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .platform import import_mlx
 
 mx = import_mlx()
 
-__all__ = ["unsupported_reason"]
+__all__ = ["WEIGHTS", "available_memory", "check_weights", "unsupported_reason"]
 
 ARCHS = ("mlx_lm.models.llama", "mlx_lm.models.qwen2")
 QB = 32  # inputs per quantization block
@@ -170,3 +171,52 @@ class _ThreadTuner:
             recent = self.times.setdefault((min(batch.bit_length(), 4), threads), [])
             recent.append(seconds)
             del recent[:-5]
+
+
+WEIGHTS = ("auto", "file", "copy")
+
+
+def check_weights(value: Any, source: str = "weights") -> str:
+    """Which weights the steps read: `value`, else `$PCD_DECODE_WEIGHTS`, else `"auto"`.
+
+    Raises:
+        InvalidArgumentError: for a value that is not one of `WEIGHTS`.
+    """
+    if value is None:
+        env = os.environ.get("PCD_DECODE_WEIGHTS")
+        if not env:
+            return "auto"
+        value, source = env.strip().lower(), "PCD_DECODE_WEIGHTS"
+    if not isinstance(value, str) or value not in WEIGHTS:
+        raise InvalidArgumentError(
+            f"{source}={value!r} is not a decode weights choice; accepted: 'auto' (an 8-bit "
+            "copy unless it would take over a quarter of the available memory), 'file' (the "
+            "GGUF file's own blocks, no copy) or 'copy' (an 8-bit copy, faster per token)."
+        )
+    return value
+
+
+def available_memory() -> int:
+    """Bytes of memory available now (MemAvailable; the physical size where unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+def _copy_bytes(model: Any) -> int:
+    """What an 8-bit copy of the model's GGUF-encoded matrices would take (1.25 bytes a
+    weight: a byte, and a float32 scale and minimum per 32)."""
+    n = 0
+    for _, m in model.named_modules():
+        if getattr(m, "gguf_encoded", False):
+            rows, cols = m.weight.shape
+            n += rows * cols * 5 // 4
+    return n

@@ -15,13 +15,18 @@ natively instead:
   logits by up to 0.6 and flipped the argmax on ~3% of steps. Q/K/V are one matrix,
   gate and up interleaved. Activations, norms, RoPE, attention and softmax are float32.
 - **A model kept in its GGUF encoding** (`dtype="quantized"`, or `"auto"` above 1 GiB of
-  float32): each matrix is dequantized straight to numpy for packing, the tied head in
-  chunks of 8,192 rows, and the embedding stays encoded: a step dequantizes its tokens'
-  rows only. Packing Qwen2.5-Coder-1.5B then added 2,756 MiB of RSS (mapped file pages
-  included) against 3,786 before, with a peak of 4,018 MiB against 5,666 (the 0.5B:
-  1,683 against 2,686); the logits are the same bit for bit (`tests/engine/
-  test_fast_decode.py`). The 8-bit copy itself (`nbytes`: 590 MiB for the 0.5B, 1,843
-  for the 1.5B) remains: the steps do not read the file's blocks.
+  float32): with `weights="file"` the steps read the file's own blocks in place (Q4_0,
+  Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K; `_decode.c`, "The file's blocks"), the embedding
+  and a tied head included: no copy at all, and the weights are exactly the file's, so
+  on Qwen2.5-Coder-0.5B the logits follow MLX float32 to 2.9e-5 where the 8-bit copy
+  (whose rounding of Q6_K's 16-weight sub-blocks is not lossless) moves them by up to
+  0.18. Decoding the blocks costs arithmetic: on the 1.5B (2-core AVX-512 EPYC) a
+  one-row step took 105 ms against the copy's 82 ms (llama.cpp 44 ms, with 8-bit
+  activations). `weights="copy"` packs the 8-bit copy (1,932 MB for the 1.5B), each
+  matrix dequantized straight to numpy and the tied head 8,192 rows at a time; its
+  embedding stays encoded, each step dequantizing its tokens' rows. `"auto"` (default,
+  or `$PCD_DECODE_WEIGHTS`) takes the copy unless it would need over a quarter of the
+  memory available, so a model too large to copy comfortably decodes in place.
 - **KV**: the prefix (prompt, key, everything before the value) is read in place from
   the mlx-lm `KVCache` arrays through numpy views; only the tokens stepped here keep
   their K/V in this module's buffers, for the field's lifetime. They never reach the MLX
@@ -64,6 +69,8 @@ import numpy as np
 from ..errors import DecodeUnavailableError, InvalidArgumentError, NativeBuildError
 from .decode_parts import (
     QB,
+    WEIGHTS,
+    _copy_bytes,
     _default_threads,
     _dense,
     _embedding,
@@ -71,6 +78,8 @@ from .decode_parts import (
     _np,
     _rope_tables,
     _ThreadTuner,
+    available_memory,
+    check_weights,
     unsupported_reason,
 )
 from .native import DecodeLayer, DecodeLin, DecodeModel, DecodeRow, fall_back
@@ -80,9 +89,11 @@ mx = import_mlx()
 
 __all__ = [
     "DECODE_MODES",
+    "WEIGHTS",
     "NativeDecoder",
     "Stepper",
     "check_decode",
+    "check_weights",
     "decoder_for",
     "unsupported_reason",
 ]
@@ -135,11 +146,19 @@ class NativeDecoder:
             the count of them that has been fastest lately).
         isa: `"avx512"`, `"avx2"`, `"scalar"` or `"auto"` (default: `$PCD_DECODE_ISA`).
         context_window: Positions the RoPE tables may need to reach.
+        weights: For a model kept in its GGUF encoding: `"file"` reads its matrices and
+            embedding from the file's own blocks (types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and
+            Q2_K-Q6_K; no copy), `"copy"` packs an 8-bit copy (1.25 bytes a weight; faster
+            per token), `"auto"` (default: `$PCD_DECODE_WEIGHTS`, else auto) the copy
+            unless it would take more than a quarter of the memory available now. Dense
+            and MLX-quantized models, and other block types, always get the copy.
 
     Attributes:
         build_ms: Wall time of building (or finding) and loading the library.
         quantize_ms: Wall time of packing the weights.
-        nbytes: Bytes of the packed weights.
+        nbytes: Bytes of the packed weights (the copies this decoder made).
+        mapped_bytes: Bytes of file blocks read in place (the model's own, not copied).
+        copies: Matrices packed as copies (8-bit or float32) rather than read in place.
         isa: The code path in use: 512, 256 or 1 (portable C).
         threads: Threads in the pool.
 
@@ -157,6 +176,7 @@ class NativeDecoder:
         threads: int | None = None,
         isa: str | int | None = None,
         context_window: int = 1 << 17,
+        weights: str | None = None,
     ):
         from .native import load_decode_kernels
 
@@ -182,6 +202,12 @@ class NativeDecoder:
         self.wbits = wbits
         self.context_window = int(context_window)
         self._keep: list[Any] = []  # every buffer the C structs point into
+        self._mapped: list[np.ndarray] = []  # file blocks read in place
+        self.copies = 0  # matrices packed as copies (not read from file blocks)
+        self.weights = check_weights(weights)
+        self.file_blocks = self.weights == "file" or (
+            self.weights == "auto" and _copy_bytes(model) > available_memory() / 4
+        )
         self._lock = threading.Lock()
         self._threads = threads or _default_threads()
         self._pack(model)
@@ -189,6 +215,7 @@ class NativeDecoder:
         self.nbytes = sum(a.nbytes for a in self._keep if isinstance(a, np.ndarray))
         if self.embed is not None:
             self.nbytes -= self.embed.nbytes  # the model's own embedding, read in place
+        self.mapped_bytes = sum({id(a): a.nbytes for a in self._mapped}.values())
         pool = self.lib.pcd_pool_new(self._threads, _SPIN)
         if not pool:
             raise NativeBuildError("cannot start the native decode thread pool")
@@ -208,10 +235,11 @@ class NativeDecoder:
 
     def _lin(self, w: np.ndarray, bias: np.ndarray | None) -> DecodeLin:
         rows, cols = w.shape
+        self.copies += 1
         if self.wbits == 8:
             return self._lin8(rows, cols, [(0, w)], bias)
         w = np.ascontiguousarray(w, np.float32)
-        return DecodeLin(self._ptr(w), None, None, self._ptr(bias), rows, cols)
+        return DecodeLin(w=self._ptr(w), bias=self._ptr(bias), rows=rows, cols=cols)
 
     def _lin8(
         self, rows: int, cols: int, parts: Iterable[tuple[int, np.ndarray]], bias: np.ndarray | None
@@ -234,7 +262,46 @@ class NativeDecoder:
                 _SCHEMES.index(self.scheme),
                 self._threads,
             )
-        return DecodeLin(self._ptr(q), self._ptr(s), self._ptr(mn), self._ptr(bias), rows, cols)
+        return DecodeLin(
+            w=self._ptr(q),
+            s=self._ptr(s),
+            mn=self._ptr(mn),
+            bias=self._ptr(bias),
+            rows=rows,
+            cols=cols,
+        )
+
+    def _file(self, qt: Any) -> bool:
+        """Whether the steps read this GGUF-encoded tensor's own blocks (`qweights.QTensor`)."""
+        data = getattr(qt, "data", None)
+        return (
+            self.file_blocks
+            and self.wbits == 8
+            and isinstance(data, np.ndarray)
+            and data.flags.c_contiguous
+            and self.lib.pcd_decode_file_block(int(qt.type_id)) > 0
+        )
+
+    def _file_lin(self, qt: Any, bias: np.ndarray | None) -> DecodeLin:
+        """A matrix read in place from the file's blocks (rows in the tensor's order)."""
+        self._mapped.append(qt.data)
+        rows, cols = qt.shape
+        return DecodeLin(
+            w=int(qt.data.ctypes.data),
+            bias=self._ptr(bias),
+            order=self._ptr(qt.rows),
+            row_bytes=int(qt.data.shape[1]),
+            rows=rows,
+            cols=cols,
+            type=int(qt.type_id),
+        )
+
+    def _matrix(self, layer: Any) -> DecodeLin:
+        """A linear layer: its file blocks where it keeps them and they can be read, else a
+        packed copy of its dense weights."""
+        if getattr(layer, "gguf_encoded", False) and self._file(layer.weight):
+            return self._file_lin(layer.weight, _np(layer["bias"]) if "bias" in layer else None)
+        return self._lin(*_dense(layer))
 
     def _pack(self, model: Any) -> None:
         inner = model.model
@@ -242,12 +309,15 @@ class NativeDecoder:
         a0 = layers[0].self_attn
         self.n_heads, self.n_kv_heads = int(a0.n_heads), int(a0.n_kv_heads)
         emb = inner.embed_tokens
-        # a GGUF-encoded embedding stays encoded: each step dequantizes its tokens' rows
-        # (`_run`), so no float32 table of vocab x hidden is made (545 MB for a 0.5B)
-        self._embed_q = emb.weight if getattr(emb, "gguf_encoded", False) else None
+        encoded = getattr(emb, "gguf_encoded", False)
+        # a GGUF-encoded embedding stays encoded: each step decodes its tokens' rows from
+        # the file's blocks (or, where the kernels do not read its type, dequantizes them
+        # in `_run`), so no float32 table of vocab x hidden is made (545 MB for a 0.5B)
+        embed_file = encoded and self._file(emb.weight)
+        self._embed_q = emb.weight if encoded and not embed_file else None
         self.embed: np.ndarray | None = None
-        if self._embed_q is not None:
-            self.vocab, self.hidden = self._embed_q.shape
+        if encoded:
+            self.vocab, self.hidden = emb.weight.shape
         else:
             self.embed = _embedding(emb)
             self.vocab, self.hidden = self.embed.shape
@@ -256,32 +326,21 @@ class NativeDecoder:
         packed = (DecodeLayer * self.n_layers)()
         for i, layer in enumerate(layers):
             a, m = layer.self_attn, layer.mlp
-            parts = [_dense(p) for p in (a.q_proj, a.k_proj, a.v_proj)]
-            qkv = np.concatenate([w for w, _ in parts])
-            qkv_b = None
-            if any(b is not None for _, b in parts):
-                qkv_b = np.concatenate(
-                    [b if b is not None else np.zeros(w.shape[0], np.float32) for w, b in parts]
-                )
-            (g, gb), (u, ub) = _dense(m.gate_proj), _dense(m.up_proj)
-            gu = np.empty((2 * g.shape[0], g.shape[1]), np.float32)
-            gu[0::2], gu[1::2] = g, u
-            gu_b = None
-            if gb is not None or ub is not None:
-                gu_b = np.zeros(2 * g.shape[0], np.float32)
-                gu_b[0::2] = gb if gb is not None else 0.0
-                gu_b[1::2] = ub if ub is not None else 0.0
-            self.inter = int(g.shape[0])
+            gate = self._matrix(m.gate_proj)
+            self.inter = int(gate.rows)
             packed[i] = DecodeLayer(
                 self._ptr(_np(layer.input_layernorm.weight)),
                 self._ptr(_np(layer.post_attention_layernorm.weight)),
-                self._lin(qkv, qkv_b),
-                self._lin(*_dense(a.o_proj)),
-                self._lin(gu, gu_b),
-                self._lin(*_dense(m.down_proj)),
+                *[self._matrix(p) for p in (a.q_proj, a.k_proj, a.v_proj, a.o_proj)],
+                gate,
+                self._matrix(m.up_proj),
+                self._matrix(m.down_proj),
             )
+        embed_q = self._file_lin(emb.weight, None) if embed_file else DecodeLin()
         if hasattr(model, "lm_head"):
-            head = self._lin(*_dense(model.lm_head))
+            head = self._matrix(model.lm_head)
+        elif embed_file:  # tied: the embedding's file blocks are the head
+            head = embed_q
         elif self._embed_q is not None and self.wbits == 8:  # tied and encoded: in chunks
             t, (rows, cols) = self._embed_q, self._embed_q.shape
             chunks = (
@@ -289,6 +348,7 @@ class NativeDecoder:
                 for r0 in range(0, rows, 8192)
             )
             head = self._lin8(rows, cols, chunks, None)
+            self.copies += 1
         else:  # tied: the embedding is the head
             head = self._lin(
                 _embedding(inner.embed_tokens) if self.embed is None else self.embed, None
@@ -307,10 +367,11 @@ class NativeDecoder:
             wbits=self.wbits,
             eps=float(layers[0].input_layernorm.eps),
             attn_scale=float(a0.scale),
-            embed=self._ptr(self.embed),  # None when encoded: set per step
+            embed=self._ptr(self.embed),  # None when encoded: file blocks, or set per step
             final_norm=self._ptr(_np(inner.norm.weight)),
             layers=ctypes.addressof(packed),
             head=head,
+            embed_q=embed_q,
         )
         self._ensure_rope(min(_ROPE_MIN, self.context_window), check=True)
 

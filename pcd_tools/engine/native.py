@@ -244,6 +244,12 @@ def load_decode_kernels() -> Any:
     lib.pcd_decode_step.restype = i32
     lib.pcd_quantize_q8.argtypes = [p, i64, i64, p, p, p, i32, i32]
     lib.pcd_quantize_q8.restype = None
+    lib.pcd_decode_file_block.argtypes = [i32]
+    lib.pcd_decode_file_block.restype = i32
+    lib.pcd_decode_dequant_rows.argtypes = [p, p, i32, p]
+    lib.pcd_decode_dequant_rows.restype = i32
+    lib.pcd_decode_matvec.argtypes = [p, p, i32, p, i32]
+    lib.pcd_decode_matvec.restype = i32
     return lib
 
 
@@ -251,15 +257,19 @@ def load_decode_kernels() -> Any:
 
 
 class DecodeLin(ctypes.Structure):
-    """`pcd_lin_t`: one matrix (8-bit or float32), its block scales and minimums, bias."""
+    """`pcd_lin_t`: one matrix (file blocks, 8-bit or float32), its bias and row order."""
 
     _fields_ = [
         ("w", ctypes.c_void_p),
         ("s", ctypes.c_void_p),
         ("mn", ctypes.c_void_p),
         ("bias", ctypes.c_void_p),
+        ("order", ctypes.c_void_p),
+        ("row_bytes", ctypes.c_int64),
         ("rows", ctypes.c_int32),
         ("cols", ctypes.c_int32),
+        ("type", ctypes.c_int32),
+        ("pad", ctypes.c_int32),
     ]
 
 
@@ -269,10 +279,7 @@ class DecodeLayer(ctypes.Structure):
     _fields_ = [
         ("attn_norm", ctypes.c_void_p),
         ("mlp_norm", ctypes.c_void_p),
-        ("qkv", DecodeLin),
-        ("o", DecodeLin),
-        ("gate_up", DecodeLin),
-        ("down", DecodeLin),
+        *[(n, DecodeLin) for n in ("q", "k", "v", "o", "gate", "up", "down")],
     ]
 
 
@@ -305,6 +312,7 @@ class DecodeModel(ctypes.Structure):
         ("rope_sin", ctypes.c_void_p),
         ("layers", ctypes.c_void_p),
         ("head", DecodeLin),
+        ("embed_q", DecodeLin),
     ]
 
 
