@@ -176,24 +176,38 @@ class _ThreadTuner:
 WEIGHTS = ("auto", "file", "copy")
 
 
+def env_choice(value: Any, source: str, env: str, choices: tuple[str, ...], accepted: str) -> str:
+    """`value`, else `$env` (stripped, lower case), else `"auto"`, checked to be one of
+    `choices`; `accepted` says in the error what each one means.
+
+    Raises:
+        InvalidArgumentError: naming the option or the variable, and what is accepted.
+    """
+    if value is None:
+        got = os.environ.get(env)
+        if not got:
+            return "auto"
+        value, source = got.strip().lower(), env
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidArgumentError(f"{source}={value!r} is not {accepted}")
+    return value
+
+
 def check_weights(value: Any, source: str = "weights") -> str:
     """Which weights the steps read: `value`, else `$PCD_DECODE_WEIGHTS`, else `"auto"`.
 
     Raises:
         InvalidArgumentError: for a value that is not one of `WEIGHTS`.
     """
-    if value is None:
-        env = os.environ.get("PCD_DECODE_WEIGHTS")
-        if not env:
-            return "auto"
-        value, source = env.strip().lower(), "PCD_DECODE_WEIGHTS"
-    if not isinstance(value, str) or value not in WEIGHTS:
-        raise InvalidArgumentError(
-            f"{source}={value!r} is not a decode weights choice; accepted: 'auto' (an 8-bit "
-            "copy unless it would take over a quarter of the available memory), 'file' (the "
-            "GGUF file's own blocks, no copy) or 'copy' (an 8-bit copy, faster per token)."
-        )
-    return value
+    return env_choice(
+        value,
+        source,
+        "PCD_DECODE_WEIGHTS",
+        WEIGHTS,
+        "a decode weights choice; accepted: 'auto' (an 8-bit copy unless it would take over "
+        "a quarter of the available memory), 'file' (the GGUF file's own blocks, no copy) or "
+        "'copy' (an 8-bit copy, faster per token).",
+    )
 
 
 def available_memory() -> int:

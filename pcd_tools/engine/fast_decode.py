@@ -80,6 +80,7 @@ from .decode_parts import (
     _ThreadTuner,
     available_memory,
     check_weights,
+    env_choice,
     unsupported_reason,
 )
 from .native import DecodeLayer, DecodeLin, DecodeModel, DecodeRow, fall_back
@@ -115,18 +116,15 @@ def check_decode(value: Any, source: str = "decode") -> str:
     Raises:
         InvalidArgumentError: for a value that is not one of `DECODE_MODES`.
     """
-    if value is None:
-        env = os.environ.get("PCD_DECODE")
-        if not env:
-            return "auto"
-        value, source = env.strip().lower(), "PCD_DECODE"
-    if not isinstance(value, str) or value not in DECODE_MODES:
-        raise InvalidArgumentError(
-            f"{source}={value!r} is not a decode mode; accepted: 'auto' (native int8 steps on "
-            "CPU for llama/qwen2 models when a C compiler is present, else MLX), 'int8' "
-            "(native int8 steps, an error where unavailable) or 'mlx' (MLX float32 steps)."
-        )
-    return value
+    return env_choice(
+        value,
+        source,
+        "PCD_DECODE",
+        DECODE_MODES,
+        "a decode mode; accepted: 'auto' (native int8 steps on CPU for llama/qwen2 models "
+        "when a C compiler is present, else MLX), 'int8' (native int8 steps, an error where "
+        "unavailable) or 'mlx' (MLX float32 steps).",
+    )
 
 
 class NativeDecoder:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ..errors import InvalidArgumentError, NativeBuildError
-from .decode_parts import _default_threads, _isa_from_env
+from .decode_parts import _default_threads, _isa_from_env, check_weights
 from .fast_decode import check_decode
 from .native import load_decode_kernels
 
@@ -18,6 +18,7 @@ def decode_status() -> str:
     path and threads; on failure, what runs instead and why."""
     try:
         mode = check_decode(None)
+        weights = check_weights(None)
     except InvalidArgumentError as e:
         return f"error: {e}"
     if mode == "mlx":
@@ -32,7 +33,13 @@ def decode_status() -> str:
     if not isa:
         return f"{mode}: the ISA PCD_DECODE_ISA={os.environ.get('PCD_DECODE_ISA')!r} is not on this CPU"
     name = {512: "AVX-512", 256: "AVX2+FMA", 1: "portable C"}.get(isa, str(isa))
+    reads = {
+        "auto": "a GGUF kept encoded read from its file blocks when an 8-bit copy would need "
+        "over a quarter of the available memory, else the copy",
+        "file": "a GGUF kept encoded read from its file blocks",
+        "copy": "an 8-bit copy of the weights",
+    }[weights]
     return (
         f"{mode}: native int8 steps ({name}, {_default_threads()} threads) on CPU engines "
-        "of llama / qwen2 models; MLX float32 steps elsewhere"
+        f"of llama / qwen2 models, weights={weights}: {reads}; MLX float32 steps elsewhere"
     )

@@ -54,6 +54,28 @@ def _native_logits(dec, model, prompt, tokens):
     return [st.step([t])[0] for t in tokens]
 
 
+def teacher_forced(eng, prompt, decoders, n):
+    """Steps each decoder along MLX float32's own greedy text for n tokens after `prompt`:
+    per decoder, the steps whose argmax is MLX's and the largest |logit difference|; and
+    the caches (MLX's first, then the decoders', which the steps leave as they were)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    caches = [make_prompt_cache(eng.model) for _ in range(len(decoders) + 1)]
+    logits = forward(eng.passes, prompt, caches[0])
+    for c in caches[1:]:
+        forward(eng.passes, prompt, c)
+    steppers = [d.stepper([c], n) for d, c in zip(decoders, caches[1:])]
+    agree, err = [0] * len(decoders), [0.0] * len(decoders)
+    for _ in range(n):
+        t = int(np.argmax(logits))
+        logits = forward(eng.passes, [t], caches[0])
+        for i, st in enumerate(steppers):
+            got = st.step([t])[0]
+            agree[i] += int(np.argmax(got) == np.argmax(logits))
+            err[i] = max(err[i], float(np.abs(got - logits).max()))
+    return agree, err, caches
+
+
 def _rel(a, b):
     return float(np.abs(np.asarray(a) - np.asarray(b)).max() / np.abs(np.asarray(b)).max())
 
@@ -351,21 +373,7 @@ def test_the_embedded_model_decodes_as_mlx_does(real):
     dec = decoder_for(eng)
     assert dec is not None and dec.scheme == "auto"
     sym = NativeDecoder(eng.model, scheme="symmetric")
-    from mlx_lm.models.cache import make_prompt_cache
-
-    caches = [make_prompt_cache(eng.model) for _ in range(3)]
-    logits = forward(eng.passes, prompt, caches[0])
-    for c in caches[1:]:
-        forward(eng.passes, prompt, c)
-    steppers = [dec.stepper([caches[1]], 32), sym.stepper([caches[2]], 32)]
-    agree, err = [0, 0], [0.0, 0.0]
-    for _ in range(32):
-        t = int(np.argmax(logits))
-        logits = forward(eng.passes, [t], caches[0])
-        for i, st in enumerate(steppers):
-            got = st.step([t])[0]
-            agree[i] += int(np.argmax(got) == np.argmax(logits))
-            err[i] = max(err[i], float(np.abs(got - logits).max()))
+    agree, err, caches = teacher_forced(eng, prompt, [dec, sym], 32)
     assert agree[0] == 32 and err[0] < 1e-3, (agree, err)
     assert agree[1] >= 0.9 * 32, (agree, err)
     write(eng.passes, [1], caches[0])  # the MLX caches were left as they were

@@ -98,29 +98,15 @@ def test_decode_steps_read_the_file_blocks():
     place (no copy: 590 MiB saved) and follow MLX float32's greedy text on the same file,
     closer than the 8-bit copy, whose 8-bit rounding of Q6_K's 16-weight sub-blocks is
     not lossless."""
-    from mlx_lm.models.cache import make_prompt_cache
-
     from pcd_tools import Decider
     from pcd_tools.engine.fast_decode import NativeDecoder
-    from pcd_tools.engine.generate import forward
+    from tests.engine.test_fast_decode import teacher_forced
 
     eng = Decider.load(str(_path("qwen2.5-coder-0.5b")), compute="float32").engine
     f, c = NativeDecoder(eng.model, weights="file"), NativeDecoder(eng.model, weights="copy")
     assert f.copies == 0 and f.mapped_bytes > 400e6 and c.nbytes > 500e6 > f.nbytes
     prompt = eng.encode_ids("Write a Python function that checks whether a number is prime.")
-    caches = [make_prompt_cache(eng.model) for _ in range(3)]
-    logits = forward(eng.passes, prompt, caches[0])
-    for cache in caches[1:]:
-        forward(eng.passes, prompt, cache)
-    steppers = [f.stepper([caches[1]], 24), c.stepper([caches[2]], 24)]
-    agree, err = [0, 0], [0.0, 0.0]
-    for _ in range(24):
-        t = int(np.argmax(logits))
-        logits = forward(eng.passes, [t], caches[0])
-        for i, st in enumerate(steppers):
-            got = st.step([t])[0]
-            agree[i] += int(np.argmax(got) == np.argmax(logits))
-            err[i] = max(err[i], float(np.abs(got - logits).max()))
+    agree, err, _ = teacher_forced(eng, prompt, [f, c], 24)
     print(
         f"file blocks: {agree[0]}/24, max |dlogit| {err[0]:.2e}; copy {agree[1]}/24, {err[1]:.2e}"
     )
