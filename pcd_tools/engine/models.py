@@ -496,9 +496,10 @@ def load_model(
             encoding whose matrices are mostly K-quants (Q4_K_M and the like) on a CPU with
             AVX-512 VNNI, where the column-panel int8 kernel made a 1.5B 2.5-3x faster
             than float32, or with AVX2 / AVX-VNNI, where the 8-lane kernels made it
-            1.2-1.3x faster warm; on AVX2 / AVX-VNNI also for any encoded file of at
-            least 256 MiB of matrices (the 32-block types' column-panel kernels: the
-            0.5B's cold prefill 1.37-1.53x faster); `"float32"` otherwise (BENCHMARKS.md, "Quantized GEMM
+            1.2-1.3x faster warm; on all three also for any encoded file of at least
+            256 MiB of matrices (the 32-block types' kernels: the 0.5B's cold prefill
+            1.37-1.53x faster on AVX2, its warm requests 1.20-1.41x on AVX-512 VNNI);
+            `"float32"` otherwise (BENCHMARKS.md, "Quantized GEMM
             kernels" and "int8 on AVX2"; `qweights.auto_compute`). `"int8"` multiplies a
             GGUF file's blocks by activations quantized to 8 bits, per block of 32, or per 256 for K-quant
             matrices (llama.cpp's Q8_K), as llama.cpp does (kernels picked at run time:

@@ -500,11 +500,9 @@ def doctor() -> dict[str, Any]:
         "compute_modes": modes,
         "int8_kernel": int8,
         "compute_auto": (
-            "int8 for a K-quant GGUF kept encoded (the avx512vnni-cols kernel), else float32"
-            if int8 == "avx512vnni"
-            else f"int8 for a K-quant GGUF kept encoded, or any kept encoded with 256 MiB of "
+            f"int8 for a K-quant GGUF kept encoded, or any kept encoded with 256 MiB of "
             f"matrices or more (the {int8} kernels), else float32"
-            if int8 in ("avx2", "avxvnni")
+            if int8 in ("avx512vnni", "avx2", "avxvnni")
             else "float32"
             if dev.device == "cpu"
             else "mlx"

@@ -344,7 +344,7 @@ def set_compute(model: Any, mode: str) -> int:
     return n
 
 
-#: Encoded matrix bytes from which `auto` takes int8 for 32-block files on AVX2 / AVX-VNNI.
+#: Encoded matrix bytes from which `auto` takes int8 for 32-block files on a SIMD int8 CPU.
 INT8_MIN_BYTES = 256 << 20
 
 
@@ -357,13 +357,13 @@ def auto_compute(model: Any) -> str:
       as in the Q4_K_M files users run: on AVX-512 VNNI the column-panel kernel, 2.5-3x
       faster than float32 at 1.5B; on AVX-VNNI / AVX2 the 8-lane K kernels, 1.2-1.3x
       warm and 1.04x in a cold prefill at 1.5B on a Zen 3;
-    - on AVX-VNNI / AVX2, also files of at least `INT8_MIN_BYTES` (256 MiB) of encoded
-      matrices in any type, whose 32-block matrices (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) run
-      the column-panel 32-block kernels: Qwen2.5-0.5B's Q4_K_M file (85% Q5_0 / Q8_0) had
-      a 1.37-1.53x faster cold prefill in int8 on a Zen 3. Smaller files stay float32
-      (the embedded 135M kept encoded: 1.13-1.17x, not worth int8's distance from the
-      reference numbers), as do 32-block files on AVX-512 VNNI, whose 32-block kernel
-      (two blocks a register) measured no faster than float32 there.
+    - also files of at least `INT8_MIN_BYTES` (256 MiB) of encoded matrices in any type,
+      whose 32-block matrices (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) run the column-panel
+      32-block kernels on AVX-VNNI / AVX2 and the in-block one on AVX-512 VNNI:
+      Qwen2.5-0.5B's Q4_K_M file (85% Q5_0 / Q8_0) had a 1.37-1.53x faster cold prefill
+      in int8 on a Zen 3, and 1.20-1.41x faster warm requests on a Zen 4 with AVX-512
+      VNNI. Smaller files stay float32 (the embedded 135M kept encoded: 1.13-1.17x, not
+      worth int8's distance from the reference numbers).
 
     Otherwise `"float32"`, as with the portable C kernel and dense models.
 
@@ -390,7 +390,8 @@ def auto_compute(model: Any) -> str:
         return "float32"
     if kq * 2 >= total and isa in ("avx512vnni", "avxvnni", "avx2"):
         return "int8"
-    return "int8" if total >= INT8_MIN_BYTES and isa in ("avxvnni", "avx2") else "float32"
+    simd = isa in ("avx512vnni", "avxvnni", "avx2")
+    return "int8" if total >= INT8_MIN_BYTES and simd else "float32"
 
 
 def _scratch(n: int) -> np.ndarray:

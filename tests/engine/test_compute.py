@@ -193,7 +193,7 @@ def test_auto_takes_int8_by_cpu_and_encoding():
     q41 = M(GGUFLinear(W(10**8, "Q4_1")))  # the embedded 135M's size
     edge = M(GGUFLinear(W(INT8_MIN_BYTES - 1, "Q8_0")), GGUFEmbedding(W(1, "Q8_0")))
     for isa, want, want_32 in (
-        ("avx512vnni", "int8", "float32"),
+        ("avx512vnni", "int8", "int8"),
         ("avxvnni", "int8", "int8"),
         ("avx2", "int8", "int8"),
         ("scalar", "float32", "float32"),

@@ -460,10 +460,14 @@ def test_a_stem_in_the_chunks_call_equals_writing_it_first(tiny):
             # the stem is projected in another call shape than when written first, which
             # the BLAS blocks otherwise: float32 rounding on the scale of the largest key
             # (measured 1.8e-5 where keys reach 10, with OpenBLAS's AVX-512 kernels)
-            np.testing.assert_allclose(got_k, ref_k, atol=1e-5 + 5e-6 * np.abs(ref_k).max(initial=0.0))
+            np.testing.assert_allclose(
+                got_k, ref_k, atol=1e-5 + 5e-6 * np.abs(ref_k).max(initial=0.0)
+            )
             got_v = np.array(v[r : r + 1, :, :n])
             ref_v = np.array(apart[r].cache[li].values[:, :, valid[r] : valid[r] + n])
-            np.testing.assert_allclose(got_v, ref_v, atol=1e-5 + 5e-6 * np.abs(ref_v).max(initial=0.0))
+            np.testing.assert_allclose(
+                got_v, ref_v, atol=1e-5 + 5e-6 * np.abs(ref_v).max(initial=0.0)
+            )
     from pcd_tools.engine.passes import packed_result
 
     got = packed_result(sub, [found], len(stems))
