@@ -176,18 +176,19 @@ class _ThreadTuner:
 WEIGHTS = ("auto", "file", "copy")
 
 
-def env_choice(value: Any, source: str, env: str, choices: tuple[str, ...], accepted: str) -> str:
-    """`value`, else `$env` (stripped, lower case), else `"auto"`, checked to be one of
-    `choices`; `accepted` says in the error what each one means.
+def env_choice(
+    value: Any, source: str, env: tuple[str, str | None], choices: tuple[str, ...], accepted: str
+) -> str:
+    """`value`, else the variable `env` = (name, its value; stripped, lower case), else
+    `"auto"`, checked to be one of `choices`; `accepted` says in the error what each means.
 
     Raises:
         InvalidArgumentError: naming the option or the variable, and what is accepted.
     """
     if value is None:
-        got = os.environ.get(env)
-        if not got:
+        if not env[1]:
             return "auto"
-        value, source = got.strip().lower(), env
+        value, source = env[1].strip().lower(), env[0]
     if not isinstance(value, str) or value not in choices:
         raise InvalidArgumentError(f"{source}={value!r} is not {accepted}")
     return value
@@ -202,7 +203,7 @@ def check_weights(value: Any, source: str = "weights") -> str:
     return env_choice(
         value,
         source,
-        "PCD_DECODE_WEIGHTS",
+        ("PCD_DECODE_WEIGHTS", os.environ.get("PCD_DECODE_WEIGHTS")),
         WEIGHTS,
         "a decode weights choice; accepted: 'auto' (an 8-bit copy unless it would take over "
         "a quarter of the available memory), 'file' (the GGUF file's own blocks, no copy) or "

@@ -119,7 +119,7 @@ def check_decode(value: Any, source: str = "decode") -> str:
     return env_choice(
         value,
         source,
-        "PCD_DECODE",
+        ("PCD_DECODE", os.environ.get("PCD_DECODE")),
         DECODE_MODES,
         "a decode mode; accepted: 'auto' (native int8 steps on CPU for llama/qwen2 models "
         "when a C compiler is present, else MLX), 'int8' (native int8 steps, an error where "
