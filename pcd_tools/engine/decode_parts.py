@@ -211,19 +211,43 @@ def check_weights(value: Any, source: str = "weights") -> str:
     )
 
 
+_CGROUP = "/sys/fs/cgroup"  # the cgroup file system (a test points it elsewhere)
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # "max": no limit
+
+
 def available_memory() -> int:
-    """Bytes of memory available now (MemAvailable; the physical size where unknown)."""
+    """Bytes of memory available now: MemAvailable (the physical size where unknown), and
+    no more than this process's cgroup leaves under its limit (v2 `memory.max` less
+    `memory.current`, or v1 `memory.limit_in_bytes` less `memory.usage_in_bytes`)."""
+    avail = None
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    avail = int(line.split()[1]) * 1024
     except OSError:
         pass
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62
+    if avail is None:
+        try:
+            avail = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (ValueError, OSError, AttributeError):
+            avail = 1 << 62
+    for limit, used in (
+        ("memory.max", "memory.current"),
+        ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"),
+    ):
+        cap, cur = _read_int(f"{_CGROUP}/{limit}"), _read_int(f"{_CGROUP}/{used}")
+        if cap is not None and cur is not None and cap < 1 << 60:  # v1 writes a huge "no limit"
+            avail = min(avail, max(0, cap - cur))
+    return avail
 
 
 def _copy_bytes(model: Any) -> int:

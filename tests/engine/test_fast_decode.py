@@ -285,7 +285,7 @@ def test_the_decode_option_and_its_errors(monkeypatch):
     assert isinstance(decoder_for(d.engine), NativeDecoder)
 
 
-def test_the_weights_option_its_errors_and_the_auto_policy(monkeypatch):
+def test_the_weights_option_its_errors_and_the_auto_policy(monkeypatch, tmp_path):
     """'auto' packs the 8-bit copy unless it would take over a quarter of the memory
     available; a dense model gets the copy whatever is asked (it has no file blocks)."""
     from pcd_tools.engine import decode_parts
@@ -301,7 +301,20 @@ def test_the_weights_option_its_errors_and_the_auto_policy(monkeypatch):
     with pytest.raises(InvalidArgumentError, match="PCD_DECODE_WEIGHTS='disk'"):
         check_weights(None)
     monkeypatch.delenv("PCD_DECODE_WEIGHTS")
-    assert decode_parts.available_memory() > 0
+    free = decode_parts.available_memory()
+    assert free > 0
+    cg = tmp_path / "cgroup"  # a container's limit caps what is available
+    (cg / "memory").mkdir(parents=True)
+    monkeypatch.setattr(decode_parts, "_CGROUP", str(cg))
+    (cg / "memory.max").write_text("max\n")
+    (cg / "memory.current").write_text("1000\n")
+    assert decode_parts.available_memory() == pytest.approx(free, rel=0.2)  # no limit
+    (cg / "memory.max").write_text(f"{2**30 + 1000}\n")
+    assert decode_parts.available_memory() == min(2**30, free)
+    (cg / "memory.max").unlink()
+    (cg / "memory" / "memory.limit_in_bytes").write_text(f"{2**29}\n")
+    (cg / "memory" / "memory.usage_in_bytes").write_text(f"{2**28}\n")
+    assert decode_parts.available_memory() == min(2**28, free)
     dense = NativeDecoder(make_tiny_model(0), weights="file")
     assert dense.mapped_bytes == 0 and dense.copies == 7 * 2 + 1
 
