@@ -186,24 +186,24 @@ def speed(decider: Decider, args: argparse.Namespace) -> dict[str, Any]:
     ids = prompt_ids(decider, TICKETS[0])
     one = [_prefill(decider, ids)]
     eight = [_prefill(decider, prompt_ids(decider, t)) for t in TICKETS[:8]]
-    form = "file blocks" if decoder.mapped_bytes else "8-bit copy"
-    methods: dict[str, Callable[[], float]] = {}
-    if not args.no_mlx:
-        methods["mlx float32"] = lambda: mlx_run(decider, ids, args.tokens)
-    methods[f"native {form} B=1"] = lambda: native_run(decoder, one, args.tokens)
-    methods[f"native {form} B=8 (per row)"] = lambda: native_run(decoder, eight, args.tokens)
+    decoders = [decoder]
     other = None
     if getattr(decider.engine.model.model.embed_tokens, "gguf_encoded", False):  # encoded
         from pcd_tools.engine.fast_decode import NativeDecoder
 
-        o_form = "8-bit copy" if decoder.mapped_bytes else "file blocks"
         other = NativeDecoder(
             decider.engine.model,
             weights="copy" if decoder.mapped_bytes else "file",
             threads=decoder.threads,
         )
-        methods[f"native {o_form} B=1"] = lambda: native_run(other, one, args.tokens)
-        methods[f"native {o_form} B=8 (per row)"] = lambda: native_run(other, eight, args.tokens)
+        decoders.append(other)  # the other weights form too
+    methods: dict[str, Callable[[], float]] = {}
+    if not args.no_mlx:
+        methods["mlx float32"] = lambda: mlx_run(decider, ids, args.tokens)
+    for d in decoders:
+        form = "file blocks" if d.mapped_bytes else "8-bit copy"
+        methods[f"native {form} B=1"] = lambda d=d: native_run(d, one, args.tokens)
+        methods[f"native {form} B=8 (per row)"] = lambda d=d: native_run(d, eight, args.tokens)
     skipped = None
     path = decider.loaded.path
     if path.endswith(".gguf"):

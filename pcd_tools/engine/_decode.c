@@ -466,14 +466,6 @@ __attribute__((target("avx2,fma"))) static void dec_span_avx2(
 }
 #endif
 
-/* Each path's span decoder: the portable code compiled for the path's target. */
-#define DEC_SPAN_PATH(SUF, TARGET)                                                            \
-    TARGET __attribute__((noinline)) static void dec_span##SUF(                              \
-        int type, const uint8_t *restrict b, int n, int8_t *restrict q, float *restrict s,    \
-        float *restrict m) {                                                                  \
-        dec_span(type, b, n, q, s, m);                                                        \
-    }
-
 GI const uint8_t *file_row(const pcd_lin_t *L, int j) {
     return (const uint8_t *)L->w + (int64_t)(L->order ? L->order[j] : j) * L->row_bytes;
 }
@@ -501,8 +493,6 @@ NO_CONTRACT static void file_dequant_row(int type, const uint8_t *src, int cols,
 }
 
 /* portable C */
-DEC_SPAN_PATH(_c, )
-
 static void row_file_c(const pcd_lin_t *L, int j, const float *x, int64_t ldx, int nb, float *out) {
     int8_t q[SPAN];
     float s[SPAN / 16], m[SPAN / 16], acc[NB_MAX][16] = {{0}};
@@ -510,7 +500,7 @@ static void row_file_c(const pcd_lin_t *L, int j, const float *x, int64_t ldx, i
     const uint8_t *w = file_row(L, j);
     for (int e0 = 0; e0 < L->cols; e0 += SPAN) {
         int n = L->cols - e0 < SPAN ? L->cols - e0 : SPAN;
-        dec_span_c(L->type, w + (int64_t)e0 / per * bytes, n, q, s, m);
+        dec_span(L->type, w + (int64_t)e0 / per * bytes, n, q, s, m);
         for (int b = 0; b < nb; b++) {
             const float *xb = x + b * ldx + e0;
             for (int e = 0; e < n; e += 16)

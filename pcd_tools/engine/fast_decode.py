@@ -12,8 +12,9 @@ natively instead:
   symmetric Q8_0 form (lossless for Q8_0 weights), whichever reconstructs it better, so
   on the embedded GGUF (Q4_1 layers, Q8_0 embedding) the 8-bit logits equal MLX's to
   ~3e-5 and greedy text is the same. Q8_0-only blocks (`scheme="symmetric"`) moved its
-  logits by up to 0.6 and flipped the argmax on ~3% of steps. Q/K/V are one matrix,
-  gate and up interleaved. Activations, norms, RoPE, attention and softmax are float32.
+  logits by up to 0.6 and flipped the argmax on ~3% of steps. Q/K/V and gate/up are
+  separate matrices, a step's SwiGLU phase taking row j of gate and of up together.
+  Activations, norms, RoPE, attention and softmax are float32.
 - **A model kept in its GGUF encoding** (`dtype="quantized"`, or `"auto"` above 1 GiB of
   float32): with `weights="file"` the steps read the file's own blocks in place (Q4_0,
   Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K; `_decode.c`, "The file's blocks"), the embedding

@@ -388,10 +388,9 @@ def auto_compute(model: Any) -> str:
         isa = qgemm.isa()
     except NativeBuildError:  # no compiler: the float32 route needs no int8 kernels
         return "float32"
-    if kq * 2 >= total and isa in ("avx512vnni", "avxvnni", "avx2"):
-        return "int8"
-    simd = isa in ("avx512vnni", "avxvnni", "avx2")
-    return "int8" if total >= INT8_MIN_BYTES and simd else "float32"
+    if isa not in ("avx512vnni", "avxvnni", "avx2"):
+        return "float32"
+    return "int8" if kq * 2 >= total or total >= INT8_MIN_BYTES else "float32"
 
 
 def _scratch(n: int) -> np.ndarray:
