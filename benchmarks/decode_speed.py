@@ -177,6 +177,15 @@ def llama_cpp_runner(
     return run
 
 
+def _form(d: Any) -> tuple[str, str]:
+    """A decoder's weights form, and its label."""
+    if not d.mapped_bytes:
+        return "copy", "8-bit copy"
+    if d.activations == "int8":
+        return "file", "file blocks, int8 activations"
+    return "file", "file blocks"
+
+
 def speed(decider: Decider, args: argparse.Namespace) -> dict[str, Any]:
     from pcd_tools.engine.fast_decode import decoder_for
 
@@ -187,21 +196,24 @@ def speed(decider: Decider, args: argparse.Namespace) -> dict[str, Any]:
     one = [_prefill(decider, ids)]
     eight = [_prefill(decider, prompt_ids(decider, t)) for t in TICKETS[:8]]
     decoders = [decoder]
-    other = None
     if getattr(decider.engine.model.model.embed_tokens, "gguf_encoded", False):  # encoded
         from pcd_tools.engine.fast_decode import NativeDecoder
 
-        other = NativeDecoder(
-            decider.engine.model,
-            weights="copy" if decoder.mapped_bytes else "file",
-            threads=decoder.threads,
-        )
-        decoders.append(other)  # the other weights form too
+        for weights, act in (("file", "int8"), ("file", "float32"), ("copy", "float32")):
+            if (weights, act) != (_form(decoder)[0], decoder.activations):
+                decoders.append(  # the other forms too
+                    NativeDecoder(
+                        decider.engine.model,
+                        weights=weights,
+                        activations=act,
+                        threads=decoder.threads,
+                    )
+                )
     methods: dict[str, Callable[[], float]] = {}
     if not args.no_mlx:
         methods["mlx float32"] = lambda: mlx_run(decider, ids, args.tokens)
     for d in decoders:
-        form = "file blocks" if d.mapped_bytes else "8-bit copy"
+        form = _form(d)[1]
         methods[f"native {form} B=1"] = lambda d=d: native_run(d, one, args.tokens)
         methods[f"native {form} B=8 (per row)"] = lambda d=d: native_run(d, eight, args.tokens)
     skipped = None
@@ -232,8 +244,8 @@ def speed(decider: Decider, args: argparse.Namespace) -> dict[str, Any]:
         "quantize_ms": decoder.quantize_ms,
         "build_ms": decoder.build_ms,
         "weights_mb": decoder.nbytes / 1e6,
-        "file_blocks_mb": max(decoder.mapped_bytes, other.mapped_bytes if other else 0) / 1e6,
-        "copy_mb": max(decoder.nbytes, other.nbytes if other else 0) / 1e6,
+        "file_blocks_mb": max(d.mapped_bytes for d in decoders) / 1e6,
+        "copy_mb": max(d.nbytes for d in decoders) / 1e6,
         "ms_per_token": times,
         "llama_cpp_skipped": skipped,
         "llama_cpp_extra_bufts": args.llama_extra_bufts,

@@ -17,7 +17,10 @@
  *     dense or MLX-quantized weights;
  *   - float32 (the same step without the rounding, for tests).
  * Gate and up are two matrices whose rows j are taken together, so a chunk of rows yields
- * silu(gate) * up directly. Activations, norms, RoPE, attention and softmax are float32.
+ * silu(gate) * up directly. Norms, RoPE, attention and softmax are float32; so are the
+ * activations, unless the model's act8 is set: then each phase's input is quantized to 8
+ * bits per block (per 256 for K-quants, per 32 otherwise, as the int8 passes and
+ * llama.cpp do) and file-block matrices take integer dots (see "8-bit activations").
  * The token embedding is float32 or file blocks (a step decodes its tokens' rows).
  *
  * KV: each row attends over its prefix K/V, read in place from the caller's arrays
@@ -59,6 +62,9 @@
 #define QB 32        /* weights per scale */
 #define NB_MAX 8     /* rows of the batch per pass over a weight row */
 #define MAX_THREADS 64
+#ifndef PF8_AHEAD
+#define PF8_AHEAD 8192 /* the same, in the file-block loops: every line of a block */
+#endif
 #ifndef PF_AHEAD
 #define PF_AHEAD 2048 /* bytes of weights prefetched ahead in the row loops */
 #endif
@@ -82,7 +88,8 @@ typedef struct {
 
 typedef struct {
     int32_t n_layers, hidden, n_heads, n_kv_heads, head_dim, inter, vocab, wbits;
-    int32_t rope_traditional, rope_dims, rope_len, pad;
+    int32_t rope_traditional, rope_dims, rope_len;
+    int32_t act8; /* 1: file-block matrices take 8-bit activations (integer dots) */
     float eps, attn_scale;
     const float *embed;      /* (vocab, hidden) float32, or NULL: embed_q's file blocks */
     const float *final_norm; /* (hidden) */
@@ -104,16 +111,53 @@ typedef struct {
 
 enum { MV_STORE = 0, MV_ADD = 1, MV_SWIGLU = 2 };
 
+typedef struct act act_t;
+/* Row j of a file-block matrix against nb rows of 8-bit activations (see "8-bit
+ * activations"). */
+typedef void (*row8_fn)(const pcd_lin_t *, int, const act_t *, int, float *);
+
+/* A phase's input rows quantized to 8 bits per block, as the int8 passes quantize them
+ * (_qgemm.c): dx = max|x| / 127, q = x / dx rounded half away from zero, clamped to 127. */
+typedef struct {
+    int8_t *q;   /* (B, ld) */
+    uint8_t *u;  /* (B, ld): q + 128 */
+    float *dx;   /* (B, ld / block) */
+    float *xs;   /* (B, ld / 16): dx * the sum of q over each 16 */
+    int16_t *bs; /* (B, ld / 16): the sum of q over each 16 */
+} actq_t;
+
+struct act {
+    actq_t a[2]; /* blocks of 32 (for 32-block matrices), of 256 (K-quants, as llama.cpp's Q8_K) */
+    int64_t ld;
+    row8_fn row; /* the kernel that reads them */
+};
+
+/* The quantization a file type's matrices read: 1 (blocks of 256) for K-quants. */
+#define ACT_K(per) ((per) == 256)
+
+/* xa's rows from b0 on. */
+static inline act_t act_from(const act_t *xa, int b0) {
+    act_t r = *xa;
+    for (int i = 0; i < 2; i++) {
+        int64_t blk = i ? 256 : 32;
+        r.a[i].q += b0 * xa->ld, r.a[i].u += b0 * xa->ld, r.a[i].dx += b0 * (xa->ld / blk);
+        r.a[i].xs += b0 * (xa->ld / 16), r.a[i].bs += b0 * (xa->ld / 16);
+    }
+    return r;
+}
+
 /* Rows [r0, r1) of a matrix L on B rows of x (row stride ldx) into y (row stride ldy);
- * with MV_SWIGLU, U is the up matrix taken row by row with L (gate). */
+ * with MV_SWIGLU, U is the up matrix taken row by row with L (gate). With xa (x
+ * quantized), file-block matrices take integer dots. */
 typedef void (*mv_fn)(const pcd_lin_t *, const pcd_lin_t *, int, int, const float *, int64_t,
-                      int, float *, int64_t, int);
+                      const act_t *, int, float *, int64_t, int);
 typedef void (*scores_fn)(const float *, const float *, int64_t, int, int, float, float *);
 typedef void (*accum_fn)(float *, const float *, const float *, int64_t, int, int);
 typedef float (*softmax_fn)(float *, int);
 
 typedef struct {
     mv_fn mv;
+    row8_fn row8; /* the integer-dot file-block kernel of this path */
     scores_fn scores;
     accum_fn accum;
     softmax_fn softmax;
@@ -124,9 +168,11 @@ static inline float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * 
 
 /* Row j of L against nb rows of x: the file-block, 8-bit or float32 (tests: the portable
  * code on every path) kernel. */
-#define ROW_DOTS(Q8FN, FILEFN, L, j, x, ldx, nb, out)                                        \
+#define ROW_DOTS(Q8FN, FILEFN, L, j, x, ldx, xa, nb, out)                                    \
     do {                                                                                      \
-        if ((L)->type)                                                                        \
+        if ((L)->type && (xa))                                                                \
+            (xa)->row(L, j, xa, nb, out);                                                     \
+        else if ((L)->type)                                                                   \
             FILEFN(L, j, x, ldx, nb, out);                                                    \
         else if ((L)->s)                                                                      \
             Q8FN(L, j, x, ldx, nb, out);                                                      \
@@ -140,17 +186,19 @@ static inline float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * 
  * and of up (U) and writes silu(gate) * up at column j. */
 #define MV_DRIVER(NAME, Q8FN, FILEFN, NB)                                                     \
     static void NAME(const pcd_lin_t *L, const pcd_lin_t *U, int r0, int r1, const float *x, \
-                     int64_t ldx, int B, float *y, int64_t ldy, int mode) {                   \
+                     int64_t ldx, const act_t *xa, int B, float *y, int64_t ldy, int mode) {  \
         float dots[NB_MAX], up[NB_MAX];                                                       \
         for (int b0 = 0; b0 < B; b0 += NB) {                                                  \
             int nb = B - b0 < NB ? B - b0 : NB;                                               \
             const float *xb = x + (int64_t)b0 * ldx;                                           \
             float *yb = y + (int64_t)b0 * ldy;                                                 \
+            act_t ab, *xab = 0;                                                               \
+            if (xa) ab = act_from(xa, b0), xab = &ab;                                         \
             for (int j = r0; j < r1; j++) {                                                   \
-                ROW_DOTS(Q8FN, FILEFN, L, j, xb, ldx, nb, dots);                              \
+                ROW_DOTS(Q8FN, FILEFN, L, j, xb, ldx, xab, nb, dots);                         \
                 float bias = L->bias ? L->bias[j] : 0.0f, ub = 0.0f;                          \
                 if (mode == MV_SWIGLU) {                                                      \
-                    ROW_DOTS(Q8FN, FILEFN, U, j, xb, ldx, nb, up);                            \
+                    ROW_DOTS(Q8FN, FILEFN, U, j, xb, ldx, xab, nb, up);                       \
                     ub = U->bias ? U->bias[j] : 0.0f;                                         \
                 }                                                                             \
                 for (int b = 0; b < nb; b++) {                                                \
@@ -259,6 +307,16 @@ GI void k4_sm(int j, const uint8_t *s, int *sc, int *m) {
         *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
         *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
+}
+
+/* A Q4_K / Q5_K block's 8 six-bit scales (bytes 0-7 of u) and minimums (bytes 8-15). */
+GI void k4_unpack(const uint8_t *b, uint32_t u[4]) {
+    memcpy(u, b + 4, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+    uint32_t lo = u[1] & 0x3f3f3f3f;
+    u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+    u[2] = lo;
+    u[0] &= 0x3f3f3f3f;
 }
 
 /* Where a 32-block type's parts are: 1 with a minimum, 1 with a fifth bit, q's offset. */
@@ -370,6 +428,26 @@ GI void dec_span(int type, const uint8_t *restrict b, int n, int8_t *restrict q,
 }
 
 #if X86
+/* A 32-block's quants (Q4_0, Q4_1, Q5_0, Q5_1; Q8_0's bytes) as 32 int8 with AVX2. */
+__attribute__((target("avx2,fma"))) GI __m256i dec32_avx2(const int type, const uint8_t *restrict b) {
+    if (type == G_Q8_0) return _mm256_loadu_si256((const __m256i *)(b + 2));
+    const __m256i lo4 = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
+    int one = b32_min(type), five = b32_fifth(type);
+    __m128i qs = _mm_loadu_si128((const __m128i *)(b + 2 + 2 * one + 4 * five));
+    __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), lo4);
+    if (five) { /* bit i of qh to byte i: each 128-bit lane takes two of its bytes */
+        uint32_t h;
+        memcpy(&h, b + 2 + 2 * one, 4);
+        const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+        const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+        __m256i hb = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bit);
+        v = _mm256_or_si256(v, _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), sixteen));
+    }
+    v = _mm256_sub_epi8(v, _mm256_set1_epi8((char)b32_off(type)));
+    return v;
+}
+
 /* The quants of the common types with AVX2 (bit-identical to block_quants; the others
  * take it): 32 bytes a store. */
 __attribute__((target("avx2,fma"))) GI void dec_span_avx2_t(
@@ -378,14 +456,10 @@ __attribute__((target("avx2,fma"))) GI void dec_span_avx2_t(
     int per, bytes = file_block(type, &per), g = per >> file_group_shift(type);
     const __m256i lo4 = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
     for (int e = 0; e < n; e += per, b += bytes, q += per, s += g, m += g) {
+        for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(b + PF8_AHEAD + o), _MM_HINT_T0);
         if (type == G_Q4_K || type == G_Q5_K) { /* the 8 six-bit scales and minimums at once */
             uint32_t u[4];
-            memcpy(u, b + 4, 12);
-            u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-            uint32_t lo = u[1] & 0x3f3f3f3f;
-            u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-            u[2] = lo;
-            u[0] &= 0x3f3f3f3f; /* bytes 0-7: scales, 8-15: minimums */
+            k4_unpack(b, u);
             __m128i v = _mm_loadu_si128((const __m128i *)u);
             __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
             __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
@@ -396,23 +470,9 @@ __attribute__((target("avx2,fma"))) GI void dec_span_avx2_t(
             block_scales(type, b, s, m);
         }
         switch (type) {
-        case G_Q4_0: case G_Q4_1: case G_Q5_0: case G_Q5_1: {
-            int one = b32_min(type), five = b32_fifth(type);
-            __m128i qs = _mm_loadu_si128((const __m128i *)(b + 2 + 2 * one + 4 * five));
-            __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), lo4);
-            if (five) { /* bit i of qh to byte i: each 128-bit lane takes two of its bytes */
-                uint32_t h;
-                memcpy(&h, b + 2 + 2 * one, 4);
-                const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                                     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-                const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-                __m256i hb = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bit);
-                v = _mm256_or_si256(v, _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), sixteen));
-            }
-            v = _mm256_sub_epi8(v, _mm256_set1_epi8((char)b32_off(type)));
-            _mm256_storeu_si256((__m256i *)q, v);
+        case G_Q4_0: case G_Q4_1: case G_Q5_0: case G_Q5_1:
+            _mm256_storeu_si256((__m256i *)q, dec32_avx2(type, b));
             break;
-        }
         case G_Q8_0:
             _mm256_storeu_si256((__m256i *)q, _mm256_loadu_si256((const __m256i *)(b + 2)));
             break;
@@ -540,6 +600,80 @@ static void row_f32_c(const pcd_lin_t *L, int j, const float *x, int64_t ldx, in
         for (int i = 0; i < L->cols; i++) acc += w[i] * xb[i];
         out[b] = acc;
     }
+}
+
+/* --- 8-bit activations ------------------------------------------------------------------
+ * With the model's act8 set (compute="int8"), every file-block matrix multiplies its
+ * input quantized to 8 bits per block of 32 (struct act), as the int8 passes and
+ * llama.cpp do: a row is a sum over its groups g (16 or 32 weights) of
+ *     s_g * dx(g) * sum_{i in g} q_i xq_i  +  m_g * xs(g)
+ * with the integer dot exact, q the file's int8 quants (w = s * q + m). The paths differ
+ * in how they form the integer dots (int32 sums here; sign trick with maddubs on AVX2;
+ * dpbusd on VNNI) and only in float rounding otherwise. */
+
+/* Rows x (B, cols, row stride ldx) quantized in blocks of blk (32 or 256; cols a multiple
+ * of it) into A (row stride ld >= cols). */
+static void quantize_act(const float *x, int64_t ldx, int B, int cols, const actq_t *A, int64_t ld,
+                         int blk) {
+    for (int b = 0; b < B; b++) {
+        const float *xb = x + b * ldx;
+        for (int k = 0; k < cols / blk; k++) {
+            const float *v = xb + k * blk;
+            float amax = 0.0f;
+            for (int i = 0; i < blk; i++) amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
+            float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            int8_t *q = A->q + b * ld + k * blk;
+            uint8_t *u = A->u + b * ld + k * blk;
+            for (int i = 0; i < blk; i++) {
+                float r = v[i] * id;
+                int qv = (int)(r + (r < 0.0f ? -0.5f : 0.5f));
+                qv = qv > 127 ? 127 : (qv < -127 ? -127 : qv);
+                q[i] = (int8_t)qv;
+                u[i] = (uint8_t)(qv + 128);
+            }
+            A->dx[b * (ld / blk) + k] = d;
+            for (int h = 0; h < blk / 16; h++) {
+                int sum = 0;
+                for (int i = 0; i < 16; i++) sum += q[16 * h + i];
+                A->bs[b * (ld / 16) + (k * blk) / 16 + h] = (int16_t)sum;
+                A->xs[b * (ld / 16) + (k * blk) / 16 + h] = d * (float)sum;
+            }
+        }
+    }
+}
+
+/* The minimum's term of a span's groups (n weights from column e0): sum_g m_g * xs(g). */
+GI float min_term(const float *m, const float *xs, int e0, int n, const int gs) {
+    float r = 0.0f;
+    for (int g = 0; g < n >> gs; g++)
+        r += m[g] * (gs == 4 ? xs[(e0 >> 4) + g] : xs[(e0 >> 4) + 2 * g] + xs[(e0 >> 4) + 2 * g + 1]);
+    return r;
+}
+
+/* portable C */
+static void row_file8_c(const pcd_lin_t *L, int j, const act_t *xa, int nb, float *out) {
+    int8_t q[SPAN];
+    float s[SPAN / 16], m[SPAN / 16], acc[NB_MAX] = {0};
+    int per, bytes = file_block(L->type, &per), gs = file_group_shift(L->type), G = 1 << gs;
+    int mn = file_has_min(L->type), lb = ACT_K(per) ? 8 : 5;
+    const actq_t *A = &xa->a[ACT_K(per)];
+    const uint8_t *w = file_row(L, j);
+    for (int e0 = 0; e0 < L->cols; e0 += SPAN) {
+        int n = L->cols - e0 < SPAN ? L->cols - e0 : SPAN;
+        dec_span(L->type, w + (int64_t)e0 / per * bytes, n, q, s, m);
+        for (int b = 0; b < nb; b++) {
+            const int8_t *x = A->q + b * xa->ld + e0;
+            const float *dx = A->dx + b * (xa->ld >> lb);
+            for (int g = 0; g < n >> gs; g++) {
+                int d = 0;
+                for (int i = 0; i < G; i++) d += q[g * G + i] * x[g * G + i];
+                acc[b] += (float)d * (s[g] * dx[(e0 + g * G) >> lb]);
+            }
+            if (mn) acc[b] += gs == 4 ? min_term(m, A->xs + b * (xa->ld / 16), e0, n, 4)
+                                      : min_term(m, A->xs + b * (xa->ld / 16), e0, n, 5);
+        }
+    }
+    for (int b = 0; b < nb; b++) out[b] = acc[b];
 }
 
 MV_DRIVER(mv_c, row_q8_c, row_file_c, NB_MAX)
@@ -735,6 +869,266 @@ T256 static void row_file_256(const pcd_lin_t *L, int j, const float *x, int64_t
 
 T256 MV_DRIVER(mv_256, row_q8_256, row_file_256, NB_256)
 
+/* Q4_K and Q6_K rows against activations per 256 (llama.cpp's Q8_K), without the span
+ * buffer: per block, one int32 sum over its groups of scale * (q . xq) (maddubs, then
+ * madd with the group's integer scale), then one float fma by d * dx; Q4_K's minimum
+ * from the block's sums of xq per 16 (madd with the minimums), Q6_K's offset of 32 the
+ * same way. The same numbers as the other kernels up to float rounding. AVX2 (every x86
+ * integer path takes them); nb <= 4 batch rows a pass. The scales stay in registers
+ * (bytes written to memory and read back one at a time stalled the loop 1.4x). */
+
+/* Group g's 16-bit scale in all 16 lanes, from v: the 8 scales as int16 in each half. */
+T256 GI __m256i lane16(__m256i v, int g) {
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x0100 + 0x0202 * g)));
+}
+
+T256 GI void q4k_rows(const pcd_lin_t *L, int j, const act_t *xa, float *out, const int nb) {
+    const actq_t *A = &xa->a[1];
+    const int64_t ld = xa->ld;
+    const uint8_t *w = file_row(L, j);
+    const __m256i lo4 = _mm256_set1_epi8(15);
+    __m256 acc[4];
+    for (int b = 0; b < nb; b++) acc[b] = _mm256_setzero_ps();
+    for (int kb = 0; kb < L->cols / 256; kb++, w += 144) {
+        for (int o = 0; o < 144; o += 64) _mm_prefetch((const char *)(w + PF8_AHEAD + o), _MM_HINT_T0);
+        uint32_t u[4];
+        k4_unpack(w, u);
+        __m256i sc16 = _mm256_broadcastsi128_si256(
+            _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)((uint64_t)u[1] << 32 | u[0]))));
+        __m128i m8 = _mm_cvtsi64_si128((long long)((uint64_t)u[3] << 32 | u[2]));
+        __m256i mn16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)); /* m0 m0 m1 m1 .. */
+        __m256i sumi[4];
+        for (int b = 0; b < nb; b++) sumi[b] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < 4; c++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * c));
+            __m256i lo = _mm256_and_si256(v, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+            __m256i sl = lane16(sc16, 2 * c), sh = lane16(sc16, 2 * c + 1);
+            for (int b = 0; b < nb; b++) {
+                const int8_t *x = A->q + b * ld + kb * 256 + 64 * c;
+                __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)x)), sl);
+                __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 32))), sh);
+                sumi[b] = _mm256_add_epi32(sumi[b], _mm256_add_epi32(pl, ph));
+            }
+        }
+        float d = hf(w), dmin = hf(w + 2);
+        for (int b = 0; b < nb; b++) {
+            float dx = A->dx[b * (ld / 256) + kb];
+            __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(A->bs + b * (ld / 16) + kb * 16)), mn16);
+            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[b]), _mm256_set1_ps(d * dx), acc[b]);
+            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mm), _mm256_set1_ps(-(dmin * dx)), acc[b]);
+        }
+    }
+    for (int b = 0; b < nb; b++) out[b] = hsum8(acc[b]);
+}
+
+T256 GI void q6k_rows(const pcd_lin_t *L, int j, const act_t *xa, float *out, const int nb) {
+    const actq_t *A = &xa->a[1];
+    const int64_t ld = xa->ld;
+    const uint8_t *w = file_row(L, j);
+    const __m256i lo4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
+    __m256 acc[4];
+    for (int b = 0; b < nb; b++) acc[b] = _mm256_setzero_ps();
+    for (int kb = 0; kb < L->cols / 256; kb++, w += 210) {
+        for (int o = 0; o < 210; o += 64) _mm_prefetch((const char *)(w + PF8_AHEAD + o), _MM_HINT_T0);
+        const int8_t *sc = (const int8_t *)(w + 192);
+        __m256i sumi[4];
+        for (int b = 0; b < nb; b++) sumi[b] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 2")
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(w + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(w + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * h));
+            __m256i v[4] = {
+                _mm256_or_si256(_mm256_and_si256(l0, lo4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), hi2)),
+                _mm256_or_si256(_mm256_and_si256(l1, lo4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), hi2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), lo4), _mm256_and_si256(qh, hi2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), lo4),
+                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2))};
+            _Pragma("GCC unroll 4")
+            for (int k = 0; k < 4; k++) { /* weights 128h + 32k..: groups 8h + 2k and + 1 */
+                int g = 8 * h + 2 * k;
+                __m256i s2 = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+                for (int b = 0; b < nb; b++) {
+                    const int8_t *x = A->q + b * ld + kb * 256 + 128 * h + 32 * k;
+                    sumi[b] = _mm256_add_epi32(sumi[b], _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(v[k], _mm256_loadu_si256((const __m256i *)x)), s2));
+                }
+            }
+        }
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        float d = hf(w + 208);
+        for (int b = 0; b < nb; b++) { /* the quants are stored + 32: take 32 * sum(sc * bs) */
+            __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(A->bs + b * (ld / 16) + kb * 16)), sc16);
+            __m256i t = _mm256_sub_epi32(sumi[b], _mm256_slli_epi32(off, 5));
+            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(d * A->dx[b * (ld / 256) + kb]), acc[b]);
+        }
+    }
+    for (int b = 0; b < nb; b++) out[b] = hsum8(acc[b]);
+}
+
+#define FUSED_ROWS(NAME, BODY)                                                                 \
+    T256 static void NAME(const pcd_lin_t *L, int j, const act_t *xa, int nb, float *out) {    \
+        for (int b0 = 0; b0 < nb; b0 += 4) {                                                   \
+            act_t a = act_from(xa, b0);                                                        \
+            switch (nb - b0 < 4 ? nb - b0 : 4) {                                               \
+            case 1: BODY(L, j, &a, out + b0, 1); break;                                        \
+            case 2: BODY(L, j, &a, out + b0, 2); break;                                        \
+            case 3: BODY(L, j, &a, out + b0, 3); break;                                        \
+            default: BODY(L, j, &a, out + b0, 4);                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }
+FUSED_ROWS(row_q4k8, q4k_rows)
+FUSED_ROWS(row_q6k8, q6k_rows)
+
+/* --- 8-bit activations on x86, the other types (Q2_K, Q3_K, Q5_K) through the span
+ * buffer: a 32-weight chunk of a row a register of 8 int32 lanes (lane l: weights
+ * 4l..4l+3), added to 8 float lanes times s * dx (the two scales of 16-groups each take 4
+ * lanes). The integer dots: VNNI 0, AVX2: maddubs(|q|, sign(xq, q)) then madd with ones
+ * (|q| <= 128, |xq| <= 127: no int16 pair saturates; q >= 0 where there is a minimum:
+ * maddubs(q, xq)); VNNI 1 (AVX-512 VNNI on ymm): dpbusd(xq + 128, q) started from
+ * -128 * sum(q), or dpbusd(q, xq). */
+#define ROW8_BODY(SUF, TARGET, DPBUSD, VNNI)                                                   \
+    TARGET static inline __attribute__((always_inline)) void row_file8##SUF##_nb(            \
+        const pcd_lin_t *L, int j, const act_t *xa, float *out, const int nb, const int gs,  \
+        const int mn) {                                                                       \
+        int8_t q[SPAN] __attribute__((aligned(32)));                                          \
+        float s[SPAN / 16], m[SPAN / 16], corr[NB_MAX] = {0}, cs[NB_MAX][SPAN / 16];          \
+        int per, bytes = file_block(L->type, &per);                                           \
+        const uint8_t *w = file_row(L, j);                                                    \
+        const int64_t ld = xa->ld;                                                            \
+        const int lb = ACT_K(per) ? 8 : 5;                                                    \
+        const actq_t *A = &xa->a[ACT_K(per)];                                                 \
+        const __m256i ones = _mm256_set1_epi16(1), c80 = _mm256_set1_epi8((char)0x80);        \
+        (void)ones, (void)c80;                                                                \
+        /* two accumulator chains a row (one would wait on the fma), whatever nb is: a    \
+         * row's sums in the same order in any batch */                                     \
+        __m256 acc[NB_MAX][2];                                                                \
+        for (int b = 0; b < nb; b++) acc[b][0] = acc[b][1] = _mm256_setzero_ps();             \
+        for (int e0 = 0; e0 < L->cols; e0 += SPAN) {                                          \
+            int n = L->cols - e0 < SPAN ? L->cols - e0 : SPAN;                                \
+            dec_span_avx2(L->type, w + (int64_t)e0 / per * bytes, n, q, s, m);                \
+            for (int b = 0; b < nb; b++) { /* s * dx per group */                            \
+                const float *dx = A->dx + b * (ld >> lb);                                     \
+                for (int g = 0; g < n >> gs; g++) cs[b][g] = s[g] * dx[(e0 + (g << gs)) >> lb]; \
+            }                                                                                 \
+            for (int c = 0; c < n; c += 32) {                                                 \
+                __m256i qv = _mm256_load_si256((const __m256i *)(q + c)), base, aq;           \
+                (void)base, (void)aq;                                                         \
+                if (VNNI && !mn)                                                              \
+                    base = _mm256_sub_epi32(_mm256_setzero_si256(),                           \
+                                            DPBUSD(_mm256_setzero_si256(), c80, qv));         \
+                if (!VNNI && !mn) aq = _mm256_abs_epi8(qv);                                   \
+                for (int b = 0; b < nb; b++) {                                                \
+                    const int8_t *xq = A->q + b * ld + e0 + c;                                  \
+                    __m256i d;                                                                \
+                    if (VNNI && mn) /* q >= 0 where there is a minimum */                     \
+                        d = DPBUSD(_mm256_setzero_si256(), qv,                                \
+                                   _mm256_loadu_si256((const __m256i *)xq));                  \
+                    else if (VNNI)                                                            \
+                        d = DPBUSD(base, _mm256_loadu_si256((const __m256i *)(A->u + b * ld + e0 + c)), qv);  \
+                    else if (mn)                                                              \
+                        d = _mm256_madd_epi16(_mm256_maddubs_epi16(                          \
+                            qv, _mm256_loadu_si256((const __m256i *)xq)), ones);              \
+                    else                                                                      \
+                        d = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(     \
+                            _mm256_loadu_si256((const __m256i *)xq), qv)), ones);             \
+                    __m256 sc = gs == 5 ? _mm256_broadcast_ss(&cs[b][c >> 5])                 \
+                                        : _mm256_set_m128(_mm_broadcast_ss(&cs[b][(c >> 4) + 1]), \
+                                                          _mm_broadcast_ss(&cs[b][c >> 4]));  \
+                    int a = (c >> 5) & 1;                                                     \
+                    acc[b][a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sc, acc[b][a]);        \
+                }                                                                             \
+            }                                                                                 \
+            if (mn)                                                                           \
+                for (int b = 0; b < nb; b++) corr[b] += min_term(m, A->xs + b * (ld / 16), e0, n, gs);  \
+        }                                                                                     \
+        for (int b = 0; b < nb; b++) out[b] = hsum8(_mm256_add_ps(acc[b][0], acc[b][1])) + corr[b]; \
+    }                                                                                         \
+    TARGET static inline __attribute__((always_inline)) void row_file8##SUF##_g(             \
+        const pcd_lin_t *L, int j, const act_t *xa, int nb, float *out, const int gs,        \
+        const int mn) {                                                                       \
+        switch (nb) {                                                                         \
+        case 1: row_file8##SUF##_nb(L, j, xa, out, 1, gs, mn); break;                         \
+        case 2: row_file8##SUF##_nb(L, j, xa, out, 2, gs, mn); break;                         \
+        case 3: row_file8##SUF##_nb(L, j, xa, out, 3, gs, mn); break;                         \
+        case 4: row_file8##SUF##_nb(L, j, xa, out, 4, gs, mn); break;                         \
+        case 5: row_file8##SUF##_nb(L, j, xa, out, 5, gs, mn); break;                         \
+        case 6: row_file8##SUF##_nb(L, j, xa, out, 6, gs, mn); break;                         \
+        case 7: row_file8##SUF##_nb(L, j, xa, out, 7, gs, mn); break;                         \
+        default: row_file8##SUF##_nb(L, j, xa, out, 8, gs, mn);                               \
+        }                                                                                     \
+    }                                                                                         \
+    /* 32-block rows without the span buffer: a block's quants decoded into a register,   \
+     * one integer dot and one fma by d * dx per block and batch row. */                    \
+    TARGET static inline __attribute__((always_inline)) void row_b32##SUF##_nb(              \
+        const pcd_lin_t *L, int j, const act_t *xa, float *out, const int nb, const int type) { \
+        const actq_t *A = &xa->a[0];                                                          \
+        const int64_t ld = xa->ld;                                                            \
+        int per, bytes = file_block(type, &per);                                              \
+        const int mn = b32_min(type); /* then q >= 0 */                                       \
+        const uint8_t *w = file_row(L, j);                                                    \
+        const __m256i ones = _mm256_set1_epi16(1);                                            \
+        (void)ones;                                                                           \
+        __m256 acc[NB_MAX];                                                                   \
+        float corr[NB_MAX] = {0};                                                             \
+        for (int b = 0; b < nb; b++) acc[b] = _mm256_setzero_ps();                            \
+        for (int kb = 0; kb < L->cols / QB; kb++, w += bytes) {                               \
+            _mm_prefetch((const char *)(w + PF8_AHEAD), _MM_HINT_T0);                         \
+            __m256i qv = dec32_avx2(type, w), aq = mn ? qv : _mm256_abs_epi8(qv);             \
+            float dw = hf(w), mw = mn ? hf(w + 2) : 0.0f;                                     \
+            for (int b = 0; b < nb; b++) {                                                    \
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(A->q + b * ld + kb * QB));  \
+                if (!mn) xv = _mm256_sign_epi8(xv, qv);                                       \
+                __m256i d = VNNI ? DPBUSD(_mm256_setzero_si256(), aq, xv)                     \
+                                 : _mm256_madd_epi16(_mm256_maddubs_epi16(aq, xv), ones);     \
+                acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d),                               \
+                                         _mm256_set1_ps(dw * A->dx[b * (ld / QB) + kb]), acc[b]); \
+                if (mn) corr[b] += mw * (A->xs[b * (ld / 16) + 2 * kb] + A->xs[b * (ld / 16) + 2 * kb + 1]); \
+            }                                                                                 \
+        }                                                                                     \
+        for (int b = 0; b < nb; b++) out[b] = hsum8(acc[b]) + corr[b];                        \
+    }                                                                                         \
+    TARGET static inline __attribute__((always_inline)) void row_b32##SUF##_t(               \
+        const pcd_lin_t *L, int j, const act_t *xa, int nb, float *out, const int type) {     \
+        switch (nb) {                                                                         \
+        case 1: row_b32##SUF##_nb(L, j, xa, out, 1, type); break;                             \
+        case 2: row_b32##SUF##_nb(L, j, xa, out, 2, type); break;                             \
+        case 3: row_b32##SUF##_nb(L, j, xa, out, 3, type); break;                             \
+        case 4: row_b32##SUF##_nb(L, j, xa, out, 4, type); break;                             \
+        case 5: row_b32##SUF##_nb(L, j, xa, out, 5, type); break;                             \
+        case 6: row_b32##SUF##_nb(L, j, xa, out, 6, type); break;                             \
+        case 7: row_b32##SUF##_nb(L, j, xa, out, 7, type); break;                             \
+        default: row_b32##SUF##_nb(L, j, xa, out, 8, type);                                   \
+        }                                                                                     \
+    }                                                                                         \
+    TARGET static void row_file8##SUF(const pcd_lin_t *L, int j, const act_t *xa, int nb,    \
+                                      float *out) {                                           \
+        int mn = file_has_min(L->type);                                                       \
+        switch (L->type) {                                                                    \
+        case G_Q4_0: row_b32##SUF##_t(L, j, xa, nb, out, G_Q4_0); return;                    \
+        case G_Q4_1: row_b32##SUF##_t(L, j, xa, nb, out, G_Q4_1); return;                    \
+        case G_Q5_0: row_b32##SUF##_t(L, j, xa, nb, out, G_Q5_0); return;                    \
+        case G_Q5_1: row_b32##SUF##_t(L, j, xa, nb, out, G_Q5_1); return;                    \
+        case G_Q8_0: row_b32##SUF##_t(L, j, xa, nb, out, G_Q8_0); return;                    \
+        }                                                                                     \
+        if (L->type == G_Q4_K)                                                                \
+            row_q4k8(L, j, xa, nb, out);                                                      \
+        else if (L->type == G_Q6_K)                                                           \
+            row_q6k8(L, j, xa, nb, out);                                                      \
+        else if (file_group_shift(L->type) == 4) /* Q2_K, Q3_K */                             \
+            mn ? row_file8##SUF##_g(L, j, xa, nb, out, 4, 1) : row_file8##SUF##_g(L, j, xa, nb, out, 4, 0); \
+        else /* Q5_K */                                                                       \
+            row_file8##SUF##_g(L, j, xa, nb, out, 5, 1);                                      \
+    }
+
+#define NO_DPBUSD(acc, u, q) (acc)
+ROW8_BODY(_avx2, T256, NO_DPBUSD, 0)
+ROW8_BODY(_vnni512, __attribute__((target("avx512f,avx512vl,avx512vnni,avx2,fma"))),
+          _mm256_dpbusd_epi32, 1)
+#undef NO_DPBUSD
+
 #endif
 
 
@@ -843,19 +1237,37 @@ static int pick(int path, kern_t *k) {
     half_init();
 #if X86
     __builtin_cpu_init();
+    int vnni512 = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
     if ((path == 0 || path == 512) && __builtin_cpu_supports("avx512f")) {
-        *k = (kern_t){mv_512, scores_512, accum_512, softmax_512, 512};
+        row8_fn r8 = vnni512 ? row_file8_vnni512 : row_file8_avx2;
+        *k = (kern_t){mv_512, r8, scores_512, accum_512, softmax_512, 512};
         return 1;
     }
     if ((path == 0 || path == 256) && __builtin_cpu_supports("avx2") &&
         __builtin_cpu_supports("fma")) {
-        *k = (kern_t){mv_256, scores_256, accum_256, softmax_256, 256};
+        *k = (kern_t){mv_256, row_file8_avx2, scores_256, accum_256,
+                      softmax_256, 256};
         return 1;
     }
 #endif
     if (path != 0 && path != 1) return 0;
-    *k = (kern_t){mv_c, scores_c, accum_c, softmax_c, 1};
+    *k = (kern_t){mv_c, row_file8_c, scores_c, accum_c, softmax_c, 1};
     return 1;
+}
+
+/* The integer-dot kernel `ipath` asks for (tests): 1 portable C, 2 AVX2, 3 AVX-512 VNNI
+ * (on ymm); NULL where this CPU lacks it. */
+static row8_fn pick_row8(int ipath) {
+    if (ipath == 1) return row_file8_c;
+#if X86
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (ipath == 2 && avx2) return row_file8_avx2;
+    if (ipath == 3 && avx2 && __builtin_cpu_supports("avx512vnni") &&
+        __builtin_cpu_supports("avx512vl"))
+        return row_file8_vnni512;
+#endif
+    return 0;
 }
 
 /* Which code path `path` gets here: 512, 256, 1, or 0 if not available. */
@@ -909,6 +1321,9 @@ typedef struct {
     float *sc;     /* (longest row's keys): attention scores */
     float *qk;     /* 2 * head_dim: q and k after RoPE */
     size_t cap_xn, cap_sc;
+    act_t act;     /* with act8: this thread's 8-bit copy of a phase's input */
+    void *abuf;    /* its buffers */
+    size_t cap_abuf;
 } scratch_t;
 
 typedef struct pool pool_t;
@@ -982,7 +1397,8 @@ static void rope(const pcd_model_t *m, const float *x, int pos, float *out) {
 /* The rows of n matrices (their outputs side by side in y: Q, K and V) in chunks handed
  * out by counter *ctr; x is (B, cols). With MV_SWIGLU, n is 1 and U the up matrix. */
 static void matvec(job_t *jb, const pcd_lin_t *const *Ls, int n, const pcd_lin_t *U, int *ctr,
-                   const float *x, int64_t ldx, float *y, int64_t ldy, int mode) {
+                   const float *x, int64_t ldx, const act_t *xa, float *y, int64_t ldy,
+                   int mode) {
     int chunk[3], first[4] = {0};
     int64_t off[3] = {0};
     for (int i = 0; i < n; i++) {
@@ -997,7 +1413,7 @@ static void matvec(job_t *jb, const pcd_lin_t *const *Ls, int n, const pcd_lin_t
         while (c >= first[i + 1]) i++;
         const pcd_lin_t *L = Ls[i];
         int r0 = (c - first[i]) * chunk[i], r1 = r0 + chunk[i] < L->rows ? r0 + chunk[i] : L->rows;
-        jb->k.mv(L, U, r0, r1, x, ldx, jb->B, y + off[i], ldy, mode);
+        jb->k.mv(L, U, r0, r1, x, ldx, xa, jb->B, y + off[i], ldy, mode);
     }
 }
 
@@ -1044,32 +1460,74 @@ static void attention(job_t *jb, pool_t *p, int tid, int l, int *ctr) {
     }
 }
 
+/* Bytes of one quantization's buffers for B rows of ld (dx sized for blocks of 32). */
+static size_t actq_bytes(int B, int64_t ld) {
+    return (size_t)B * ld * 2 + (size_t)B * (ld / QB) * sizeof(float) +
+           (size_t)B * (ld / 16) * (sizeof(float) + sizeof(int16_t));
+}
+
+static size_t act_bytes(int B, int64_t ld) { return 2 * actq_bytes(B, ld); }
+
+/* Points a's two quantizations into buf (act_bytes(B, ld) bytes), for B rows of ld. */
+static void act_lay(act_t *a, void *buf, int B, int64_t ld, row8_fn row) {
+    char *c = (char *)buf;
+    for (int i = 0; i < 2; i++, c += actq_bytes(B, ld)) {
+        actq_t *A = &a->a[i];
+        A->dx = (float *)c;
+        A->xs = (float *)(c + (size_t)B * (ld / QB) * sizeof(float));
+        A->bs = (int16_t *)(A->xs + (size_t)B * (ld / 16));
+        A->q = (int8_t *)(A->bs + (size_t)B * (ld / 16));
+        A->u = (uint8_t *)A->q + (size_t)B * ld;
+    }
+    a->ld = ld, a->row = row;
+}
+
+/* x (B rows of cols) quantized into a: per 32, and per 256 where cols allows. */
+static void act_fill(act_t *a, const float *x, int64_t ldx, int B, int cols) {
+    quantize_act(x, ldx, B, cols, &a->a[0], cols, 32);
+    if (cols % 256 == 0) quantize_act(x, ldx, B, cols, &a->a[1], cols, 256);
+}
+
+/* With act8, x (B rows of cols) quantized into this thread's scratch; else NULL. */
+static const act_t *quant_in(job_t *jb, scratch_t *s, const float *x, int64_t ldx, int cols) {
+    if (!jb->m->act8) return 0;
+    act_lay(&s->act, s->abuf, jb->B, cols, jb->k.row8);
+    act_fill(&s->act, x, ldx, jb->B, cols);
+    return &s->act;
+}
+
 static void step_body(pool_t *p, int tid) {
     job_t *jb = p->job;
     const pcd_model_t *m = jb->m;
     int B = jb->B, D = m->hidden;
-    float *xn = p->scr[tid].xn;
+    scratch_t *sc = &p->scr[tid];
+    float *xn = sc->xn;
     int ph = 0;
     for (int l = 0; l < m->n_layers; l++) {
         const pcd_layer_t *L = &m->layers[l];
         for (int b = 0; b < B; b++) rms_norm(p->x + b * D, L->attn_norm, D, m->eps, xn + b * D);
         const pcd_lin_t *qkv[3] = {&L->q, &L->k, &L->v};
-        matvec(jb, qkv, 3, 0, &jb->ctr[ph++], xn, D, p->qkv, qkv_width(L), MV_STORE);
+        matvec(jb, qkv, 3, 0, &jb->ctr[ph++], xn, D, quant_in(jb, sc, xn, D, D), p->qkv,
+               qkv_width(L), MV_STORE);
         barrier(p);
         attention(jb, p, tid, l, &jb->ctr[ph++]);
         barrier(p);
         const pcd_lin_t *o = &L->o, *gate = &L->gate, *down = &L->down;
-        matvec(jb, &o, 1, 0, &jb->ctr[ph++], p->att, L->o.cols, p->x, D, MV_ADD);
+        matvec(jb, &o, 1, 0, &jb->ctr[ph++], p->att, L->o.cols,
+               quant_in(jb, sc, p->att, L->o.cols, L->o.cols), p->x, D, MV_ADD);
         barrier(p);
         for (int b = 0; b < B; b++) rms_norm(p->x + b * D, L->mlp_norm, D, m->eps, xn + b * D);
-        matvec(jb, &gate, 1, &L->up, &jb->ctr[ph++], xn, D, p->act, m->inter, MV_SWIGLU);
+        matvec(jb, &gate, 1, &L->up, &jb->ctr[ph++], xn, D, quant_in(jb, sc, xn, D, D), p->act,
+               m->inter, MV_SWIGLU);
         barrier(p);
-        matvec(jb, &down, 1, 0, &jb->ctr[ph++], p->act, m->inter, p->x, D, MV_ADD);
+        matvec(jb, &down, 1, 0, &jb->ctr[ph++], p->act, m->inter,
+               quant_in(jb, sc, p->act, m->inter, m->inter), p->x, D, MV_ADD);
         barrier(p);
     }
     for (int b = 0; b < B; b++) rms_norm(p->x + b * D, m->final_norm, D, m->eps, xn + b * D);
     const pcd_lin_t *head = &m->head;
-    matvec(jb, &head, 1, 0, &jb->ctr[ph++], xn, D, jb->logits, m->vocab, MV_STORE);
+    matvec(jb, &head, 1, 0, &jb->ctr[ph++], xn, D, quant_in(jb, sc, xn, D, D), jb->logits,
+           m->vocab, MV_STORE);
     barrier(p);
 }
 
@@ -1114,6 +1572,7 @@ void pcd_pool_free(void *pool) {
         free(p->scr[i].xn);
         free(p->scr[i].sc);
         free(p->scr[i].qk);
+        free(p->scr[i].abuf);
     }
     free(p->x), free(p->qkv), free(p->att), free(p->act), free(p->ctr);
     free(p);
@@ -1159,7 +1618,44 @@ int pcd_decode_dequant_rows(const pcd_lin_t *L, const int32_t *idx, int n, float
 int pcd_decode_matvec(const pcd_lin_t *L, const float *x, int B, float *y, int path) {
     kern_t k;
     if (!pick(path, &k) || !lin_ok(L) || B < 1) return 1;
-    k.mv(L, 0, 0, L->rows, x, L->cols, B, y, L->rows, MV_STORE);
+    k.mv(L, 0, 0, L->rows, x, L->cols, 0, B, y, L->rows, MV_STORE);
+    return 0;
+}
+
+/* x (B, cols) quantized in blocks of blk (32 or 256) as a step quantizes a phase's input
+ * (struct act): q (B, cols), dx (B, cols / blk), xs (B, cols / 16). Returns 0, or 1 for
+ * another block size or cols not a multiple of it. */
+int pcd_decode_quantize_act(const float *x, int B, int cols, int blk, int8_t *q, float *dx,
+                            float *xs) {
+    if (B < 1 || (blk != 32 && blk != 256) || cols < blk || cols % blk) return 1;
+    void *buf = malloc(act_bytes(B, cols));
+    if (!buf) return 1;
+    act_t a;
+    act_lay(&a, buf, B, cols, 0);
+    act_fill(&a, x, cols, B, cols);
+    const actq_t *A = &a.a[blk == 256];
+    memcpy(q, A->q, (size_t)B * cols);
+    memcpy(dx, A->dx, sizeof(float) * B * (cols / blk));
+    memcpy(xs, A->xs, sizeof(float) * B * (cols / 16));
+    free(buf);
+    return 0;
+}
+
+/* As pcd_decode_matvec for a file-block matrix, x quantized to 8 bits (integer dots):
+ * `ipath` 0 the path's own integer kernel, else as pick_row8. Returns 0, or 1 (a path
+ * not here, a matrix the kernels do not take, out of memory). */
+int pcd_decode_matvec8(const pcd_lin_t *L, const float *x, int B, float *y, int path, int ipath) {
+    kern_t k;
+    if (!pick(path, &k) || !lin_ok(L) || !L->type || B < 1) return 1;
+    row8_fn r8 = ipath ? pick_row8(ipath) : k.row8;
+    if (!r8) return 1;
+    void *buf = malloc(act_bytes(B, L->cols));
+    if (!buf) return 1;
+    act_t a;
+    act_lay(&a, buf, B, L->cols, r8);
+    act_fill(&a, x, L->cols, B, L->cols);
+    k.mv(L, 0, 0, L->rows, x, L->cols, &a, B, y, L->rows, MV_STORE);
+    free(buf);
     return 0;
 }
 
@@ -1200,6 +1696,14 @@ int pcd_decode_step(void *pool, const pcd_model_t *m, pcd_row_t *rows, int B, fl
         scratch_t *s = &p->scr[t];
         err |= grow(&s->xn, &s->cap_xn, B * D) | grow(&s->sc, &s->cap_sc, (size_t)longest + 16);
         if (!s->qk) err |= !(s->qk = (float *)malloc(sizeof(float) * 2 * 1024));
+        size_t ab = act_bytes(B, m->inter > (int)D ? m->inter : (int)D);
+        size_t ao = act_bytes(B, m->layers[0].o.cols);
+        ab = ab > ao ? ab : ao;
+        if (m->act8 && ab > s->cap_abuf) {
+            void *nb = realloc(s->abuf, ab);
+            if (nb) s->abuf = nb, s->cap_abuf = ab;
+            else err = 1;
+        }
     }
     int phases = 5 * m->n_layers + 1;
     if (phases > p->cap_ctr) {

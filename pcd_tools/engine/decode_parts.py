@@ -4,7 +4,8 @@ The parts of `fast_decode` that do not touch the native library: the float32 wei
 linear and embedding layers (dequantized where MLX holds them quantized), whether a model
 can be decoded natively at all, the RoPE tables probed from the model's own rope module,
 the decode ISA and thread count from the environment, the thread tuner, and which
-weights the steps read (`check_weights`: the GGUF file's blocks or an 8-bit copy).
+weights the steps read (`check_weights`: the GGUF file's blocks or an 8-bit copy) and
+what they multiply them by (`pick_activations`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from .platform import import_mlx
 
 mx = import_mlx()
 
-__all__ = ["WEIGHTS", "available_memory", "check_weights", "unsupported_reason"]
+__all__ = [
+    "ACTIVATIONS",
+    "WEIGHTS",
+    "available_memory",
+    "check_weights",
+    "pick_activations",
+    "unsupported_reason",
+]
 
 ARCHS = ("mlx_lm.models.llama", "mlx_lm.models.qwen2")
 QB = 32  # inputs per quantization block
@@ -205,10 +213,43 @@ def check_weights(value: Any, source: str = "weights") -> str:
         source,
         ("PCD_DECODE_WEIGHTS", os.environ.get("PCD_DECODE_WEIGHTS")),
         WEIGHTS,
-        "a decode weights choice; accepted: 'auto' (an 8-bit copy unless it would take over "
-        "a quarter of the available memory), 'file' (the GGUF file's own blocks, no copy) or "
-        "'copy' (an 8-bit copy, faster per token).",
+        "a decode weights choice; accepted: 'auto' (the GGUF file's own blocks where the "
+        "model computes in int8, else an 8-bit copy unless it would take over a quarter of "
+        "the available memory), 'file' (the file's own blocks, no copy) or 'copy' (an 8-bit "
+        "copy).",
     )
+
+
+ACTIVATIONS = ("auto", "float32", "int8")
+
+
+def pick_activations(value: Any, model: Any) -> str:
+    """What the steps multiply the file's blocks by: float32 activations, or activations
+    quantized to 8 bits (integer dots, the int8 passes' arithmetic).
+
+    Args:
+        value: `"float32"`, `"int8"`, or `"auto"` / None: `"int8"` where the model's
+            GGUF-encoded matrices compute in int8 (`Decider.load(compute=...)`, whose
+            `"auto"` takes int8 for K-quant files on SIMD CPUs), else `"float32"`.
+        model: The mlx-lm model.
+
+    Raises:
+        InvalidArgumentError: for a value not in `ACTIVATIONS`.
+    """
+    if value is None:
+        value = "auto"
+    if not isinstance(value, str) or value not in ACTIVATIONS:
+        raise InvalidArgumentError(
+            f"activations={value!r} is not one of {list(ACTIVATIONS)}: 'float32' (the file's "
+            "weights times float32 activations), 'int8' (activations quantized to 8 bits, "
+            "integer dots) or 'auto' (int8 where the model's matrices compute in int8)"
+        )
+    if value != "auto":
+        return value
+    for _, m in model.named_modules():
+        if getattr(m, "gguf_encoded", False) and getattr(m.weight, "compute", "") == "int8":
+            return "int8"
+    return "float32"
 
 
 _CGROUP = "/sys/fs/cgroup"  # the cgroup file system (a test points it elsewhere)

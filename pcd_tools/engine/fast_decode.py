@@ -1,33 +1,30 @@
 """Native 8-bit decode steps for generated fields on CPU engines (`_decode.c`).
 
-A token generated through MLX float32 costs about 73 ms on SmolLM2-135M on a quiet
-machine of this kind: each step reads all ~540 MB of float32 weights, and MLX's CPU path
-is not built for one-row matrix-vector work. This module runs the one-token steps
-natively instead:
+A token generated through MLX float32 costs about 73 ms on SmolLM2-135M: each step reads
+all ~540 MB of float32 weights, and MLX's CPU path is not built for one-row work. This
+module runs the one-token steps natively instead:
 
-- **Weights** are packed once per loaded model from its MLX weights: 8 bits per weight
-  with a float32 scale and a float32 minimum per block of 32 inputs (w = min + scale * q),
-  the tied embedding / head included: 169 MB for SmolLM2-135M. Each block takes the
-  affine form (lossless for weights from a 4-bit grid: GGUF Q4_0 / Q4_1) or llama.cpp's
-  symmetric Q8_0 form (lossless for Q8_0 weights), whichever reconstructs it better, so
-  on the embedded GGUF (Q4_1 layers, Q8_0 embedding) the 8-bit logits equal MLX's to
-  ~3e-5 and greedy text is the same. Q8_0-only blocks (`scheme="symmetric"`) moved its
-  logits by up to 0.6 and flipped the argmax on ~3% of steps. Q/K/V and gate/up are
-  separate matrices, a step's SwiGLU phase taking row j of gate and of up together.
-  Activations, norms, RoPE, attention and softmax are float32.
+- **Weights**, for dense or MLX-quantized models, are packed once: 8 bits per weight with
+  a float32 scale and minimum per block of 32 inputs (w = min + scale * q; 169 MB for the
+  135M), each block affine (lossless on a 4-bit grid: GGUF Q4_0 / Q4_1) or llama.cpp's
+  symmetric Q8_0 (lossless for Q8_0), whichever fits better: on the embedded GGUF the
+  logits equal MLX's to ~3e-5. Q/K/V and gate/up are separate matrices, the SwiGLU phase
+  taking row j of gate and of up together. Norms, RoPE and attention are float32.
 - **A model kept in its GGUF encoding** (`dtype="quantized"`, or `"auto"` above 1 GiB of
   float32): with `weights="file"` the steps read the file's own blocks in place (Q4_0,
   Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K; `_decode.c`, "The file's blocks"), the embedding
-  and a tied head included: no copy at all, and the weights are exactly the file's, so
-  on Qwen2.5-Coder-0.5B the logits follow MLX float32 to 2.9e-5 where the 8-bit copy
-  (whose rounding of Q6_K's 16-weight sub-blocks is not lossless) moves them by up to
-  0.18. Decoding the blocks costs arithmetic: on the 1.5B (2-core AVX-512 EPYC) a
-  one-row step took 105 ms against the copy's 82 ms (llama.cpp 44 ms, with 8-bit
-  activations). `weights="copy"` packs the 8-bit copy (1,932 MB for the 1.5B), each
-  matrix dequantized straight to numpy and the tied head 8,192 rows at a time; its
-  embedding stays encoded, each step dequantizing its tokens' rows. `"auto"` (default,
-  or `$PCD_DECODE_WEIGHTS`) takes the copy unless it would need over a quarter of the
-  memory available, so a model too large to copy comfortably decodes in place.
+  and a tied head included: no copy, and exactly the file's weights (on the 0.5B the
+  logits follow MLX float32 to 2.9e-5; the 8-bit copy's rounding of Q6_K moves them by
+  0.18). `weights="copy"` packs the 8-bit copy (1,932 MB for the 1.5B).
+- **Activations** (`activations=`): float32, or, where the model computes in int8
+  (`compute="int8"`, `"auto"`'s choice for K-quant files on SIMD CPUs), quantized to 8
+  bits per block as the int8 passes and llama.cpp do (per 256 for K-quants, per 32
+  otherwise), multiplied by the file's blocks in integer dots (`_decode.c`, "8-bit
+  activations"): the logits move as far as llama.cpp's (0.56 on the 0.5B, 24/24 argmax
+  along MLX's greedy text). On the 1.5B (2-core AVX-512 EPYC) a one-row step took 49 ms
+  against llama.cpp's 46, the copy's 79 and float32 activations' 89 on the blocks, so
+  `weights="auto"` (default, or `$PCD_DECODE_WEIGHTS`) reads the blocks with 8-bit
+  activations, else takes the copy unless it needs over a quarter of the memory free.
 - **KV**: the prefix (prompt, key, everything before the value) is read in place from
   the mlx-lm `KVCache` arrays through numpy views; only the tokens stepped here keep
   their K/V in this module's buffers, for the field's lifetime. They never reach the MLX
@@ -41,14 +38,9 @@ natively instead:
 - **Threads**: a persistent pool of one thread per usable CPU (`cpus.usable_cpus`: the
   affinity mask, less a cgroup quota), spinning briefly then sleeping on a futex. Each
   step uses as many of them as have been fastest lately (`_ThreadTuner`: where other
-  processes hold the cores, one thread beats two); `PCD_DECODE_THREADS` fixes the count. **ISA**: AVX-512, AVX2+FMA or portable C, picked at
-  run time; `PCD_DECODE_ISA=avx512|avx2|scalar` forces one.
-
-Measured (`benchmarks/decode_speed.py`: 2-core AVX-512 VM with a load average of ~4 from
-other jobs, 137-token prompt, the methods alternating in one process, 7 rounds, medians,
-one thread each): MLX float32 181 ms/token, native B=1 19.6 ms, B=8 8.6 ms per row,
-llama.cpp (same GGUF, AVX-512 VNNI build) 26.0 ms: native/llama.cpp 0.75x. Packing the
-weights takes 0.7-1.0 s once per model (on first use).
+  processes hold the cores, one thread beats two); `PCD_DECODE_THREADS` fixes the count.
+  **ISA**: AVX-512, AVX2+FMA or portable C, picked at run time;
+  `PCD_DECODE_ISA=avx512|avx2|scalar` forces one.
 
 `decode="auto" | "int8" | "mlx"` (engine option, or `PCD_DECODE`) chooses: "auto" uses
 this path on CPU engines of llama / qwen2 models when `_decode.c` builds and loads; else
@@ -82,6 +74,7 @@ from .decode_parts import (
     available_memory,
     check_weights,
     env_choice,
+    pick_activations,
     unsupported_reason,
 )
 from .native import DecodeLayer, DecodeLin, DecodeModel, DecodeRow, fall_back
@@ -101,7 +94,6 @@ __all__ = [
 ]
 
 DECODE_MODES = ("auto", "int8", "mlx")
-_QB = QB
 _SCHEMES = ("affine", "symmetric", "auto")
 _SPIN = 2000  # pause loops (~50-150 us) before a waiting thread sleeps
 _ROPE_MIN = 4096
@@ -147,10 +139,14 @@ class NativeDecoder:
         context_window: Positions the RoPE tables may need to reach.
         weights: For a model kept in its GGUF encoding: `"file"` reads its matrices and
             embedding from the file's own blocks (types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and
-            Q2_K-Q6_K; no copy), `"copy"` packs an 8-bit copy (1.25 bytes a weight; faster
-            per token), `"auto"` (default: `$PCD_DECODE_WEIGHTS`, else auto) the copy
-            unless it would take more than a quarter of the memory available now. Dense
-            and MLX-quantized models, and other block types, always get the copy.
+            Q2_K-Q6_K; no copy), `"copy"` packs an 8-bit copy (1.25 bytes a weight),
+            `"auto"` (default: `$PCD_DECODE_WEIGHTS`, else auto) the file's blocks with
+            8-bit activations, else the copy unless it would take more than a quarter of
+            the memory available now. Dense and MLX-quantized models, and other block
+            types, always get the copy.
+        activations: What file blocks are multiplied by: `"float32"`, `"int8"` (quantized
+            per block, integer dots) or `"auto"` (default: int8 where the model's matrices
+            compute in int8).
 
     Attributes:
         build_ms: Wall time of building (or finding) and loading the library.
@@ -158,6 +154,7 @@ class NativeDecoder:
         nbytes: Bytes of the packed weights (the copies this decoder made).
         mapped_bytes: Bytes of file blocks read in place (the model's own, not copied).
         copies: Matrices packed as copies (8-bit or float32) rather than read in place.
+        activations: `"int8"` or `"float32"`: what the file's blocks are multiplied by.
         isa: The code path in use: 512, 256 or 1 (portable C).
         threads: Threads in the pool.
 
@@ -176,6 +173,7 @@ class NativeDecoder:
         isa: str | int | None = None,
         context_window: int = 1 << 17,
         weights: str | None = None,
+        activations: str | None = None,
     ):
         from .native import load_decode_kernels
 
@@ -204,12 +202,14 @@ class NativeDecoder:
         self._mapped: list[np.ndarray] = []  # file blocks read in place
         self.copies = 0  # matrices packed as copies (not read from file blocks)
         self.weights = check_weights(weights)
-        self.file_blocks = self.weights == "file" or (
-            self.weights == "auto" and _copy_bytes(model) > available_memory() / 4
-        )
+        self.activations = pick_activations(activations, model) if wbits == 8 else "float32"
+        auto_file = self.activations == "int8" or _copy_bytes(model) > available_memory() / 4
+        self.file_blocks = self.weights == "file" or (self.weights == "auto" and auto_file)
         self._lock = threading.Lock()
         self._threads = threads or _default_threads()
         self._pack(model)
+        if not self._mapped:  # 8-bit activations are for the file's blocks only
+            self.activations = "float32"
         self.quantize_ms = (time.perf_counter() - t1) * 1e3
         self.nbytes = sum(a.nbytes for a in self._keep if isinstance(a, np.ndarray))
         if self.embed is not None:
@@ -246,8 +246,8 @@ class NativeDecoder:
         """The 8-bit blocks of a (rows, cols) matrix given as float32 row ranges
         `(first row, rows)`, in order (a generator can dequantize each one as it is asked)."""
         q = np.empty((rows, cols), np.uint8)
-        s = np.empty((rows, cols // _QB), np.float32)
-        mn = np.empty((rows, cols // _QB), np.float32)
+        s = np.empty((rows, cols // QB), np.float32)
+        mn = np.empty((rows, cols // QB), np.float32)
         for r0, w in parts:
             w = np.ascontiguousarray(w, np.float32)
             r1 = r0 + w.shape[0]
@@ -371,6 +371,7 @@ class NativeDecoder:
             layers=ctypes.addressof(packed),
             head=head,
             embed_q=embed_q,
+            act8=int(self.activations == "int8" and bool(self._mapped)),
         )
         self._ensure_rope(min(_ROPE_MIN, self.context_window), check=True)
 

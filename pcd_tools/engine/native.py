@@ -250,6 +250,10 @@ def load_decode_kernels() -> Any:
     lib.pcd_decode_dequant_rows.restype = i32
     lib.pcd_decode_matvec.argtypes = [p, p, i32, p, i32]
     lib.pcd_decode_matvec.restype = i32
+    lib.pcd_decode_matvec8.argtypes = [p, p, i32, p, i32, i32]
+    lib.pcd_decode_matvec8.restype = i32
+    lib.pcd_decode_quantize_act.argtypes = [p, i32, i32, i32, p, p, p]
+    lib.pcd_decode_quantize_act.restype = i32
     return lib
 
 
@@ -301,7 +305,7 @@ class DecodeModel(ctypes.Structure):
                 "rope_traditional",
                 "rope_dims",
                 "rope_len",
-                "pad",
+                "act8",
             ]
         ],
         ("eps", ctypes.c_float),

@@ -186,3 +186,119 @@ def test_a_tiny_encoded_model_decodes_from_its_blocks(tmp_path, arch, tied, type
         got, want = a.step([tok])[0], b.step([tok])[0]
         tol = 5e-2 if copied else 1e-4  # the 8-bit head rounds its weights
         assert np.abs(got - want).max() <= tol * np.abs(want).max(), tok
+
+
+# --- 8-bit activations (integer dots), `compute="int8"` ---------------------------------
+
+IPATHS = {"scalar": 1, "avx2": 2, "avx512-vnni": 3}
+
+
+def _quantized(lib, x, blk):
+    """x as a step quantizes it: int8 q and float32 dx per block of blk, xs per 16."""
+    B, cols = x.shape
+    q = np.empty((B, cols), np.int8)
+    dx = np.empty((B, cols // blk), np.float32)
+    xs = np.empty((B, cols // 16), np.float32)
+    rc = lib.pcd_decode_quantize_act(
+        x.ctypes.data, B, cols, blk, q.ctypes.data, dx.ctypes.data, xs.ctypes.data
+    )
+    assert rc == 0
+    return q, dx, xs
+
+
+@pytest.mark.parametrize("blk", [32, 256])
+def test_activations_are_quantized_per_block_as_the_int8_passes_do(lib, blk):
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((3, 512)) * rng.uniform(0.1, 30, (3, 1))).astype(np.float32)
+    x[1, :blk] = 0.0  # an all-zero block: dx 0, q 0
+    x[2, 5] = 2.5 * (np.abs(x[2, :blk]).max() / 127)  # a tie: rounds away from zero
+    q, dx, xs = _quantized(lib, x, blk)
+    blocks = x.reshape(3, -1, blk).astype(np.float64)
+    want_dx = (np.abs(blocks).max(axis=2) / 127).astype(np.float32)
+    np.testing.assert_array_equal(dx, want_dx)
+    inv = np.where(want_dx > 0, 1 / np.where(want_dx > 0, want_dx, 1), 0).astype(np.float32)
+    r = (x.reshape(3, -1, blk) * inv[..., None]).astype(np.float32)
+    want_q = np.clip(np.trunc(r + np.copysign(np.float32(0.5), r)), -127, 127).reshape(3, -1)
+    np.testing.assert_array_equal(q, want_q.astype(np.int8))
+    assert q[2, 5] == 3 and not q[1, :blk].any() and dx[1, 0] == 0
+    sums = q.reshape(3, -1, 16).sum(axis=2)
+    np.testing.assert_array_equal(xs, np.repeat(dx, blk // 16, axis=1) * sums.astype(np.float32))
+    assert np.abs(q).max() == 127
+    for bad in (16, 64):  # only blocks of 32 and 256
+        assert (
+            lib.pcd_decode_quantize_act(
+                x.ctypes.data, 3, 512, bad, q.ctypes.data, dx.ctypes.data, xs.ctypes.data
+            )
+            == 1
+        )
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_integer_dots_equal_float64_on_the_quantized_activations(lib, name):
+    """Every integer kernel here (portable C, AVX2's maddubs, AVX-512 VNNI's dpbusd; the
+    fused Q4_K / Q6_K / 32-block ones and the span kernels), in a stored row order with a
+    bias: the file's weights times the dequantized 8-bit activations (per 256 for
+    K-quants, as llama.cpp's Q8_K; per 32 otherwise) in float64, to float32 rounding, and
+    a row's result does not depend on the batch around it."""
+    cols, stored = 1536, 21
+    raw = np.ascontiguousarray(encoded(name, stored, cols, seed=11))
+    w = _weights(raw, name, cols).astype(np.float64)
+    rng = np.random.default_rng(2)
+    order = rng.permutation(stored).astype(np.int32)[:19]
+    bias = rng.standard_normal(len(order)).astype(np.float32)
+    lin = _lin(raw, cols, name, order, bias)
+    blk = 256 if name.endswith("_K") else 32
+    ran = []
+    for label, ipath in IPATHS.items():
+        for B in (1, 3, 4, 5, 8, 9):
+            x = (rng.standard_normal((B, cols)) * 3).astype(np.float32)
+            y = np.empty((B, len(order)), np.float32)
+            if lib.pcd_decode_matvec8(ctypes.byref(lin), x.ctypes.data, B, y.ctypes.data, 0, ipath):
+                break  # not on this CPU
+            q, dx, _ = _quantized(lib, x, blk)
+            xh = q.astype(np.float64) * np.repeat(dx, blk, axis=1)
+            want = xh @ w[order].T + bias
+            scale = np.abs(xh) @ np.abs(w[order]).T + 1.0
+            assert (np.abs(y - want) / scale).max() < 2e-6, (label, B)
+            for b in (0, B - 1):
+                one = np.empty((1, len(order)), np.float32)
+                lib.pcd_decode_matvec8(
+                    ctypes.byref(lin), x[b : b + 1].ctypes.data, 1, one.ctypes.data, 0, ipath
+                )
+                np.testing.assert_array_equal(one[0], y[b], err_msg=label)
+        else:
+            ran.append(label)
+    assert "scalar" in ran
+    for path in _paths(lib):  # each code path's own integer kernel
+        x = rng.standard_normal((2, cols)).astype(np.float32)
+        y = np.empty((2, len(order)), np.float32)
+        assert (
+            lib.pcd_decode_matvec8(
+                ctypes.byref(lin), x.ctypes.data, 2, y.ctypes.data, PATHS[path], 0
+            )
+            == 0
+        )
+        q, dx, _ = _quantized(lib, x, blk)
+        want = (q.astype(np.float64) * np.repeat(dx, blk, axis=1)) @ w[order].T + bias
+        assert np.abs(y - want).max() < 1e-4 * np.abs(want).max(), path
+
+
+def test_integer_dots_refuse_what_they_cannot_take(lib):
+    raw = np.ascontiguousarray(encoded("Q4_K", 4, 512))
+    x = np.ones((1, 512), np.float32)
+    y = np.empty((1, 4), np.float32)
+    assert (
+        lib.pcd_decode_matvec8(
+            ctypes.byref(_lin(raw, 512, "Q4_K")), x.ctypes.data, 1, y.ctypes.data, 0, 9
+        )
+        == 1
+    )  # no such kernel
+    assert (
+        lib.pcd_decode_matvec8(
+            ctypes.byref(_lin(raw, 500, "Q4_K")), x.ctypes.data, 1, y.ctypes.data, 0, 1
+        )
+        == 1
+    )  # not whole blocks
+    dense = np.ones((4, 512), np.float32)  # integer dots are for file blocks only
+    lin = DecodeLin(w=dense.ctypes.data, rows=4, cols=512)
+    assert lib.pcd_decode_matvec8(ctypes.byref(lin), x.ctypes.data, 1, y.ctypes.data, 0, 1) == 1

@@ -97,17 +97,22 @@ def test_decode_steps_read_the_file_blocks():
     """The native decode steps on the 0.5B read its Q5_0 / Q8_0 / Q4_K / Q6_K blocks in
     place (no copy: 590 MiB saved) and follow MLX float32's greedy text on the same file,
     closer than the 8-bit copy, whose 8-bit rounding of Q6_K's 16-weight sub-blocks is
-    not lossless."""
+    not lossless. With 8-bit activations (integer dots, `compute="int8"`'s steps) they
+    move as far as llama.cpp's own 8-bit activations do."""
     from pcd_tools import Decider
     from pcd_tools.engine.fast_decode import NativeDecoder
     from tests.engine.test_fast_decode import teacher_forced
 
     eng = Decider.load(str(_path("qwen2.5-coder-0.5b")), compute="float32").engine
     f, c = NativeDecoder(eng.model, weights="file"), NativeDecoder(eng.model, weights="copy")
+    i8 = NativeDecoder(eng.model, weights="file", activations="int8")
+    assert f.activations == "float32" and i8.activations == "int8" and i8.copies == 0
     assert f.copies == 0 and f.mapped_bytes > 400e6 and c.nbytes > 500e6 > f.nbytes
     prompt = eng.encode_ids("Write a Python function that checks whether a number is prime.")
-    agree, err, _ = teacher_forced(eng, prompt, [f, c], 24)
+    agree, err, _ = teacher_forced(eng, prompt, [f, c, i8], 24)
     print(
-        f"file blocks: {agree[0]}/24, max |dlogit| {err[0]:.2e}; copy {agree[1]}/24, {err[1]:.2e}"
+        f"file blocks: {agree[0]}/24, max |dlogit| {err[0]:.2e}; copy {agree[1]}/24, "
+        f"{err[1]:.2e}; int8 activations {agree[2]}/24, {err[2]:.2e}"
     )
     assert agree[0] == 24 and err[0] < 1e-3 and err[0] < err[1], (agree, err)
+    assert agree[2] >= 21 and err[2] < 3.0, (agree, err)
