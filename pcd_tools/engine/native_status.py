@@ -34,8 +34,9 @@ def decode_status() -> str:
         return f"{mode}: the ISA PCD_DECODE_ISA={os.environ.get('PCD_DECODE_ISA')!r} is not on this CPU"
     name = {512: "AVX-512", 256: "AVX2+FMA", 1: "portable C"}.get(isa, str(isa))
     reads = {
-        "auto": "a GGUF kept encoded read from its file blocks when an 8-bit copy would need "
-        "over a quarter of the available memory, else the copy",
+        "auto": "a GGUF kept encoded read from its file blocks with 8-bit activations where "
+        "it computes in int8, or when an 8-bit copy would need over a quarter of the "
+        "available memory; else the copy",
         "file": "a GGUF kept encoded read from its file blocks",
         "copy": "an 8-bit copy of the weights",
     }[weights]

@@ -124,7 +124,7 @@ def test_the_doctor_reports_the_decode_path_and_the_fallbacks(fresh, monkeypatch
     assert main(["models", "--doctor", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)["doctor"]
     assert doc["decode"].startswith("auto: native int8 steps (")
-    assert "weights=auto: a GGUF kept encoded read from its file blocks when" in doc["decode"]
+    assert "weights=auto: a GGUF kept encoded read from its file blocks with 8-bit" in doc["decode"]
     assert "_decode.c (native int8 decode)" not in doc["fallbacks"]
     monkeypatch.setenv("PCD_DECODE_WEIGHTS", "file")
     assert "weights=file: a GGUF kept encoded read from its file blocks;" in decode_status()
