@@ -359,11 +359,11 @@ def auto_compute(model: Any) -> str:
       warm and 1.04x in a cold prefill at 1.5B on a Zen 3;
     - also files of at least `INT8_MIN_BYTES` (256 MiB) of encoded matrices in any type,
       whose 32-block matrices (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) run the column-panel
-      32-block kernels on AVX-VNNI / AVX2 and the in-block one on AVX-512 VNNI:
-      Qwen2.5-0.5B's Q4_K_M file (85% Q5_0 / Q8_0) had a 1.37-1.53x faster cold prefill
-      in int8 on a Zen 3, and 1.20-1.41x faster warm requests on a Zen 4 with AVX-512
-      VNNI. Smaller files stay float32 (the embedded 135M kept encoded: 1.13-1.17x, not
-      worth int8's distance from the reference numbers).
+      32-block kernels (AVX-512 VNNI, AVX-VNNI, AVX2): Qwen2.5-0.5B's Q4_K_M file (85%
+      Q5_0 / Q8_0) had a 1.37-1.53x faster cold prefill in int8 on a Zen 3, and
+      1.53-1.81x faster warm requests on a Zen 4 with AVX-512 VNNI. Smaller files stay
+      float32 (the embedded 135M kept encoded: 1.13-1.17x, not worth int8's distance
+      from the reference numbers).
 
     Otherwise `"float32"`, as with the portable C kernel and dense models.
 
