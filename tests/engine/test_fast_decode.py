@@ -485,3 +485,12 @@ def test_int8_compute_decodes_the_file_blocks_with_8bit_activations():
         rows = batch.step(toks)
         for i, t in enumerate(toks):
             np.testing.assert_array_equal(one[i].step([t])[0], rows[i])
+    # every code path: AVX2's integer dots equal AVX-512 VNNI's (the same int32 lanes and
+    # float operations); the portable C kernels sum in another order
+    paths = {i: NativeDecoder(fast.engine.model, isa=i).stepper([caches[1]], 4) for i in _isas()}
+    for t in TOKENS[:4]:
+        got = {i: st.step([t])[0] for i, st in paths.items()}
+        if "avx512" in got and "avx2" in got:
+            np.testing.assert_array_equal(got["avx512"], got["avx2"])
+        for i, g in got.items():  # the activations' rounding amplifies the sum order's
+            assert np.isfinite(g).all() and np.abs(g - got[_isas()[0]]).max() < 2.0, i
