@@ -6,8 +6,11 @@ prefilled once per method (not timed); then `--tokens` unconstrained greedy step
 timed, each step being the model call and the argmax:
 
 - **mlx**: the old path, one MLX float32 call per token (`generate.forward`);
-- **int8 B=1**: one native step per token (`fast_decode`);
-- **int8 B=8 / row**: one native step for 8 independent sequences (8 tickets), divided by 8;
+- **native B=1**: one native step per token (`fast_decode`);
+- **native B=8 / row**: one native step for 8 independent sequences (8 tickets), divided by 8;
+- for a GGUF kept encoded (`--model`, 0.5B and larger), each of these for every form of
+  `NativeDecoder`: the file's blocks with 8-bit activations (what `compute="int8"`
+  decodes with), the file's blocks with float32 activations, and the 8-bit copy;
 - **llama.cpp**: `llama_cpp.Llama.eval` on the same GGUF file and the same ids, with the
   same thread count and `logits_all=False` (skipped with a note when `llama_cpp` is not
   importable: `pip install 'pcd-tools[peer]'`).
