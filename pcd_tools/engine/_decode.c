@@ -1054,10 +1054,10 @@ FUSED_ROWS(row_q6k8, q6k_rows)
         case 2: row_file8##SUF##_nb(L, j, xa, out, 2, gs, mn); break;                         \
         case 3: row_file8##SUF##_nb(L, j, xa, out, 3, gs, mn); break;                         \
         case 4: row_file8##SUF##_nb(L, j, xa, out, 4, gs, mn); break;                         \
-        case 5: row_file8##SUF##_nb(L, j, xa, out, 5, gs, mn); break;                         \
-        case 6: row_file8##SUF##_nb(L, j, xa, out, 6, gs, mn); break;                         \
-        case 7: row_file8##SUF##_nb(L, j, xa, out, 7, gs, mn); break;                         \
-        default: row_file8##SUF##_nb(L, j, xa, out, 8, gs, mn);                               \
+        case 5: if (VNNI) row_file8##SUF##_nb(L, j, xa, out, 5, gs, mn); break;                \
+        case 6: if (VNNI) row_file8##SUF##_nb(L, j, xa, out, 6, gs, mn); break;                \
+        case 7: if (VNNI) row_file8##SUF##_nb(L, j, xa, out, 7, gs, mn); break;                \
+        default: if (VNNI) row_file8##SUF##_nb(L, j, xa, out, 8, gs, mn);                      \
         }                                                                                     \
     }                                                                                         \
     /* 32-block rows without the span buffer: a block's quants decoded into a register,   \
@@ -1097,14 +1097,20 @@ FUSED_ROWS(row_q6k8, q6k_rows)
         case 2: row_b32##SUF##_nb(L, j, xa, out, 2, type); break;                             \
         case 3: row_b32##SUF##_nb(L, j, xa, out, 3, type); break;                             \
         case 4: row_b32##SUF##_nb(L, j, xa, out, 4, type); break;                             \
-        case 5: row_b32##SUF##_nb(L, j, xa, out, 5, type); break;                             \
-        case 6: row_b32##SUF##_nb(L, j, xa, out, 6, type); break;                             \
-        case 7: row_b32##SUF##_nb(L, j, xa, out, 7, type); break;                             \
-        default: row_b32##SUF##_nb(L, j, xa, out, 8, type);                                   \
+        case 5: if (VNNI) row_b32##SUF##_nb(L, j, xa, out, 5, type); break;                    \
+        case 6: if (VNNI) row_b32##SUF##_nb(L, j, xa, out, 6, type); break;                    \
+        case 7: if (VNNI) row_b32##SUF##_nb(L, j, xa, out, 7, type); break;                    \
+        default: if (VNNI) row_b32##SUF##_nb(L, j, xa, out, 8, type);                          \
         }                                                                                     \
     }                                                                                         \
     TARGET static void row_file8##SUF(const pcd_lin_t *L, int j, const act_t *xa, int nb,    \
                                       float *out) {                                           \
+        if (!VNNI && nb > 4) { /* AVX2 kernels take 4 rows a pass (and compile for 4) */     \
+            act_t rest = act_from(xa, 4);                                                     \
+            row_file8##SUF(L, j, xa, 4, out);                                                 \
+            row_file8##SUF(L, j, &rest, nb - 4, out + 4);                                     \
+            return;                                                                           \
+        }                                                                                     \
         int mn = file_has_min(L->type);                                                       \
         switch (L->type) {                                                                    \
         case G_Q4_0: row_b32##SUF##_t(L, j, xa, nb, out, G_Q4_0); return;                    \
