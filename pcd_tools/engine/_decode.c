@@ -120,7 +120,6 @@ typedef void (*row8_fn)(const pcd_lin_t *, int, const act_t *, int, float *);
  * (_qgemm.c): dx = max|x| / 127, q = x / dx rounded half away from zero, clamped to 127. */
 typedef struct {
     int8_t *q;   /* (B, ld) */
-    uint8_t *u;  /* (B, ld): q + 128 */
     float *dx;   /* (B, ld / block) */
     float *xs;   /* (B, ld / 16): dx * the sum of q over each 16 */
     int16_t *bs; /* (B, ld / 16): the sum of q over each 16 */
@@ -140,7 +139,7 @@ static inline act_t act_from(const act_t *xa, int b0) {
     act_t r = *xa;
     for (int i = 0; i < 2; i++) {
         int64_t blk = i ? 256 : 32;
-        r.a[i].q += b0 * xa->ld, r.a[i].u += b0 * xa->ld, r.a[i].dx += b0 * (xa->ld / blk);
+        r.a[i].q += b0 * xa->ld, r.a[i].dx += b0 * (xa->ld / blk);
         r.a[i].xs += b0 * (xa->ld / 16), r.a[i].bs += b0 * (xa->ld / 16);
     }
     return r;
@@ -604,8 +603,9 @@ static void row_f32_c(const pcd_lin_t *L, int j, const float *x, int64_t ldx, in
 
 /* --- 8-bit activations ------------------------------------------------------------------
  * With the model's act8 set (compute="int8"), every file-block matrix multiplies its
- * input quantized to 8 bits per block of 32 (struct act), as the int8 passes and
- * llama.cpp do: a row is a sum over its groups g (16 or 32 weights) of
+ * input quantized to 8 bits per block (struct act: per 256 for K-quants, per 32 for the
+ * others), as the int8 passes and llama.cpp do: a row is a sum over its groups g (16 or
+ * 32 weights) of
  *     s_g * dx(g) * sum_{i in g} q_i xq_i  +  m_g * xs(g)
  * with the integer dot exact, q the file's int8 quants (w = s * q + m). The paths differ
  * in how they form the integer dots (int32 sums here; sign trick with maddubs on AVX2;
@@ -623,13 +623,10 @@ static void quantize_act(const float *x, int64_t ldx, int B, int cols, const act
             for (int i = 0; i < blk; i++) amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
             float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
             int8_t *q = A->q + b * ld + k * blk;
-            uint8_t *u = A->u + b * ld + k * blk;
             for (int i = 0; i < blk; i++) {
                 float r = v[i] * id;
                 int qv = (int)(r + (r < 0.0f ? -0.5f : 0.5f));
-                qv = qv > 127 ? 127 : (qv < -127 ? -127 : qv);
-                q[i] = (int8_t)qv;
-                u[i] = (uint8_t)(qv + 128);
+                q[i] = (int8_t)(qv > 127 ? 127 : (qv < -127 ? -127 : qv));
             }
             A->dx[b * (ld / blk) + k] = d;
             for (int h = 0; h < blk / 16; h++) {
@@ -985,10 +982,10 @@ FUSED_ROWS(row_q6k8, q6k_rows)
 /* --- 8-bit activations on x86, the other types (Q2_K, Q3_K, Q5_K) through the span
  * buffer: a 32-weight chunk of a row a register of 8 int32 lanes (lane l: weights
  * 4l..4l+3), added to 8 float lanes times s * dx (the two scales of 16-groups each take 4
- * lanes). The integer dots: VNNI 0, AVX2: maddubs(|q|, sign(xq, q)) then madd with ones
- * (|q| <= 128, |xq| <= 127: no int16 pair saturates; q >= 0 where there is a minimum:
- * maddubs(q, xq)); VNNI 1 (AVX-512 VNNI on ymm): dpbusd(xq + 128, q) started from
- * -128 * sum(q), or dpbusd(q, xq). */
+ * lanes). The integer dots, as in the 32-block kernel below: |q| against sign(xq, q)
+ * (q itself against xq where there is a minimum: q >= 0), by maddubs then madd with ones
+ * (VNNI 0, AVX2: |q| <= 128, |xq| <= 127, no int16 pair saturates) or dpbusd (VNNI 1,
+ * AVX-512 VNNI on ymm). */
 #define ROW8_BODY(SUF, TARGET, DPBUSD, VNNI)                                                   \
     TARGET static inline __attribute__((always_inline)) void row_file8##SUF##_nb(            \
         const pcd_lin_t *L, int j, const act_t *xa, float *out, const int nb, const int gs,  \
@@ -1000,8 +997,8 @@ FUSED_ROWS(row_q6k8, q6k_rows)
         const int64_t ld = xa->ld;                                                            \
         const int lb = ACT_K(per) ? 8 : 5;                                                    \
         const actq_t *A = &xa->a[ACT_K(per)];                                                 \
-        const __m256i ones = _mm256_set1_epi16(1), c80 = _mm256_set1_epi8((char)0x80);        \
-        (void)ones, (void)c80;                                                                \
+        const __m256i ones = _mm256_set1_epi16(1);                                            \
+        (void)ones;                                                                           \
         /* two accumulator chains a row (one would wait on the fma), whatever nb is: a    \
          * row's sums in the same order in any batch */                                     \
         __m256 acc[NB_MAX][2];                                                                \
@@ -1014,26 +1011,13 @@ FUSED_ROWS(row_q6k8, q6k_rows)
                 for (int g = 0; g < n >> gs; g++) cs[b][g] = s[g] * dx[(e0 + (g << gs)) >> lb]; \
             }                                                                                 \
             for (int c = 0; c < n; c += 32) {                                                 \
-                __m256i qv = _mm256_load_si256((const __m256i *)(q + c)), base, aq;           \
-                (void)base, (void)aq;                                                         \
-                if (VNNI && !mn)                                                              \
-                    base = _mm256_sub_epi32(_mm256_setzero_si256(),                           \
-                                            DPBUSD(_mm256_setzero_si256(), c80, qv));         \
-                if (!VNNI && !mn) aq = _mm256_abs_epi8(qv);                                   \
+                __m256i qv = _mm256_load_si256((const __m256i *)(q + c));                     \
+                __m256i aq = mn ? qv : _mm256_abs_epi8(qv);                                   \
                 for (int b = 0; b < nb; b++) {                                                \
-                    const int8_t *xq = A->q + b * ld + e0 + c;                                  \
-                    __m256i d;                                                                \
-                    if (VNNI && mn) /* q >= 0 where there is a minimum */                     \
-                        d = DPBUSD(_mm256_setzero_si256(), qv,                                \
-                                   _mm256_loadu_si256((const __m256i *)xq));                  \
-                    else if (VNNI)                                                            \
-                        d = DPBUSD(base, _mm256_loadu_si256((const __m256i *)(A->u + b * ld + e0 + c)), qv);  \
-                    else if (mn)                                                              \
-                        d = _mm256_madd_epi16(_mm256_maddubs_epi16(                          \
-                            qv, _mm256_loadu_si256((const __m256i *)xq)), ones);              \
-                    else                                                                      \
-                        d = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(     \
-                            _mm256_loadu_si256((const __m256i *)xq), qv)), ones);             \
+                    __m256i xv = _mm256_loadu_si256((const __m256i *)(A->q + b * ld + e0 + c)); \
+                    if (!mn) xv = _mm256_sign_epi8(xv, qv);                                   \
+                    __m256i d = VNNI ? DPBUSD(_mm256_setzero_si256(), aq, xv)                 \
+                                     : _mm256_madd_epi16(_mm256_maddubs_epi16(aq, xv), ones); \
                     __m256 sc = gs == 5 ? _mm256_broadcast_ss(&cs[b][c >> 5])                 \
                                         : _mm256_set_m128(_mm_broadcast_ss(&cs[b][(c >> 4) + 1]), \
                                                           _mm_broadcast_ss(&cs[b][c >> 4]));  \
@@ -1468,7 +1452,7 @@ static void attention(job_t *jb, pool_t *p, int tid, int l, int *ctr) {
 
 /* Bytes of one quantization's buffers for B rows of ld (dx sized for blocks of 32). */
 static size_t actq_bytes(int B, int64_t ld) {
-    return (size_t)B * ld * 2 + (size_t)B * (ld / QB) * sizeof(float) +
+    return (size_t)B * ld + (size_t)B * (ld / QB) * sizeof(float) +
            (size_t)B * (ld / 16) * (sizeof(float) + sizeof(int16_t));
 }
 
@@ -1483,7 +1467,6 @@ static void act_lay(act_t *a, void *buf, int B, int64_t ld, row8_fn row) {
         A->xs = (float *)(c + (size_t)B * (ld / QB) * sizeof(float));
         A->bs = (int16_t *)(A->xs + (size_t)B * (ld / 16));
         A->q = (int8_t *)(A->bs + (size_t)B * (ld / 16));
-        A->u = (uint8_t *)A->q + (size_t)B * ld;
     }
     a->ld = ld, a->row = row;
 }

@@ -1,8 +1,7 @@
 """Native 8-bit decode steps for generated fields on CPU engines (`_decode.c`).
 
-A token generated through MLX float32 costs about 73 ms on SmolLM2-135M: each step reads
-all ~540 MB of float32 weights, and MLX's CPU path is not built for one-row work. This
-module runs the one-token steps natively instead:
+A token through MLX float32 costs ~73 ms on SmolLM2-135M (each step reads ~540 MB of
+float32 weights; MLX's CPU path is not built for one-row work). Here steps run natively:
 
 - **Weights**, for dense or MLX-quantized models, are packed once: 8 bits per weight with
   a float32 scale and minimum per block of 32 inputs (w = min + scale * q; 169 MB for the
@@ -17,14 +16,13 @@ module runs the one-token steps natively instead:
   logits follow MLX float32 to 2.9e-5; the 8-bit copy's rounding of Q6_K moves them by
   0.18). `weights="copy"` packs the 8-bit copy (1,932 MB for the 1.5B).
 - **Activations** (`activations=`): float32, or, where the model computes in int8
-  (`compute="int8"`, `"auto"`'s choice for K-quant files on SIMD CPUs), quantized to 8
-  bits per block as the int8 passes and llama.cpp do (per 256 for K-quants, per 32
-  otherwise), multiplied by the file's blocks in integer dots (`_decode.c`, "8-bit
-  activations"): the logits move as far as llama.cpp's (0.56 on the 0.5B, 24/24 argmax
-  along MLX's greedy text). On the 1.5B (2-core AVX-512 EPYC) a one-row step took 49 ms
-  against llama.cpp's 46, the copy's 79 and float32 activations' 89 on the blocks, so
-  `weights="auto"` (default, or `$PCD_DECODE_WEIGHTS`) reads the blocks with 8-bit
-  activations, else takes the copy unless it needs over a quarter of the memory free.
+  (`compute="int8"`), quantized to 8 bits per block as the int8 passes and llama.cpp do
+  (per 256 for K-quants, else per 32) and taken in integer dots with the file's blocks
+  (`_decode.c`, "8-bit activations"): logits move as far as llama.cpp's (0.56 on the
+  0.5B, 24/24 argmax along MLX's greedy text). A 1.5B step took 49 ms against llama.cpp's
+  46, the copy's 79 and float32 activations' 89 (2-core AVX-512 EPYC), so `weights="auto"`
+  (or `$PCD_DECODE_WEIGHTS`) reads the blocks with 8-bit activations, else takes the copy
+  unless it needs over a quarter of the memory free.
 - **KV**: the prefix (prompt, key, everything before the value) is read in place from
   the mlx-lm `KVCache` arrays through numpy views; only the tokens stepped here keep
   their K/V in this module's buffers, for the field's lifetime. They never reach the MLX
@@ -203,8 +201,11 @@ class NativeDecoder:
         self.copies = 0  # matrices packed as copies (not read from file blocks)
         self.weights = check_weights(weights)
         self.activations = pick_activations(activations, model) if wbits == 8 else "float32"
-        auto_file = self.activations == "int8" or _copy_bytes(model) > available_memory() / 4
-        self.file_blocks = self.weights == "file" or (self.weights == "auto" and auto_file)
+        self.file_blocks = self.weights == "file"
+        if self.weights == "auto":  # memory is looked up only when it decides
+            self.file_blocks = (
+                self.activations == "int8" or _copy_bytes(model) > available_memory() / 4
+            )
         self._lock = threading.Lock()
         self._threads = threads or _default_threads()
         self._pack(model)
