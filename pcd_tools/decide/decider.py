@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..answers.result import Decision
@@ -345,12 +345,15 @@ class Decider:
         contexts: Sequence[str],
         *,
         options: DecideOptions | None = None,
+        progress: Callable[[int, int], Awaitable[None] | None] | None = None,
         **kwargs: Unpack[DecideKwargs],
     ) -> list[Decision[Any]]:
         """`decide_many` for async code; the contexts join the engine worker's queue.
 
         Takes the same arguments as `decide_many`, less `batch_size` (the queue batches);
-        results come back in the order of `contexts`.
+        results come back in the order of `contexts`. `progress(done, total)`, if given,
+        is called (or awaited) after each decision completes. Cancelling the call, or a
+        decision failing, cancels the decisions not yet started.
         """
         from .aio import gather, queue_for
 
@@ -360,7 +363,7 @@ class Decider:
         else:  # refuses PMI with contextual calibration before anything is queued
             Method.resolve(opts.scoring, self.label_free, opts.calibration, self.calibration)
         ctxs = check_contexts(contexts, opts.allow_empty)
-        return await gather(queue_for(self).submit(compiled, ctxs, opts))
+        return await gather(queue_for(self).submit(compiled, ctxs, opts), progress)
 
     def scores(self, schema: Any, contexts: Sequence[str], **kwargs: Any) -> ScoredBatch:
         """Raw per-edge log-probabilities (for evaluation and calibration tooling)."""

@@ -5,7 +5,7 @@ import: at module level and inside functions. Imports under `if TYPE_CHECKING:` 
 type hints and are not edges. The layers, bottom to top:
 
     errors → schema → prompt → answers → engine → decide
-           → {agents, serve, eval, bench, baselines, batch, ray} → cli
+           → {agents, serve, eval, bench, baselines, batch, ray, mcp} → cli
 
 An import at module level may only point to the same layer or one below it. An import
 inside a function may point up only where `LAZY_UP` names the edge: a thin hook that
@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
     "pcd_tools.bench": 6,
     "pcd_tools.batch": 6,
     "pcd_tools.ray": 6,
+    "pcd_tools.mcp": 6,
     "pcd_tools.cli": 7,
     "pcd_tools.__main__": 7,
 }
@@ -50,7 +51,7 @@ ROOT_ROW = "pcd_tools"
 WRAPPER_LAYER = 6
 
 # Wrappers on the same layer stay independent of each other at module level.
-WRAPPERS = ("agents", "serve", "eval", "bench", "batch", "ray")
+WRAPPERS = ("agents", "serve", "eval", "bench", "batch", "ray", "mcp")
 
 # Upward imports allowed inside a function: (importer prefix, imported prefix). Only the
 # direction check reads this table; the loop search does not.
