@@ -34,7 +34,9 @@ class Route(BaseModel):
         description="Whether a person must read it before any automatic reply (legal "
         "threats, angry customers, anything unusual)"
     )
-    summary: str = Field(description="One short sentence saying what the customer wants")
+    summary: str = Field(
+        max_length=120, description="One short sentence saying what the customer wants"
+    )
 
 
 # (email, team): twelve labelled samples.

@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
             p = sub.add_parser(name, help=f"{name} (unavailable: {e.name} not installed)")
             p.set_defaults(func=_missing_extra(name, e))
             continue
-        p = sub.add_parser(name, help=mod.HELP)
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         add_common(p, calibration=calibration)
         mod.add_arguments(p)
         p.set_defaults(func=mod.run)

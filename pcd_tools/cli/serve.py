@@ -10,7 +10,10 @@ from typing import Any
 from ..serve import API_KEY_ENV, api_key_from_env, is_loopback
 from ._common import UsageError, check_at_least, print_error
 
-HELP = "run the HTTP decision server (System One + /v1/decide)"
+HELP = (
+    "run the HTTP decision server: /v1/systemone, /v1/decide, /v1/chat/completions "
+    "(OpenAI structured outputs), /v1/decisions (OpenAI Decisions)"
+)
 
 # uvicorn's log levels (`uvicorn.config.LOG_LEVELS`), so a typo fails before the model loads.
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")

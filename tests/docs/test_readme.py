@@ -20,12 +20,15 @@ import ast
 import contextlib
 import inspect
 import io
+import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from examples.router import Route
 from pcd_tools import Decider
 from tests.serve.live import live_server
 
@@ -46,6 +49,8 @@ def _section(start: str, end: str) -> str:
 QUICK = _blocks(README.split("<!-- agents:start -->")[0])
 AGENTS = _blocks(_section("<!-- agents:start -->", "<!-- agents:end -->"))
 SERVE = _blocks(_section("<!-- serve:start -->", "<!-- serve:end -->"))
+MCP_SECTION = _section("<!-- mcp:start -->", "<!-- mcp:end -->")
+MCP = _blocks(MCP_SECTION)
 # Run by tests/ray/test_readme_scale_out.py (it needs the ray extra and a Ray instance).
 SCALE = _blocks(_section("<!-- scale:start -->", "<!-- scale:end -->"))
 
@@ -106,8 +111,9 @@ def test_printed_numbers_match_to_float_noise_and_nothing_more():
 
 
 def test_the_readme_blocks_are_all_run_here():
-    assert len(_blocks(README)) == len(QUICK) + len(AGENTS) + len(SERVE) + len(SCALE)
+    assert len(_blocks(README)) == len(QUICK) + len(AGENTS) + len(SERVE) + len(MCP) + len(SCALE)
     assert len(QUICK) == 6 and len(AGENTS) == 7 and len(SERVE) == 3 and len(SCALE) == 1
+    assert len(MCP) == 2
 
 
 def test_quick_start_runs_as_written(real, monkeypatch):
@@ -240,3 +246,35 @@ def test_openai_decisions_block_against_a_live_server(real):
         checked = run_checked(src, ns, "openai decisions")
     assert len(checked) == 4
     assert [a.type for a in ns["r"].answers] == ["predicate", "choice", "score"]
+
+
+@pytest.mark.mcp
+@pytest.mark.langchain
+def test_mcp_langgraph_block_starts_pcd_mcp(real):
+    # `pcd` is the console script; the test runs the same command through this interpreter.
+    src = MCP[0].replace(
+        '"command": "pcd", "args": ["mcp",',
+        f'"command": {sys.executable!r}, "args": ["-m", "pcd_tools", "mcp",',
+    )
+    assert src != MCP[0]
+    ns: dict[str, Any] = {"__name__": "readme"}
+    checked = run_checked(src, ns, "mcp langgraph")
+    assert len(checked) == 2
+    d = real.decide(Route, "I was charged twice in March.")
+    assert ns["result"]["value"]["team"] == d.value.team
+
+
+@pytest.mark.mcp
+def test_mcp_python_block_runs_as_written(real, monkeypatch):
+    monkeypatch.setattr(Decider, "load", classmethod(lambda cls, *a, **k: real))
+    ns: dict[str, Any] = {"__name__": "readme"}
+    assert len(run_checked(MCP[1], ns, "mcp server")) == 1
+    assert callable(ns["app"])
+
+
+@pytest.mark.mcp
+def test_mcp_client_config_snippet_is_valid_json():
+    block = re.findall(r"```json\n(.*?)```", MCP_SECTION, flags=re.S)[0]
+    servers = json.loads(block)["mcpServers"]
+    assert servers["pcd"]["command"] == "pcd" and servers["pcd"]["args"][0] == "mcp"
+    assert servers["pcd-http"]["url"].endswith("/mcp")

@@ -1,0 +1,44 @@
+"""The MCP examples run as written: `examples/mcp_client.py` against `pcd mcp --schema
+examples.router:Route`, and `examples/router.py` on the embedded model."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.mcp, pytest.mark.integration]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(script: str) -> str:
+    out = subprocess.run(
+        [sys.executable, f"examples/{script}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_mcp_client_example() -> None:
+    out = _run("mcp_client.py").splitlines()
+    assert out[0] == "tools: route, route_batch, classify, yes_no"
+    assert out[1].startswith("route: team=") and " action=" in out[1]
+    assert out[2:4] == ["  progress 1/2", "  progress 2/2"]
+    assert out[4].startswith("route_batch: [")
+    assert out[5].startswith("classify: ") and out[6].startswith("yes_no: ")
+    assert out[7] == (
+        "bad input: True Error executing tool classify: labels has 1 item(s); "
+        "accepted: 2 to 255 labels."
+    )
+
+
+def test_router_example_decides_the_sample_emails() -> None:
+    out = _run("router.py").splitlines()
+    assert len(out) == 13 and out[-1].startswith("team right on ") and out[-1].endswith("/12")
