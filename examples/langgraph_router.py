@@ -5,6 +5,11 @@
 A `classify` node scores the ticket once and stores the decision in the graph state;
 the conditional edge then sends it to the team's node, or to a human when the model is
 unsure. LangGraph infers the edges from `route_on`'s `Literal` return annotation.
+
+With `fields="all"` the node decides every field of the schema, not only the one it
+routes on, and keeps the whole decision as JSON under `state["pcd_decision"]["decision"]`:
+each team's node reads the ticket's urgency from there, with no second decision. (The
+default, `fields="route"`, decides the routed field alone, with the same probabilities.)
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from pcd_tools.agents import route_on
 
 
 class TicketTopic(BaseModel):
-    """Classify the support ticket by topic."""
+    """Classify the support ticket by topic and urgency."""
 
     topic: Literal["payment", "bug", "login"] = Field(description="What the ticket is about")
+    urgent: bool = Field(description="Whether the customer is blocked right now")
 
 
 class State(TypedDict, total=False):
@@ -31,10 +37,16 @@ class State(TypedDict, total=False):
 
 
 def team(name: str):
-    return lambda state: {"reply": f"[{name}] picked up: {state['input'][:48]}"}
+    def handle(state: State) -> dict:
+        # the decision the classify node stored: every field, no second decision
+        urgent = state["pcd_decision"]["decision"]["fields"]["urgent"]["value"]
+        flag = "URGENT" if urgent else "normal"
+        return {"reply": f"[{name}, {flag}] picked up: {state['input'][:40]}"}
+
+    return handle
 
 
-def build(decider: Decider, threshold: float = 0.5):
+def build(decider: Decider, threshold: float = 0.75):
     route = route_on(
         decider,
         TicketTopic,
@@ -42,6 +54,7 @@ def build(decider: Decider, threshold: float = 0.5):
         routes={"payment": "billing", "bug": "technical", "login": "account"},
         threshold=threshold,
         default="human",
+        fields="all",  # also decide `urgent`, for the team's node
     )
     g = StateGraph(State)
     g.add_node("classify", route.node)  # decides once, stores state["pcd_decision"]

@@ -72,7 +72,10 @@ def render_system(schema: Schema, choice_order: Mapping[str, Sequence[int]] | No
         schema: The compiled schema.
         choice_order: Optional per-field order (indices into `choices`) in which allowed
             values are listed; used to measure and average out order bias.
+
+    A part of a schema (`Schema.part`) renders its whole's system message.
     """
+    schema = schema.shown
     lines = [schema.instructions.strip() or DEFAULT_INSTRUCTIONS, ""]
     each = (
         "For each key with allowed values, the value must be one of them; write the other "
@@ -225,12 +228,14 @@ def build_prompt(
     """Renders the chat template around a sentinel context and splits it.
 
     The schema's few-shot examples are earlier user/assistant turns between the system
-    turn and the context's user turn, so they are part of the cached head. Models without
+    turn and the context's user turn, so they are part of the cached head. A part of a
+    schema (`Schema.part`) gets its whole's head: instructions, every field, examples. Models without
     a chat template get a plain-text layout, with each example as a message and its
     answer.
     """
-    system = render_system(schema, choice_order)
-    shots = [(e.input, example_answer(schema, e)) for e in schema.examples]
+    whole = schema.shown  # a part of a schema is asked under its whole's prompt
+    system = render_system(whole, choice_order)
+    shots = [(e.input, example_answer(whole, e)) for e in whole.examples]
     turns = [
         {"role": role, "content": text}
         for user, answer in shots
@@ -427,8 +432,9 @@ def segment_questions(schema: Schema, names: Sequence[str]) -> list[Question]:
 
 
 def terminator_for(schema: Schema) -> str:
-    """The text that closes a value: `,` when more keys follow, else the closing brace."""
-    return "," if len(schema.fields) > 1 else "\n}"
+    """The text that closes a value: `,` when more keys follow, else the closing brace
+    (a part of a schema closes its values as its whole does)."""
+    return "," if len(schema.shown.fields) > 1 else "\n}"
 
 
 def describe(schema: Schema) -> dict[str, Any]:

@@ -1,15 +1,39 @@
 """Routing on a decision: `PCDRouter` (a Runnable) and `route_on` (for LangGraph).
 
-Both decide one field of a schema and pick a destination from `routes`; below the
+Both decide a schema and pick a destination from `routes` by one field's value; below the
 threshold, for a value with no route, or when the decision fails, they pick `default`.
-The decision is visible to the caller (with `orders=k > 1`, the record also holds the
-routed field's `flip_rate`):
+The decision is visible to the caller as one record:
 
 - as a custom callback event `pcd_decision` (in `astream_events`, and to any handler's
   `on_custom_event`), emitted inside the current run;
-- in run metadata: `PCDRouter` runs the chosen branch with `metadata["pcd_decision"]`;
+- in run metadata: `PCDRouter` runs the chosen branch with `metadata["pcd_decision"]`,
+  and keeps the last record in `last_decision`;
 - in graph state: `route_on(...).node` is a graph node that stores the record under
   `state["pcd_decision"]`, and the edge function then routes from it without rescoring.
+
+**The record.** The routed field's `field`, `value`, `probability` and `distribution`;
+`confidence` (the lowest probability over the fields scored); `threshold`, `reason`
+(`decided`, `below_threshold`, `no_route` or `error`), `route` (the destination's name)
+and `error`; with `orders=k > 1`, the routed field's `flip_rate`; `route_on`'s node adds
+`input_sha`. Under `decision` it holds the whole decision as JSON-safe data,
+`pcd_tools.answers.payload.decision_payload` (`{"value", "confidence", "fields":
+{name: {"value", "probability", "distribution"}}, "action"}`, `action` being `"review"`
+below the router's threshold, or below 0.8 without one, as `DecisionTool` does), so a
+handler reads the other fields without deciding again::
+
+    state["pcd_decision"]["decision"]["fields"]["urgency"]["value"]
+    state["pcd_decision"]["decision"]["value"]          # every field decided, as JSON
+
+When the decision fails (`reason == "error"`), `decision` (and `confidence`) is None.
+
+**Which fields are decided** (`fields=`): `"route"` (the default) decides the routed
+field and only what its answer depends on (`Schema.needs`: the parents it
+`depends_on`, a `choices_by` parent or child, a union's discriminator or branches, and
+every field written before it once some field is generated), under the schema's whole
+prompt (`Schema.part`): its probabilities are those of deciding the whole schema, and the
+other fields cost nothing, generated ones included. `"all"` decides every field; a list
+of field names decides those and the routed field, each with what it needs. The record's
+`decision` holds the fields decided.
 """
 
 from __future__ import annotations
@@ -17,12 +41,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Literal
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import patch_config
 
+from ..answers.payload import decision_payload
 from ..decide.orders import check_orders
 from ..decide.worker import call_model, run_on_worker
 from ..errors import InvalidArgumentError
@@ -30,12 +55,49 @@ from ..schema import Schema, compile_schema
 from .structured import to_context
 from .threshold import check_threshold
 
-__all__ = ["DECISION_EVENT", "PCDRouter", "route_on"]
+__all__ = ["DECISION_EVENT", "REVIEW_THRESHOLD", "PCDRouter", "route_on"]
 
 logger = logging.getLogger(__name__)
 
 DECISION_EVENT = "pcd_decision"
 _REASONS = ("decided", "below_threshold", "no_route", "error")
+# The record's `decision["action"]` without a router threshold: `DecisionTool`'s default.
+REVIEW_THRESHOLD = 0.8
+
+
+def decided_schema(schema: Schema, field: str, fields: Any, caller: str) -> Schema:
+    """The part of `schema` a router decides for `fields=` (see the module docstring).
+
+    Raises:
+        InvalidArgumentError: for a `fields` that is not `"route"`, `"all"` or a list of
+            field names, or that names a field the schema does not have.
+    """
+    if isinstance(fields, str):
+        if fields == "all":
+            return schema
+        if fields == "route":
+            return schema.part([field])
+        hint = f" (one field: fields=[{fields!r}])" if fields in schema.field_names else ""
+        raise InvalidArgumentError(
+            f"{caller}(fields=) is {fields!r}{hint}; accepted: 'route' (the routed field and "
+            f"what it needs), 'all', or a list of field names of {schema.name}: "
+            f"{schema.field_names}."
+        )
+    if (
+        isinstance(fields, Mapping)
+        or not isinstance(fields, Collection)
+        or not all(isinstance(n, str) for n in fields)
+    ):
+        raise InvalidArgumentError(
+            f"{caller}(fields=) must be 'route', 'all' or a list of field names; got {fields!r}."
+        )
+    unknown = [n for n in fields if n not in schema.field_names]
+    if unknown:
+        raise InvalidArgumentError(
+            f"{caller}(fields=) names {unknown}, not fields of {schema.name}; accepted: "
+            f"'route', 'all', or a list of names from {schema.field_names}."
+        )
+    return schema.part([field, *fields])
 
 
 class _Routing:
@@ -52,6 +114,7 @@ class _Routing:
         temperature: float,
         orders: int = 1,
         caller: str = "route_on",
+        fields: Any = "route",
     ):
         self.orders = check_orders(orders)
         self.decider = decider
@@ -63,6 +126,8 @@ class _Routing:
                 f"field {field!r} is not in {self.schema.name}; fields: {self.schema.field_names}."
             ) from exc
         self.field = field
+        # what each decision scores: compiled once, here
+        self.decided = decided_schema(self.schema, field, fields, caller)
         self.routes = {self._label(spec, k): v for k, v in routes.items()}
         if not self.routes:
             raise InvalidArgumentError("routes must map at least one value to a destination.")
@@ -82,12 +147,12 @@ class _Routing:
         )
 
     def decide(self, text: str) -> dict[str, Any]:
-        """Scores the schema for `text` and returns the routing record."""
+        """Decides the schema's `fields=` part for `text` and returns the routing record."""
         try:
             d = call_model(
                 self.decider,
                 self.decider.decide,
-                self.schema,
+                self.decided,
                 text,
                 temperature=self.temperature,
                 orders=self.orders,
@@ -118,7 +183,8 @@ class _Routing:
         if self.orders > 1:
             rec["flip_rate"] = f.flip_rate
         rec["confidence"] = d.confidence
-        rec["decision"] = d
+        review = self.threshold if self.threshold is not None else REVIEW_THRESHOLD
+        rec["decision"] = decision_payload(d, review)
         return rec
 
     def _record(
@@ -139,6 +205,8 @@ class _Routing:
             "reason": reason,
             "route": dest if isinstance(dest, str) else getattr(dest, "name", repr(dest)),
             "error": err,
+            "confidence": None,  # set when the decision succeeds
+            "decision": None,  # set when the decision succeeds
             "_dest": dest,
         }
         if self.orders > 1:
@@ -147,8 +215,8 @@ class _Routing:
 
 
 def public_record(rec: dict[str, Any]) -> dict[str, Any]:
-    """The routing record without private keys and the heavy `Decision` object."""
-    return {k: v for k, v in rec.items() if not k.startswith("_") and k != "decision"}
+    """The routing record without its private keys (the destination object)."""
+    return {k: v for k, v in rec.items() if not k.startswith("_")}
 
 
 def _emit(rec: dict[str, Any], config: RunnableConfig | None = None) -> None:
@@ -172,13 +240,21 @@ class PCDRouter(Runnable[Any, Any]):
         temperature: Softmax temperature.
         orders: Average the distribution over this many listing orders
             (`Decider.decide(..., orders=k)`); the record then holds `flip_rate`.
+        fields: Which fields each decision scores: `"route"` (the routed field and what
+            its answer depends on, under the schema's whole prompt, so with the same
+            probabilities as deciding every field), `"all"`, or a list of field names
+            (with the routed field, each with what it needs). The record's `decision`
+            holds those fields (see the module docstring).
 
     Raises:
         InvalidArgumentError: for an unknown field or route value, a threshold outside
-            [0, 1], or a bad `orders`.
+            [0, 1], a bad `orders`, or a `fields` that is not `"route"`, `"all"` or a
+            list of the schema's field names.
 
-    The branch receives the router's input unchanged, with `metadata["pcd_decision"]`
-    in its config; a `pcd_decision` custom event is emitted in the router's run.
+    The branch receives the router's input unchanged, with the record (the whole
+    decision under its `decision` key) in `metadata["pcd_decision"]` of its config; a
+    `pcd_decision` custom event is emitted in the router's run, and `last_decision`
+    keeps the last record.
     """
 
     def __init__(
@@ -193,11 +269,21 @@ class PCDRouter(Runnable[Any, Any]):
         input_key: str = "input",
         temperature: float = 1.0,
         orders: int = 1,
+        fields: str | Sequence[str] = "route",
     ):
         from langchain_core.runnables.base import coerce_to_runnable
 
         self._routing = _Routing(
-            decider, schema, field, routes, threshold, default, temperature, orders, "PCDRouter"
+            decider,
+            schema,
+            field,
+            routes,
+            threshold,
+            default,
+            temperature,
+            orders,
+            "PCDRouter",
+            fields,
         )
         self._routing.routes = {k: coerce_to_runnable(v) for k, v in self._routing.routes.items()}
         if default is not None:
@@ -253,6 +339,7 @@ def route_on(
     state_key: str = DECISION_EVENT,
     temperature: float = 1.0,
     orders: int = 1,
+    fields: str | Sequence[str] = "route",
 ) -> Callable[[Any], Any]:
     """A LangGraph routing function: `builder.add_conditional_edges(src, route_on(...))`.
 
@@ -271,17 +358,27 @@ def route_on(
         temperature: Softmax temperature.
         orders: Average the distribution over this many listing orders
             (`Decider.decide(..., orders=k)`); the record then holds `flip_rate`.
+        fields: Which fields each decision scores: `"route"` (the routed field and what
+            its answer depends on, under the schema's whole prompt, so with the same
+            probabilities as deciding every field), `"all"`, or a list of field names
+            (with the routed field, each with what it needs).
 
     Returns:
         `route(state) -> node name`. Its attribute `.node` is a graph node
         (`state -> {state_key: record}`) that decides and stores the record in state;
         when the state already holds the record for the current input, `route` uses it.
+        The record holds the decision of `fields` as JSON under `decision`, so a later
+        node reads e.g. `state["pcd_decision"]["decision"]["fields"]["urgency"]["value"]`
+        without deciding again (see the module docstring).
 
     Raises:
         InvalidArgumentError: for an unknown field or route value, a destination that is
-            not a str, a threshold outside [0, 1], or a bad `orders`.
+            not a str, a threshold outside [0, 1], a bad `orders`, or a `fields` that is
+            not `"route"`, `"all"` or a list of the schema's field names.
     """
-    r = _Routing(decider, schema, field, routes, threshold, default, temperature, orders)
+    r = _Routing(
+        decider, schema, field, routes, threshold, default, temperature, orders, "route_on", fields
+    )
     dests = list(dict.fromkeys([*r.routes.values(), *([default] if default is not None else [])]))
     for d in dests:
         if not isinstance(d, str):

@@ -168,8 +168,9 @@ class Calibration:
             )
 
     def check_schema(self, schema: Any) -> None:
-        """Raises `CalibrationMismatchError` unless fitted for this schema's fingerprint."""
-        compiled = compile_schema(schema)
+        """Raises `CalibrationMismatchError` unless fitted for this schema's fingerprint
+        (a part of a schema, `Schema.part`: its whole's, whose prompt it is asked under)."""
+        compiled = compile_schema(schema).shown
         fp = compiled.fingerprint()
         if fp != self.schema_fingerprint:
             raise CalibrationMismatchError(

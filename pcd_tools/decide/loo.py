@@ -280,9 +280,13 @@ def choose(
 ) -> tuple[DecideOptions, LabelFreeChoice]:
     """A `calibration="auto"` call's options, with the chosen recipe, and the choice.
 
+    A part of a schema (`Schema.part`) takes its whole's choice: the examples and the
+    prompt are the whole's, and so is the leave-one-out over them.
+
     Raises:
         InvalidArgumentError: for a schema with generated fields (`check_auto`).
     """
+    schema = schema.shown
     check_auto(schema)
     if decider.calibration is not None or not schema.examples:
         method = decider.label_free

@@ -48,7 +48,8 @@ def orderings(
     first: str = "identity",
     design: str = "rotations",
 ) -> list[dict[str, list[int]]]:
-    """k listing orders per field (indices into each field's choices).
+    """k listing orders per field (indices into each field's choices); for a part of a
+    schema (`Schema.part`), per field of its whole, whose prompt lists them all.
 
     - `rotations`: the first order rotated by `j * K // k` places for j < k, so every
       allowed value sits at k evenly spread positions and its mean position is close to
@@ -72,7 +73,8 @@ def orderings(
         raise InvalidArgumentError(
             f"unknown first order {first!r}; accepted: ['identity', 'reverse']."
         )
-    head = {f.name: list(range(f.cardinality)) for f in schema.fields}
+    listed = schema.shown.fields  # a part of a schema is listed as its whole is
+    head = {f.name: list(range(f.cardinality)) for f in listed}
     if first == "reverse":
         head = {n: o[::-1] for n, o in head.items()}
     if design == "rotations":
@@ -87,9 +89,7 @@ def orderings(
     rng = np.random.default_rng(seed)
     out = [head]
     for _ in range(k - 1):
-        out.append(
-            {f.name: [int(i) for i in rng.permutation(f.cardinality)] for f in schema.fields}
-        )
+        out.append({f.name: [int(i) for i in rng.permutation(f.cardinality)] for f in listed})
     return out
 
 

@@ -64,9 +64,14 @@ def with_examples(schema: Schema, raw: Any, source: str = "examples=") -> Schema
         raw: A list of examples (see the module docstring); `[]` for none.
         source: Where the list came from, for messages.
 
+    A part of a schema (`Schema.part`) is asked under its whole's prompt, so the examples
+    are its whole's: they replace the whole's, and the same part of it is returned.
+
     Raises:
         InvalidExampleError: for a malformed example or an answer the schema does not allow.
     """
+    if schema.whole is not None:
+        return with_examples(schema.whole, raw, source).part(schema.field_names)
     return replace(schema, examples=parse_examples(schema, raw, source))
 
 

@@ -254,6 +254,10 @@ class Schema:
         model: The Pydantic model whose instances results are validated into.
         examples: Few-shot examples, rendered as earlier turns in the cached schema part
             of the prompt; part of the schema's identity (`fingerprint`).
+        whole: For a part of a schema (`Schema.part`), the schema it is a part of: the
+            prompt is the whole's (its instructions, every field, its examples), so each
+            field of the part is answered as the whole answers it. None for a schema
+            that is its own prompt.
     """
 
     name: str
@@ -261,6 +265,7 @@ class Schema:
     fields: tuple[FieldSpec, ...]
     model: type[BaseModel] = field(compare=False)
     examples: tuple[Example, ...] = ()
+    whole: Schema | None = field(default=None, repr=False)
 
     def field(self, name: str) -> FieldSpec:
         """Returns the field called `name`.
@@ -316,6 +321,7 @@ class Schema:
                 if self.examples
                 else {}
             ),
+            **({"part_of": self.whole.fingerprint()} if self.whole is not None else {}),
         }
 
     def _example_spec(self, example: Example) -> dict[str, Any]:
@@ -373,6 +379,73 @@ class Schema:
             e for e in (_project(self, fields, ex) for ex in self.examples) if e is not None
         )
         return Schema(self.name, self.instructions, tuple(fields), model, examples)
+
+    @property
+    def shown(self) -> Schema:
+        """The schema whose prompt this one is asked under: its `whole`, or itself."""
+        return self.whole if self.whole is not None else self
+
+    def needs(self, names: Iterable[str]) -> list[str]:
+        """`names` and every field their answers depend on, in declaration order.
+
+        A field's answer depends on the parents it `depends_on` (whose answers its pass
+        sees written), its `choices_by` parent, its union's discriminator, the fields
+        whose answers feed back into its own (a `choices_by` child, whose joint table
+        picks the parent's answer, and the fields of a discriminator's branches, which
+        pick the branch), and, once some field is generated, every field written before
+        it: all fields of the runs before its own, and for a generated field the earlier
+        fields of its run too. Each added field brings its own needs.
+
+        Raises:
+            KeyError: for a name that is not a field (naming the fields that exist).
+        """
+        start: dict[str, int] = {}  # where each field's run (scored / generated) starts
+        for i, f in enumerate(self.fields):
+            same = i > 0 and f.generated == self.fields[i - 1].generated
+            start[f.name] = start[self.fields[i - 1].name] if same else i
+        todo = list(names)
+        keep: set[str] = set()
+        while todo:
+            name = todo.pop()
+            if name in keep:
+                continue
+            f = self.field(name)
+            keep.add(name)
+            todo.extend(f.depends_on)
+            todo.extend(tie[0] for tie in (f.choices_by, f.branch) if tie is not None)
+            i = self.field_names.index(name)
+            todo.extend(g.name for g in self.fields[: i if f.generated else start[name]])
+            for g in self.fields:  # a child or a branch field picks this field's answer
+                if any(tie is not None and tie[0] == name for tie in (g.choices_by, g.branch)):
+                    todo.append(g.name)
+        return [f.name for f in self.fields if f.name in keep]
+
+    def part(self, names: Iterable[str]) -> Schema:
+        """The fields `names`, with what they need (`needs`), asked under this schema's
+        whole prompt: each kept field gets the distribution and answer `decide` gives it
+        for this schema, and the fields left out cost nothing (no candidate is scored, no
+        value generated). A part of a part is a part of the same whole.
+
+        Its `model` holds only the kept fields (flat, like `subset`'s); its `examples`
+        are the whole's, answering the kept fields. When every field is needed, the
+        whole schema itself is returned.
+
+        Raises:
+            KeyError: for a name that is not a field (naming the fields that exist).
+        """
+        whole = self.shown
+        wanted = list(names)
+        for n in wanted:
+            self.field(n)
+        keep = whole.needs(wanted)
+        if len(keep) == len(whole.fields):
+            return whole
+        fields = tuple(whole.field(n) for n in keep)
+        model = _narrowed_model(f"{whole.model.__name__}Part", whole.instructions, fields)
+        examples = tuple(
+            e for e in (_project(whole, fields, ex) for ex in whole.examples) if e is not None
+        )
+        return Schema(whole.name, whole.instructions, fields, model, examples, whole=whole)
 
     def build(self, values: Mapping[str, Any]) -> BaseModel:
         """Validates native field values into an instance of the schema's model.
@@ -442,20 +515,25 @@ def _project(schema: Schema, fields: Sequence[FieldSpec], example: Example) -> E
 
 
 def _narrowed_model(name: str, doc: str, fields: Sequence[FieldSpec]) -> type[BaseModel]:
-    """A Pydantic model accepting exactly the given fields' candidate values."""
+    """A Pydantic model accepting exactly the given fields' candidate values.
+
+    A union branch's field is None when its branch was not taken (`Schema.build` leaves
+    it out)."""
     defs: dict[str, Any] = {}
     for f in fields:
+        tp: Any
         if f.generation is not None:
-            defs[f.name] = (
-                python_type(f.generation, f.optional),
-                PydField(description=f.description or None),
-            )
-            continue
-        values = tuple(c.value for c in f.choices)
-        tp: Any = Literal[values] if values else bool
-        if f.kind == "multilabel":
-            tp = list[tp]
-        defs[f.name] = (tp, PydField(description=f.description or None))
+            tp = python_type(f.generation, f.optional)
+        else:
+            values = tuple(c.value for c in f.choices)
+            tp = Literal[values] if values else bool
+            if f.kind == "multilabel":
+                tp = list[tp]
+        desc = f.description or None
+        if f.branch is not None:
+            defs[f.name] = (tp | None, PydField(default=None, description=desc))
+        else:
+            defs[f.name] = (tp, PydField(description=desc))
     return create_model(name, __doc__=doc or None, **defs)
 
 

@@ -66,6 +66,8 @@ def test_example_langgraph_router():
     out = _run_example("langgraph_router.py")
     assert "classify -> ['account', 'billing', 'human', 'technical']" in out
     assert out.count("picked up") == 3
+    # each team's node read `urgent` from the stored decision (fields="all")
+    assert len(re.findall(r"\[\w+, (?:URGENT|normal)\] picked up", out)) == 3
 
 
 @pytest.mark.integration
