@@ -32,6 +32,7 @@ __all__ = [
     "TooManyChoicesError",
     "UnknownKeyError",
     "UnknownParentError",
+    "UnportableFieldError",
     "UnsupportedFieldError",
     "UnsupportedSchemaKeywordError",
     "UnsupportedUnionError",
@@ -65,6 +66,12 @@ class UnsupportedFieldError(SchemaError, TypeError):
 
 class UnsupportedUnionError(UnsupportedFieldError):
     """A union has no discriminator, or a branch holds fields PCD cannot score."""
+
+
+class UnportableFieldError(UnsupportedFieldError):
+    """A schema has a field (or few-shot examples) that the OpenAI Decisions API cannot
+    ask, so it cannot be ported to `/v1/decisions` as it is decided
+    (`pcd_tools.schema.decisions_request`)."""
 
 
 class UnknownKeyError(SchemaError):

@@ -28,7 +28,9 @@ The package holds one idea per module:
   `json_schema_values` holds its leaves, errors and model building;
 - `compile`: `compile_schema`, the one entry point for every accepted form;
 - `examples`: few-shot examples, checked against the compiled schema;
-- `generated`: generated fields, and the segments a schema with them is answered in.
+- `generated`: generated fields, and the segments a schema with them is answered in;
+- `decisions_port`: a schema as an OpenAI Decisions request (`decisions_request`), asked
+  by `/v1/decisions` as `decide` asks it.
 
 The errors live in `pcd_tools.errors`; the `@decision` decorator, which reaches the
 decider, lives in `pcd_tools.decide.decorator`.
@@ -37,6 +39,7 @@ decider, lives in `pcd_tools.decide.decorator`.
 from __future__ import annotations
 
 from .compile import compile_schema
+from .decisions_port import decisions_request
 from .dict_form import FieldDefinition, StructuredSchema
 from .examples import with_examples
 from .spec import MAX_CHOICES, Choice, Example, FieldSpec, Generation, Schema
@@ -51,5 +54,6 @@ __all__ = [
     "Schema",
     "StructuredSchema",
     "compile_schema",
+    "decisions_request",
     "with_examples",
 ]

@@ -23,14 +23,22 @@ single allowed value with probability 1: a request this route accepts is one eve
 Decisions server accepts. (`langchain_openai`'s `Choice` lets one through; the server
 answers it with this 400.)
 
-**Input.** A string is the context as is (like a System One `state`). A list of items is
-rendered the way the chat route renders messages: one user message is its text; user
-messages only are joined by blank lines; anything else is a readable transcript,
+**Input.** A string is the context as is (like a System One `state`). A list of items
+may start with `system` and `developer` messages: those before any other item are the
+task instructions, the schema's `instructions` (their texts joined by blank lines), which
+the prompt puts in its system message, cached with the questions, in place of the
+route's default "Answer every question about the content of the user's message.". That
+is where a Pydantic schema's docstring goes when the schema is ported
+(`pcd_tools.schema.decisions_request`), so the route asks it as `Decider.decide` does.
+The instructions are part of the schema's fingerprint: requests with other instructions
+have their own prefix-cache entry and never share a micro-batch. The other items are the
+context, rendered the way the chat route renders messages: one user message is its text;
+user messages only are joined by blank lines; anything else is a readable transcript,
 `role: text` blocks, where a `function_call` / `custom_tool_call` reads
 `assistant: [called NAME with ARGUMENTS]` and its output `tool: [NAME returned] OUTPUT`.
-A tool output whose `call_id` names no earlier call of its kind is a 400.
-System and developer messages are part of the input being judged, not instructions to
-the judge: they are rendered in the transcript and never change the schema.
+A system or developer message after another item is part of the input being judged, and
+is rendered in the transcript. A tool output whose `call_id` names no earlier call of its
+kind is a 400, and so is an input with instructions only (nothing to decide on).
 
 **Refusals.** PCD refuses a question only where it cannot read it: an image part in a
 question's `instructions` (this server reads text only) gets `{"type": "refusal"}` and the
@@ -74,7 +82,7 @@ from pydantic import create_model
 
 from ..schema import Schema
 from ..schema.spec import Choice
-from .decisions_request import MAX_LEVELS, input_text
+from .decisions_request import MAX_LEVELS, input_parts, input_text
 from .decisions_request import ImagePart as _Image
 from .decisions_request import bad as _bad
 from .decisions_request import choices as _choices
@@ -141,9 +149,13 @@ class DecisionsRequest:
         context: The input as the text the model reads.
         questions: The questions in request order.
         schema: The compiled schema of the answered questions, or None when all are refused.
-        systemone: The equivalent System One `questions` object (for the answered ones).
+        systemone: The equivalent System One `questions` object (for the answered ones;
+            System One has no task instructions: with `instructions`, its schema's
+            prompt differs in them).
         prompt_cache_key: The caller's prefix-cache partition, or None.
         safety_identifier: The caller's end-user identifier (logged only), or None.
+        instructions: The task instructions from `input`'s leading system and developer
+            messages (the schema's `instructions`), or None for the route's default.
     """
 
     model: str
@@ -153,6 +165,7 @@ class DecisionsRequest:
     systemone: dict[str, Any]
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
+    instructions: str | None = None
 
 
 def error_type(status: int) -> str:
@@ -280,7 +293,7 @@ def parse_decisions(body: Any, *, max_questions: int = 64) -> DecisionsRequest:
             "safety_identifier",
         )
     _cache_options(body.get("prompt_cache_options"))
-    context = input_text(body.get("input"))
+    instructions, context = input_parts(body.get("input"))
     raw = body.get("questions")
     if not isinstance(raw, list) or not raw:
         raise _bad(
@@ -305,8 +318,10 @@ def parse_decisions(body: Any, *, max_questions: int = 64) -> DecisionsRequest:
         )
     names: set[str] = set()
     parsed = [_question(q, i, names) for i, q in enumerate(raw)]
-    questions, schema, systemone = _compile_questions(parsed)
-    return DecisionsRequest(model, context, questions, schema, systemone, cache_key, safety)
+    questions, schema, systemone = _compile_questions(parsed, instructions)
+    return DecisionsRequest(
+        model, context, questions, schema, systemone, cache_key, safety, instructions
+    )
 
 
 def _optional_str(body: dict[str, Any], key: str) -> str | None:
@@ -338,13 +353,16 @@ def _cache_options(opts: Any) -> None:
 
 
 def _compile_questions(
-    parsed: list[tuple[DecisionQuestion, Any]],
+    parsed: list[tuple[DecisionQuestion, Any]], instructions: str | None = None
 ) -> tuple[tuple[DecisionQuestion, ...], Schema | None, dict[str, Any]]:
-    """The questions with their fields, and the schema System One compiles them to.
+    """The questions with their fields, and the schema System One compiles them to, with
+    `instructions` as its task instructions when given.
 
     A boolean choice value goes through System One's compiler as a placeholder string
     (one no string value of the question uses); its field then gets the typed choice back
-    (JSON `true`/`false`, listed and scored as such).
+    (JSON `true`/`false`, listed and scored as such). The compiled questions are cached
+    by System One (`_compile`); the instructions are set on a copy, so they reach the
+    schema's fingerprint and prompt, never the cache.
     """
     key: list[list[Any]] = []
     systemone: dict[str, Any] = {}
@@ -376,6 +394,8 @@ def _compile_questions(
     assert schema is not None  # every answered question is scored
     if typed:
         schema = _typed(schema, [qs[k].field for k in typed], list(typed.values()))
+    if instructions is not None:
+        schema = dataclasses.replace(schema, instructions=instructions)
     out = [q for q, _ in parsed]
     for k, i in enumerate(answered):
         out[i] = dataclasses.replace(out[i], field=qs[k].field)

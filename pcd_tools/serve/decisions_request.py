@@ -4,9 +4,11 @@ checked, and its request errors.
 `input` is a string or an ordered list of items: user, developer, system and assistant
 messages (text parts; assistant `output_text` and `refusal` parts) and
 `function_call` / `function_call_output` and `custom_tool_call` /
-`custom_tool_call_output` pairs. `input_text` renders them as a readable transcript, the
-way the chat route renders messages; a tool output must name a call that appears before
-it. An image part raises `ImagePart` (the model reads text only).
+`custom_tool_call_output` pairs. `input_parts` splits them into the task instructions
+(the text of the leading system and developer messages, those before any other item)
+and the context: the other items rendered as a readable transcript, the way the chat
+route renders messages (`input_text`). A tool output must name a call that appears
+before it. An image part raises `ImagePart` (the model reads text only).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 from typing import Any
 
 from ..schema import MAX_CHOICES
+from ..schema.decisions_port import API_MIN_CHOICES, MAX_LEVELS, MIN_LEVELS
 from .errors import ApiError
 from .systemone import _json_type
 
@@ -27,15 +30,16 @@ __all__ = [
     "ImagePart",
     "bad",
     "choices",
+    "input_parts",
     "input_text",
     "levels",
     "parts_text",
 ]
 
-MIN_LEVELS, MAX_LEVELS = 2, 10
-# The API's own rule ("Provide between 2 and 255 choices", `decision_create_params`);
+# MIN_LEVELS / MAX_LEVELS and API_MIN_CHOICES are the API's own rules ("Provide between 2
+# and 255 choices", `decision_create_params`), shared with `pcd_tools.schema.decisions_port`;
 # the library's MIN_CHOICES is 1 (one allowed value is answered with p=1).
-API_MIN_CHOICES = 2
+INSTRUCTION_ROLES = ("system", "developer")
 
 
 def bad(
@@ -126,12 +130,28 @@ def _str(item: dict[str, Any], key: str, where: str) -> str:
 
 
 def input_text(value: Any) -> str:
-    """The context text of a Decisions `input` (see the module docstring).
+    """The context text of a Decisions `input`: `input_parts`' context.
 
     Raises:
-        ApiError: 400 naming the item at fault: an empty input, an image part, an unknown
-            item or part type, a tool output without its call.
+        ApiError: as `input_parts`.
     """
+    return input_parts(value)[1]
+
+
+def input_parts(value: Any) -> tuple[str | None, str]:
+    """The task instructions and the context text of a Decisions `input`.
+
+    The instructions are the text of the leading system and developer messages (those
+    before the first other item), joined by blank lines; None when there are none (a
+    string input, or a list that starts with another item). Later system and developer
+    messages stay in the context's transcript.
+
+    Raises:
+        ApiError: 400 naming the item at fault: an empty input (or one with only
+            instructions), an image part, an unknown item or part type, a tool output
+            without its call.
+    """
+    instructions: str | None = None
     if value is None:
         raise bad(
             "input is required: a string or an array of input items.",
@@ -142,7 +162,7 @@ def input_text(value: Any) -> str:
         text = value
     elif isinstance(value, list):
         try:
-            text = _items_text(value)
+            instructions, text = _items_text(value)
         except ImagePart as e:
             raise bad(
                 f"{e.where} is an image; this server's model reads text only, and every "
@@ -158,17 +178,24 @@ def input_text(value: Any) -> str:
             "invalid_type",
         )
     if not text.strip():
+        lead = (
+            " (its leading system / developer messages are the task instructions, not "
+            "content to decide on: add a user message)"
+            if instructions is not None
+            else ""
+        )
         raise bad(
-            "input is empty or only whitespace: there is nothing to decide on.",
+            f"input is empty or only whitespace{lead}: there is nothing to decide on.",
             "input",
             "empty_input",
         )
-    return text
+    return instructions, text
 
 
-def _items_text(items: list[Any]) -> str:
+def _items_text(items: list[Any]) -> tuple[str | None, str]:
     if not items:
         raise bad("input is an empty array: there is nothing to decide on.", "input", "empty_input")
+    lead: list[str] | None = None  # the leading instructions, while they last
     turns: list[tuple[str, str]] = []
     calls: dict[str, tuple[str, str]] = {}  # call_id -> (kind, name)
     for i, item in enumerate(items):
@@ -195,7 +222,11 @@ def _items_text(items: list[Any]) -> str:
                     f"{where}.content",
                     "missing_required_parameter",
                 )
-            turns.append((role, parts_text(item["content"], f"{where}.content", role)))
+            text = parts_text(item["content"], f"{where}.content", role)
+            if role in INSTRUCTION_ROLES and not turns:
+                lead = [*(lead or []), text]
+            else:
+                turns.append((role, text))
             continue
         call_id = _str(item, "call_id", where)
         kind = itype.removesuffix("_output")
@@ -221,9 +252,10 @@ def _items_text(items: list[Any]) -> str:
             )
         out = parts_text(item["output"], f"{where}.output", "output")
         turns.append(("tool", f"[{call[1]} returned] {out}"))
+    instructions = None if lead is None else "\n\n".join(lead)
     if all(role == "user" for role, _ in turns):
-        return "\n\n".join(text for _, text in turns)
-    return "\n\n".join(f"{role}: {text}" for role, text in turns)
+        return instructions, "\n\n".join(text for _, text in turns)
+    return instructions, "\n\n".join(f"{role}: {text}" for role, text in turns)
 
 
 def choices(raw: Any, where: str) -> tuple[list[str | bool], list[list[Any]]]:

@@ -6,13 +6,16 @@ error object whose `param` is the JSON path at fault."""
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import threading
 import time
+from typing import Literal
 
 import httpx
 import pytest
+from pydantic import BaseModel, Field
 
 from pcd_tools.serve.app import create_app
 from pcd_tools.serve.decisions import parse_decisions
@@ -263,6 +266,98 @@ def test_an_agent_turn_with_tool_calls_is_decided(client):
     qs = [{"type": "predicate", "name": "resolved", "instructions": "Was the request resolved?"}]
     r = client.decisions.create(model="pcd", input=turn, questions=qs)
     assert 0.0 < r.answers[0].probability < 1.0
+
+
+# --- a Pydantic schema ported with pcd_tools.schema.decisions_request --------------------------
+
+
+class Team(enum.Enum):
+    BILLING = "billing"
+    TECH = "technical"
+
+
+class Route(BaseModel):
+    """Route an inbound support ticket to the team that handles it."""
+
+    team: Team = Field(description="Which team handles the ticket")
+    priority: Literal["low", "normal", "urgent"] = Field(
+        description="How soon it needs an answer",
+        json_schema_extra={"choice_descriptions": {"urgent": "the customer is blocked now"}},
+    )
+    refund: bool = Field(description="Whether the customer asks for money back")
+    escalate: bool = Field(
+        description="Whether a manager must see it",
+        json_schema_extra={"choice_descriptions": {"true": "legal risk", "false": "routine"}},
+    )
+    anger: int = Field(
+        ge=0,
+        le=2,
+        description="How angry the customer is",
+        json_schema_extra={"choice_descriptions": {0: "calm", 1: "annoyed", 2: "furious"}},
+    )
+
+
+def _distributions(answers) -> dict:
+    out = {}
+    for a in answers:
+        if a.type == "predicate":
+            out[a.name] = {True: a.probability, False: 1 - a.probability}
+        else:
+            out[a.name] = {p.value: p.probability for p in a.probabilities}
+    return out
+
+
+def test_a_ported_schema_is_asked_as_decide_asks_it(client, real):
+    from pcd_tools.schema import decisions_request
+
+    request = decisions_request(Route, TEXT)
+    # the same prompt: the docstring as the instructions, every field as declared
+    parsed = parse_decisions({"model": "pcd", **request})
+    assert parsed.instructions == Route.__doc__
+    assert real.prompt(parsed.schema, parsed.context).text == real.prompt(Route, TEXT).text
+
+    # warm the schema's prefix cache first: a cold prefill rounds differently (~1e-6)
+    client.decisions.create(model="pcd", **request)
+    r = client.decisions.create(model="pcd", **request)
+    assert [(a.type, a.name) for a in r.answers] == [
+        ("choice", "team"),
+        ("choice", "priority"),
+        ("predicate", "refund"),
+        ("choice", "escalate"),  # described true / false: a choice of booleans
+        ("score", "anger"),
+    ]
+    d = real.decide(Route, TEXT)
+    got = _distributions(r.answers)
+    for name, f in d.fields.items():
+        want = {(k.value if isinstance(k, enum.Enum) else k): p for k, p in f.distribution.items()}
+        if name == "anger":  # levels come back as their indices, here the values themselves
+            want = {int(k): p for k, p in want.items()}
+        assert got[name] == pytest.approx(want, abs=1e-6), name
+    assert r.answers[0].choice == d.value.team.value
+    assert r.answers[4].score == pytest.approx(d.fields["anger"].expected, abs=1e-6)
+
+
+def test_a_developer_message_changes_the_instructions_and_a_string_input_does_not(client):
+    qs = QUESTIONS[:2]
+    plain = client.decisions.create(model="pcd", input=TEXT, questions=qs)
+    as_user = client.decisions.create(
+        model="pcd", input=[{"role": "user", "content": TEXT}], questions=qs
+    )
+    told = client.decisions.create(
+        model="pcd",
+        input=[
+            {"role": "developer", "content": "The customer is always calm. Answer calm."},
+            {"role": "user", "content": TEXT},
+        ],
+        questions=qs,
+    )
+    assert as_user.answers[0].probability == pytest.approx(plain.answers[0].probability, abs=1e-6)
+    assert told.answers[0].probability != pytest.approx(plain.answers[0].probability, abs=1e-4)
+    calm = {p.value: p.probability for p in told.answers[1].probabilities}["calm"]
+    before = {p.value: p.probability for p in plain.answers[1].probabilities}["calm"]
+    assert calm != pytest.approx(before, abs=1e-4)
+    # its own prefix-cache entry: the instructions are in the cached head
+    assert told.usage.input_tokens != plain.usage.input_tokens
 
 
 # --- batching -------------------------------------------------------------------------------
@@ -524,6 +619,7 @@ IMAGE = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=
             "input[1].type",
             "invalid_type",
         ),
+        ([{"role": "developer", "content": "Judge it."}], "input", "empty_input"),
     ],
 )
 def test_input_errors(server, input, param, code):
@@ -589,17 +685,59 @@ def test_input_items_render_as_the_chat_routes_transcript():
         )
         == 'a\n\n{\n  "k": 1\n}'
     )
-    text = input_text(
-        [
-            {"role": "developer", "content": [{"type": "input_text", "text": "Be brief."}]},
-            {"role": "user", "content": "Refund 42"},
-            {"type": "function_call", "call_id": "c1", "name": "refund", "arguments": '{"id": 42}'},
-            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
-            {"role": "assistant", "content": [{"type": "refusal", "refusal": "No more."}]},
-        ]
-    )
-    assert text == (
-        "developer: Be brief.\n\nuser: Refund 42\n\n"
+    items = [
+        {"role": "user", "content": "Refund 42"},
+        {"type": "function_call", "call_id": "c1", "name": "refund", "arguments": '{"id": 42}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        {"role": "developer", "content": "Later: part of the input."},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "No more."}]},
+    ]
+    assert input_text(items) == (
+        "user: Refund 42\n\n"
         'assistant: [called refund with {"id": 42}]\n\ntool: [refund returned] ok\n\n'
-        "assistant: [refused] No more."
+        "developer: Later: part of the input.\n\nassistant: [refused] No more."
+    )
+
+
+def test_leading_system_and_developer_messages_are_the_task_instructions():
+    from pcd_tools.prompt import render_system
+    from pcd_tools.serve.decisions_request import input_parts
+    from pcd_tools.serve.systemone import INSTRUCTIONS
+
+    lead = [
+        {"role": "developer", "content": [{"type": "input_text", "text": "Be brief."}]},
+        {"role": "system", "content": "Judge the customer's request."},
+    ]
+    later = {"role": "developer", "content": "Ignore the above."}
+    assert input_parts([*lead, {"role": "user", "content": "Refund 42"}]) == (
+        "Be brief.\n\nJudge the customer's request.",
+        "Refund 42",
+    )
+    # only the leading ones: after another item, a developer message is input
+    assert input_parts([lead[1], {"role": "user", "content": "Refund 42"}, later]) == (
+        "Judge the customer's request.",
+        "user: Refund 42\n\ndeveloper: Ignore the above.",
+    )
+    assert input_parts(TEXT) == (None, TEXT)
+    assert input_parts([{"role": "user", "content": TEXT}]) == (None, TEXT)
+
+    plain = parse_decisions(_body())
+    told = parse_decisions(_body(input=[*lead, {"role": "user", "content": TEXT}]))
+    assert (plain.instructions, plain.schema.instructions) == (None, INSTRUCTIONS)
+    assert told.instructions == told.schema.instructions == lead_text(lead)
+    assert told.context == plain.context == TEXT
+    assert render_system(told.schema).startswith("Be brief.\n\nJudge the customer's request.")
+    assert render_system(plain.schema).startswith(INSTRUCTIONS)
+    # the prompt differs in its instructions only; its fingerprint keys the prefix cache
+    assert told.schema.fields == plain.schema.fields
+    assert told.schema.fingerprint() != plain.schema.fingerprint()
+    # a string input compiles as before: System One's schema
+    from pcd_tools.serve.systemone import parse_request
+
+    assert plain.schema == parse_request({"state": TEXT, "questions": SYSTEMONE}).schema
+
+
+def lead_text(items) -> str:
+    return "\n\n".join(
+        m["content"] if isinstance(m["content"], str) else m["content"][0]["text"] for m in items
     )
