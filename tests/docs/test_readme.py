@@ -244,7 +244,7 @@ def test_openai_decisions_block_against_a_live_server(real):
         assert src != SERVE[2]
         ns: dict[str, Any] = {"__name__": "readme"}
         checked = run_checked(src, ns, "openai decisions")
-    assert len(checked) == 4
+    assert len(checked) == 6
     assert [a.type for a in ns["r"].answers] == ["predicate", "choice", "score"]
 
 
