@@ -14,11 +14,19 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def wire(result: Any) -> dict[str, Any]:
+    """A tool result as the JSON on the wire: `structuredContent`, `isError`, `content`
+    (mcp 1.x names the attributes so, 2.x `structured_content` and `is_error`)."""
+    return result.model_dump(by_alias=True, mode="json")
+
 
 EMAIL = "I was charged twice for my March invoice, please refund the duplicate payment."
 
@@ -34,7 +42,7 @@ async def main() -> None:
         tools = (await session.list_tools()).tools
         print("tools:", ", ".join(t.name for t in tools))
 
-        result = (await session.call_tool("route", {"text": EMAIL})).structuredContent
+        result = wire(await session.call_tool("route", {"text": EMAIL}))["structuredContent"]
         team = result["fields"]["team"]
         print(f"route: team={team['value']} p={team['probability']:.2f} action={result['action']}")
 
@@ -46,17 +54,18 @@ async def main() -> None:
             {"texts": [EMAIL, "The app crashes when I open the reports page."]},
             progress_callback=progress,
         )
-        print("route_batch:", [r["value"]["team"] for r in batch.structuredContent["results"]])
+        results = wire(batch)["structuredContent"]["results"]
+        print("route_batch:", [r["value"]["team"] for r in results])
 
         labels = {"text": EMAIL, "labels": ["refund", "complaint", "question"]}
-        c = (await session.call_tool("classify", labels)).structuredContent
+        c = wire(await session.call_tool("classify", labels))["structuredContent"]
         print(f"classify: {c['label']} p={c['probability']:.2f}")
         q = {"text": EMAIL, "question": "Does the customer want money back?"}
-        y = (await session.call_tool("yes_no", q)).structuredContent
+        y = wire(await session.call_tool("yes_no", q))["structuredContent"]
         print(f"yes_no: {y['answer']} p={y['probability']:.2f}")
 
-        bad = await session.call_tool("classify", {"text": EMAIL, "labels": ["only one"]})
-        print("bad input:", bad.isError, bad.content[0].text)
+        bad = wire(await session.call_tool("classify", {"text": EMAIL, "labels": ["only one"]}))
+        print("bad input:", bad["isError"], bad["content"][0]["text"])
 
 
 if __name__ == "__main__":

@@ -169,8 +169,9 @@ async def main() -> None:
             names = [t.name for t in (await s.list_tools()).tools]
             assert names == ["support_route", "support_route_batch", "classify", "yes_no"], names
             res = await s.call_tool("support_route", {"text": "I was charged twice in March."})
-            assert not res.isError, res.content
-            data = res.structuredContent
+            wire = res.model_dump(by_alias=True, mode="json")  # mcp 1.x or 2.x alike
+            assert not wire["isError"], wire["content"]
+            data = wire["structuredContent"]
             assert data["value"]["team"] in ("billing", "technical", "account"), data
             assert data["action"] in ("act", "review"), data
             print("wheel_smoke:   pcd mcp ->", data["value"], data["action"])

@@ -9,14 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.mcp.test_protocol import _python
+
 pytestmark = [pytest.mark.mcp, pytest.mark.integration]
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(script: str) -> str:
+def _run(script: str, python: str = sys.executable) -> str:
     out = subprocess.run(
-        [sys.executable, f"examples/{script}"],
+        [python, f"examples/{script}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -26,8 +28,9 @@ def _run(script: str) -> str:
     return out.stdout
 
 
-def test_mcp_client_example() -> None:
-    out = _run("mcp_client.py").splitlines()
+@pytest.mark.parametrize("sdk", [1, 2], ids=["mcp1", "mcp2"])
+def test_mcp_client_example(sdk: int) -> None:
+    out = _run("mcp_client.py", _python(sdk)).splitlines()
     assert out[0] == "tools: route, route_batch, classify, yes_no"
     assert out[1].startswith("route: team=") and " action=" in out[1]
     assert out[2:4] == ["  progress 1/2", "  progress 2/2"]
