@@ -163,7 +163,7 @@ def main() -> None:
         over = (
             ""
             if base is None
-            else (f"+{statistics.median(x - y for x, y in zip(times[k], times[base])):.1f} ms")
+            else (f"{statistics.median(x - y for x, y in zip(times[k], times[base])):+.1f} ms")
         )
         unit = " per call" if k in ("decide", "stdio", "http") else " per 12 texts"
         print(f"| {k}{unit} | {cell(times[k])} | {over} |")
