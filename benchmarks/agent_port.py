@@ -61,8 +61,7 @@ def router_cost(decider: Any, rounds: int) -> dict[str, Any]:
 
     routes = {t: t for t in ("billing", "technical", "account", "shipping", "sales")}
     routers = {
-        k: route_on(decider, Route, field="team", routes=routes, fields=k)
-        for k in ("route", "all")
+        k: route_on(decider, Route, field="team", routes=routes, fields=k) for k in ("route", "all")
     }
     texts = [t for t, _ in EMAILS]
     for r in routers.values():  # warm: prefix cached, plans compiled
@@ -70,7 +69,7 @@ def router_cost(decider: Any, rounds: int) -> dict[str, Any]:
     times: dict[str, list[float]] = {k: [] for k in routers}
     probs: dict[str, list[float]] = {k: [] for k in routers}
     for i in range(rounds):
-        for k in (["route", "all"] if i % 2 == 0 else ["all", "route"]):
+        for k in ["route", "all"] if i % 2 == 0 else ["all", "route"]:
             t = time.perf_counter()
             recs = [routers[k].node({"input": x})["pcd_decision"] for x in texts]
             times[k].append((time.perf_counter() - t) * 1000 / len(texts))

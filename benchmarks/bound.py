@@ -18,7 +18,7 @@ Usage:
 
     python benchmarks/bound.py --scenario fraud --scenario security_audit
     python benchmarks/bound.py --scenario tariff --scoring constrained --pruning auto \\
-        --json benchmarks/bound_tariff.json
+        --json benchmarks/results/bound_tariff.json
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Two measurements per GGUF file:
 
 Usage:
     .venv/bin/python benchmarks/compute_noise.py --model qwen2.5-coder-1.5b \\
-        --json benchmarks/compute_noise_1.5b.json
+        --json benchmarks/results/compute_noise_1.5b.json
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def _tariff_field(n: int) -> Any:
 
 
 def _mlx_logp(dec: Any, ids: list[int], positions: int) -> np.ndarray:
-    from pcd_tools.engine.platform import import_mlx
+    from pcd_tools.engine.host.blas import import_mlx
 
     mx = import_mlx()
     out = dec.engine.model(mx.array([ids]))
@@ -91,7 +91,7 @@ def _mlx_logp(dec: Any, ids: list[int], positions: int) -> np.ndarray:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from pcd_tools import Decider
     from pcd_tools.bench.scenarios import load_scenarios
-    from pcd_tools.engine.qgemm import available_modes
+    from pcd_tools.engine.kernels.qgemm import available_modes
 
     path = _model_path(args.model)
     scenarios = load_scenarios()

@@ -112,7 +112,7 @@ def main() -> None:
 
     from pcd_tools import Decider
     from pcd_tools.bench.run import load_scenarios
-    from pcd_tools.engine.cpus import cpu_budget
+    from pcd_tools.engine.host.cpus import cpu_budget
     from pcd_tools.schema import compile_schema
 
     sc = load_scenarios(Path(__file__).parent / "scenarios")[args.scenario]

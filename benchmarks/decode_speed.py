@@ -61,7 +61,7 @@ from pydantic import BaseModel, Field
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pcd_tools import Decider
-from pcd_tools.engine.cpus import usable_cpus
+from pcd_tools.engine.host.cpus import usable_cpus
 
 TICKETS = [
     "I was charged twice for my subscription this month, please refund one payment.",
@@ -95,8 +95,8 @@ def prompt_ids(decider: Decider, text: str) -> list[int]:
 def _prefill(decider: Decider, ids: list[int]) -> tuple[list[Any], np.ndarray]:
     from mlx_lm.models.cache import make_prompt_cache
 
-    from pcd_tools.engine.generate import forward
-    from pcd_tools.engine.platform import import_mlx
+    from pcd_tools.engine.decode.generate import forward
+    from pcd_tools.engine.host.blas import import_mlx
 
     mx = import_mlx()
     cache = make_prompt_cache(decider.engine.model)
@@ -107,8 +107,8 @@ def _prefill(decider: Decider, ids: list[int]) -> tuple[list[Any], np.ndarray]:
 
 def mlx_run(decider: Decider, ids: list[int], n: int) -> float:
     """ms per token of MLX float32 greedy steps after the prompt."""
-    from pcd_tools.engine.generate import forward
-    from pcd_tools.engine.platform import import_mlx
+    from pcd_tools.engine.decode.generate import forward
+    from pcd_tools.engine.host.blas import import_mlx
 
     mx = import_mlx()
     cache, logits = _prefill(decider, ids)
@@ -190,7 +190,7 @@ def _form(d: Any) -> tuple[str, str]:
 
 
 def speed(decider: Decider, args: argparse.Namespace) -> dict[str, Any]:
-    from pcd_tools.engine.fast_decode import decoder_for
+    from pcd_tools.engine.decode.native_steps import decoder_for
 
     decoder = decoder_for(decider.engine)
     if decoder is None:
@@ -200,7 +200,7 @@ def speed(decider: Decider, args: argparse.Namespace) -> dict[str, Any]:
     eight = [_prefill(decider, prompt_ids(decider, t)) for t in TICKETS[:8]]
     decoders = [decoder]
     if getattr(decider.engine.model.model.embed_tokens, "gguf_encoded", False):  # encoded
-        from pcd_tools.engine.fast_decode import NativeDecoder
+        from pcd_tools.engine.decode.native_steps import NativeDecoder
 
         for weights, act in (("file", "int8"), ("file", "float32"), ("copy", "float32")):
             if (weights, act) != (_form(decoder)[0], decoder.activations):

@@ -43,8 +43,8 @@ Usage:
 
     python benchmarks/model_size.py                          # every model, default runs
     python benchmarks/model_size.py --models embedded,0.5b --runs 5
-    python benchmarks/model_size.py --json benchmarks/model_size.json
-    python benchmarks/model_size.py --from-json benchmarks/model_size.json   # print tables
+    python benchmarks/model_size.py --json benchmarks/results/model_size.json
+    python benchmarks/model_size.py --from-json benchmarks/results/model_size.json   # print tables
     python benchmarks/model_size.py --json all.json --merge big.json small.json
     python benchmarks/model_size.py --json run.json --peer-only     # add llama.cpp later
 """
@@ -248,7 +248,7 @@ FLOAT32_MODELS = ("embedded", "0.5b", "1.5b")
 def model_file(name: str, log: Any = print) -> Path | None:
     """The GGUF of a model name (writing a random one if needed); None with a message when
     a real model has not been fetched."""
-    from pcd_tools.engine.models import embedded_model_path
+    from pcd_tools.engine.load.sources import embedded_model_path
 
     if name == "embedded":
         return embedded_model_path()
@@ -310,10 +310,10 @@ def child_pcd(
     After the load and after every request it prints what it has so far as one JSON line,
     so that a process stopped at its time limit still reports what it measured.
     """
+    from pcd_tools.bench.flops import arithmetic
     from pcd_tools.bench.run import _cold_decide
     from pcd_tools.bench.scenarios import load_scenarios
     from pcd_tools.decide.decider import Decider
-    from pcd_tools.engine.flops import arithmetic
     from pcd_tools.schema import compile_schema
 
     scenarios = load_scenarios()
@@ -423,7 +423,7 @@ def child_pcd(
 
 def _sgemm_rates(rounds: int, rows: int = 512, k: int = 2048, cols: int = 2048) -> list[float]:
     """float32 `x @ W.T` through the bound BLAS on the engine's threads, GFLOP/s per round."""
-    from pcd_tools.engine.platform import import_mlx
+    from pcd_tools.engine.host.blas import import_mlx
 
     mx = import_mlx()
     with mx.stream(mx.cpu):
@@ -525,8 +525,8 @@ def _spawn(kind: str, timeout: float | None = None, **kw: Any) -> dict[str, Any]
 def machine(rounds: int = 7) -> dict[str, Any]:
     """Memory bandwidth (one-thread copy) and float32 GEMM rate (512 rows through the
     bound BLAS on the engine's threads), medians and ranges over `rounds`."""
-    from pcd_tools.engine.cpus import usable_cpus
-    from pcd_tools.engine.platform import blas_status, import_mlx, setup_blas
+    from pcd_tools.engine.host.blas import blas_status, import_mlx, setup_blas
+    from pcd_tools.engine.host.cpus import usable_cpus
 
     setup_blas()
     mx = import_mlx()
@@ -1052,7 +1052,7 @@ def main() -> None:
     if args.child:
         req = json.loads(args.child)
         kind = req.pop("kind")
-        from pcd_tools.engine.platform import setup_blas
+        from pcd_tools.engine.host.blas import setup_blas
 
         setup_blas()
         out = child_pcd(**req) if kind == "pcd" else child_peer(**req)

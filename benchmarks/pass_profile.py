@@ -9,7 +9,7 @@ same prompt:
 - **per part**: the same two passes with every part of every layer evaluated and timed on
   its own (norms, q/k/v/o projections, RoPE, attention, SwiGLU, MLP projections, the
   residual adds as "rest"), plus the LM head and the host-side log-softmax of the fields
-  pass. Each part's FLOPs (`pcd_tools.engine.flops`) give its GFLOP/s. Evaluating each
+  pass. Each part's FLOPs (`pcd_tools.bench.flops`) give its GFLOP/s. Evaluating each
   part on its own adds one synchronisation per part, so the per-part total is a little
   above the uninstrumented time; the gap is reported.
 
@@ -143,7 +143,7 @@ class _Instrumented:
 def _part_flops(model: Any, tokens: int, pairs: float) -> dict[str, float]:
     """FLOPs per part, summed over layers, for `tokens` queries and `pairs` query-key
     pairs per layer (`engine.flops`' arithmetic, split by part)."""
-    from pcd_tools.engine.flops import arithmetic, linear_flops
+    from pcd_tools.bench.flops import arithmetic, linear_flops
 
     ar = arithmetic(model)
     assert ar is not None  # checked by the caller
@@ -163,8 +163,8 @@ def profile(decider: Any, scenario: Any, runs: int) -> dict[str, Any]:
     import mlx.core as mx
     import numpy as np
 
-    from pcd_tools.engine.flops import arithmetic
-    from pcd_tools.engine.passes import chunk_edges
+    from pcd_tools.bench.flops import arithmetic
+    from pcd_tools.engine.passes.forward import chunk_edges
     from pcd_tools.schema import compile_schema
 
     engine = decider.engine
@@ -312,7 +312,7 @@ def main() -> None:
 
     from pcd_tools import Decider
     from pcd_tools.bench.run import load_scenarios
-    from pcd_tools.engine.platform import blas_status
+    from pcd_tools.engine.host.blas import blas_status
 
     scenarios = load_scenarios(Path(__file__).parent / "scenarios")
     decider = Decider.load()

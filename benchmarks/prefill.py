@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pcd_tools.engine.cpus import usable_cpus
+from pcd_tools.engine.host.cpus import usable_cpus
 
 PROBE = r"""
 #include <time.h>
@@ -102,7 +102,7 @@ def peaks(rounds: int = 5) -> dict[str, float]:
     (2 operations per multiply-add); 0 where the CPU lacks the instructions."""
     import tempfile
 
-    from pcd_tools.engine.native import compile_c
+    from pcd_tools.engine.host.build import compile_c
 
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "prefill_probe.c"
@@ -135,8 +135,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from pcd_tools import Decider
     from pcd_tools.baselines.generation import bare_prefill_ms
     from pcd_tools.baselines.llama_cpp import settle
+    from pcd_tools.bench import flops
     from pcd_tools.bench.scenarios import load_scenarios
-    from pcd_tools.engine import flops, qgemm
+    from pcd_tools.engine.kernels import qgemm
     from pcd_tools.schema import compile_schema
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))

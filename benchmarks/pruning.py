@@ -14,7 +14,7 @@ load falls on both. It reports:
 Usage:
 
     python benchmarks/pruning.py --dataset banking77 --dataset clinc150 --dataset tariff \
-        --n 300 --json benchmarks/pruning.json
+        --n 300 --json benchmarks/results/pruning.json
     python benchmarks/pruning.py --dataset tariff --scoring constrained
 """
 

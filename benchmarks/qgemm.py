@@ -80,8 +80,8 @@ def random_blocks(name: str, n: int, k: int, rng: np.random.Generator) -> np.nda
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from pcd_tools.engine import qgemm
-    from pcd_tools.engine.platform import blas_status, import_mlx, set_blas_threads
+    from pcd_tools.engine.host.blas import blas_status, import_mlx, set_blas_threads
+    from pcd_tools.engine.kernels import qgemm
 
     mx = import_mlx()
     set_blas_threads(args.threads)

@@ -158,7 +158,7 @@ def main() -> None:
     import pcd_tools.batch
     import pcd_tools.ray  # noqa: F401  (imported up front: the run takes a while)
     from pcd_tools import Decider
-    from pcd_tools.engine.platform import blas_status
+    from pcd_tools.engine.host.blas import blas_status
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     schema, rows = fraud_rows(args.rows)

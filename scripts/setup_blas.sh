@@ -19,8 +19,8 @@ check() {
   "$PY" - "$1" <<'EOF'
 import sys
 
-from pcd_tools.engine.cpus import busy, cpu_budget
-from pcd_tools.engine.platform import blas_status, slow_blas_message
+from pcd_tools.engine.host.cpus import busy, cpu_budget
+from pcd_tools.engine.host.blas import blas_status, slow_blas_message
 
 info = blas_status()
 print(f"setup_blas: {info.name} {info.gflops:.0f} GFLOP/s fast={info.fast}")

@@ -28,7 +28,7 @@ def main() -> None:
     args = p.parse_args()
 
     from pcd_tools import Decider
-    from pcd_tools.engine.flops import arithmetic
+    from pcd_tools.bench.flops import arithmetic
     from pcd_tools.eval.datasets.builtin import load_dataset
     from pcd_tools.eval.shots import draw_shots
     from pcd_tools.schema import compile_schema, with_examples

@@ -69,8 +69,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 import pcd_tools
-from pcd_tools.engine.fast_decode import decoder_for
-from pcd_tools.engine.native import NativeFallbackWarning
+from pcd_tools.engine.decode.native_steps import decoder_for
+from pcd_tools.engine.host.build import NativeFallbackWarning
 
 warnings.simplefilter("error", NativeFallbackWarning)  # the native decode must build here
 

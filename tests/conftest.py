@@ -13,7 +13,7 @@ import pytest
 os.environ.setdefault("PCD_ADAPTIVE_THREADS", "0")
 
 # Bind the fast BLAS before any test module imports mlx (binding after the import is a no-op).
-from pcd_tools.engine.platform import setup_blas
+from pcd_tools.engine.host.blas import setup_blas
 
 setup_blas()
 
@@ -37,7 +37,7 @@ class ByteTokenizer:
 
 def make_tiny_model(seed: int = 0, vocab: int = 259, bias: dict[int, float] | None = None):
     """A 2-layer random llama in float32 (mlx-lm's own classes)."""
-    from pcd_tools.engine.platform import import_mlx
+    from pcd_tools.engine.host.blas import import_mlx
 
     mx = import_mlx()
     from mlx_lm.models import llama
@@ -71,7 +71,7 @@ def make_tiny_model(seed: int = 0, vocab: int = 259, bias: dict[int, float] | No
 
 def tiny_decider(seed: int = 0, **engine):
     from pcd_tools.decide.decider import Decider
-    from pcd_tools.engine.models import LoadedModel
+    from pcd_tools.engine.load.sources import LoadedModel
 
     loaded = LoadedModel(
         model=make_tiny_model(seed),

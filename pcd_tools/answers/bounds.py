@@ -1,7 +1,7 @@
 """Certified answers from a partly scored field (pruned scoring, `pruning="on"`).
 
 A pruned field's trie was expanded only where an answer could still beat the best one
-found (`pcd_tools.engine.prune`). Its candidates fall in two sets:
+found (`pcd_tools.engine.passes.prune`). Its candidates fall in two sets:
 
 - scored: every token of the candidate was read, so its log score `z_c` is exact;
 - unscored: the candidate lies under an unexpanded prefix, whose own probability `u_g`

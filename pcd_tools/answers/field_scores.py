@@ -42,7 +42,7 @@ def field_results(
     out: dict[str, FieldResult] = {}
     for q, z in zip(questions, log_scores):
         spec = schema.field(q.field)
-        if isinstance(z, PartialScores):  # a pruned field (`pcd_tools.engine.prune`)
+        if isinstance(z, PartialScores):  # a pruned field (`pcd_tools.engine.passes.prune`)
             out[spec.name] = _pruned(spec.name, spec, z, temperature, calibration)
             continue
         if q.label is None and q.choices is not None:  # only some allowed after a parent

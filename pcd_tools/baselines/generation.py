@@ -17,7 +17,7 @@ like. Native steps leave the MLX cache holding the prompt only.
 
 With `prompt_cache=True` the generators reuse an mlx-lm `KVCache` of the schema part
 (`plan.head_ids`), trimmed back after each call, as a production server would. The
-grammar lives in `engine.grammar`, the reading of the answer in `json_answer`.
+grammar lives in `json_guide`, the reading of the answer in `json_answer`.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._lazy import mlx_lm_module
-from ..engine.generate import last_logits
-from ..engine.grammar import WHITESPACE, guide_for, json_schema_of
-from ..engine.platform import import_mlx
+from ..engine.decode.generate import last_logits
+from ..engine.host.blas import import_mlx
 from ..errors import InvalidArgumentError
 from ..prompt import field_suffix
 from ..schema import Schema, compile_schema
 from .json_answer import GenerationResult, ObjectScanner, build_result, token_spans
+from .json_guide import WHITESPACE, guide_for, json_schema_of
 
 if TYPE_CHECKING:
     from ..decide.decider import Decider
@@ -63,7 +63,7 @@ class _Steps:
     engine decodes natively (`fast_decode`), as PCD's generated fields do, else MLX."""
 
     def __init__(self, decider: Decider, cache: list[Any], limit: int):
-        from ..engine.fast_decode import decoder_for
+        from ..engine.decode.native_steps import decoder_for
 
         self.passes, self.cache = decider.engine.passes, cache
         decoder = decoder_for(decider.engine)
@@ -111,7 +111,7 @@ def _prompt_cache(decider: Decider, head: list[int], use: bool) -> tuple[list[An
 def _default_max_tokens(decider: Decider, schema: Schema) -> int:
     """Twice the tokens of the longest valid answer, plus slack (a generated field counts
     its token limit)."""
-    from ..engine.generate import DEFAULT_MAX_NEW_TOKENS
+    from ..engine.decode.generate import DEFAULT_MAX_NEW_TOKENS
 
     enc = decider.engine.encode_ids
     longest = 0

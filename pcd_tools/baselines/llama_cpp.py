@@ -196,7 +196,7 @@ class LlamaCppPeer:
             raise PeerUnavailableError(broken)
         import llama_cpp
 
-        from ..engine.cpus import usable_cpus
+        from ..engine.host.cpus import usable_cpus
 
         self.decider = decider
         self.n_threads = n_threads or usable_cpus()

@@ -219,7 +219,7 @@ def _pass_rates(decider: Any, compiled: Any, out: dict[str, Any]) -> dict[str, A
     otherwise empty. The caller leaves out pruned requests (several levels).
     """
     from ..answers.waves import has_waves
-    from ..engine.flops import arithmetic
+    from .flops import arithmetic
 
     engine = decider.engine
     ar = arithmetic(engine.passes.model)

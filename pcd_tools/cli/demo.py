@@ -169,8 +169,8 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         The exit code: 2 for an out-of-range option (before the model loads).
     """
-    from ..engine.models import EMBEDDED_MODEL_ID
-    from ..engine.platform import blas_status
+    from ..engine.host.blas import blas_status
+    from ..engine.load.sources import EMBEDDED_MODEL_ID
 
     check_temperature(args.temperature)
     console = make_console(args)

@@ -25,23 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _fallbacks(doc: dict[str, Any], recorded: dict[str, str]) -> dict[str, str]:
-    """Each slower path this machine takes, and why: the libraries that fell back in
-    this process (`native.fallbacks`, each warned once) and those the doctor found off."""
-    out = dict(recorded)
-    blas = doc.get("blas")
-    if doc.get("blas_bound_before_import") is False and blas not in ("accelerate", "n/a (gpu)"):
-        # A bound BLAS that timed slow on a busy machine is not a fallback; this is.
-        out["BLAS"] = f"MLX's own {blas} BLAS ({doc.get('blas_gflops')} GFLOP/s)"
-    kernels = str(doc.get("native_kernels", ""))
-    if kernels.startswith("off"):
-        out.setdefault("_cpu_kernels.c (native CPU kernels)", kernels)
-    decode = str(doc["decode"])
-    if not decode.startswith(("mlx:", "error:")) and "native int8 steps" not in decode:
-        out.setdefault("_decode.c (native int8 decode)", decode)
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     """Prints the embedded model, the accepted sources and, with `--doctor`, the platform.
 
@@ -51,12 +34,12 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         The exit code.
     """
-    from ..engine.platform import doctor
+    from ..engine.doctor import doctor
 
     console = make_console(args)
     info: dict[str, Any] = {}
     try:
-        from ..engine.models import EMBEDDED_MODEL_ID, embedded_model_path
+        from ..engine.load.sources import EMBEDDED_MODEL_ID, embedded_model_path
 
         path = embedded_model_path()
         info["embedded"] = {
@@ -72,13 +55,7 @@ def run(args: argparse.Namespace) -> int:
         "MLX directory or Hugging Face id via mlx_lm.load: Decider.load('mlx-community/...')",
     ]
     if args.doctor:
-        from ..engine.native import fallbacks
-        from ..engine.native_status import decode_status
-
-        doc = doctor()
-        doc["decode"] = decode_status()
-        doc["fallbacks"] = _fallbacks(doc, fallbacks()) or "none"
-        info["doctor"] = doc
+        info["doctor"] = doctor()
     if args.json:
         print(json.dumps(info, indent=2, default=str))
         return 0

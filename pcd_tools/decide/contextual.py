@@ -67,14 +67,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..engine.pack import plan_key
+from ..engine.passes.pack import plan_key
 from ..errors import InvalidArgumentError
 from ..prompt import Question
 from ..schema import Schema
 
 if TYPE_CHECKING:
     from ..answers.calibration import Calibration
-    from ..engine.engine import Engine
+    from ..engine.scorer import Engine
     from .methods import LabelFree, ZPair
 
 __all__ = [

@@ -28,8 +28,8 @@ from .scored import decide_in_order, prompt_preview
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ..engine.engine import Engine, ScoredBatch
-    from ..engine.models import LoadedModel
+    from ..engine.load.sources import LoadedModel
+    from ..engine.scorer import Engine, ScoredBatch
     from .options import DecideKwargs
 
 __all__ = ["Decider", "default_decider"]
@@ -49,7 +49,7 @@ class Decider:
     """
 
     def __init__(self, loaded: LoadedModel, **engine: Any):
-        from ..engine.engine import Engine
+        from ..engine.scorer import Engine
 
         self.loaded = loaded
         self.engine: Engine = Engine(
@@ -90,13 +90,13 @@ class Decider:
                 (then dense float32, faster on small models); other sources are dense
                 float32; on a GPU stored weights are kept. Also `"quantized"`,
                 `"float32"`, `"float16"`, `"bfloat16"`, `"keep"` (see
-                `pcd_tools.engine.models.load_model`).
+                `pcd_tools.engine.load.sources.load_model`).
             compute: `"auto"` (or `PCD_COMPUTE`: int8 for a file mostly in K-quants, such
                 as a Q4_K_M, on a CPU with an int8 SIMD kernel, and on AVX2 / AVX-VNNI for
                 any file of at least 256 MiB of matrices; else float32;
-                `pcd_tools.engine.qweights.auto_compute`), `"float32"`, `"int8"` or
+                `pcd_tools.engine.load.qlinear.auto_compute`), `"float32"`, `"int8"` or
                 `"bf16"`: the arithmetic of the passes' matrix products over a GGUF file's
-                blocks on CPU (see `pcd_tools.engine.models.load_model`).
+                blocks on CPU (see `pcd_tools.engine.load.sources.load_model`).
                 `Decision.compute` reports it.
             calibration: `"contextual"` (label-free contextual calibration on every
                 decision, `pcd_tools.decide.contextual`), a fitted `Calibration` or the path of
@@ -106,8 +106,8 @@ class Decider:
         Raises:
             ModelLoadError: naming the source and the fix.
         """
-        from ..engine.models import load_model
-        from ..engine.platform import ensure_fast_path
+        from ..engine.host.blas import ensure_fast_path
+        from ..engine.load.sources import load_model
 
         ensure_fast_path()
         decider = cls(load_model(source, dtype=dtype, compute=compute), **engine)

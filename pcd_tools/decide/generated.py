@@ -33,7 +33,7 @@ from .batches import CallRecord, length_batches
 from .methods import RAW_FULL, Method
 
 if TYPE_CHECKING:
-    from ..engine.generate import GeneratedValue
+    from ..engine.decode.generate import GeneratedValue
     from .decider import Decider
     from .options import DecideOptions
 

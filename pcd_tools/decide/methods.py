@@ -5,7 +5,7 @@ A call's candidate scores come from two choices, resolved once per call into a `
 - the **side** (`"full"`, `"constrained"` or `"auto"`): the model's probability of each
   candidate given that it answers with one, the probability renormalised at each trie
   node, or full except a large single-choice field, scored constrained so that certified
-  pruning can skip most of its trie (`pcd_tools.engine.prune.auto_constrained`);
+  pruning can skip most of its trie (`pcd_tools.engine.passes.prune.auto_constrained`);
 - the **label-free correction** (`RAW`, `PMI`, `CONTEXTUAL`): what is subtracted from the
   log scores, and what that needs. Each declares it: the content-free texts it scores
   (none, the empty context, or the decider's content-free inputs), the sides it takes,
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ..answers.softmax import log_softmax
-from ..engine.prune import Pruning, auto_constrained, pruning_for
+from ..engine.passes.prune import Pruning, auto_constrained, pruning_for
 from ..errors import InvalidArgumentError
 
 if TYPE_CHECKING:

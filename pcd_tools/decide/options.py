@@ -25,8 +25,8 @@ from .checks import (
 from .orders import check_orders
 
 if TYPE_CHECKING:
-    from ..engine.engine import PassMode
-    from ..engine.prune import PruneMode
+    from ..engine.passes.prune import PruneMode
+    from ..engine.scorer import PassMode
     from .checks import LabelFree, Scoring
 
 __all__ = ["DecideKwargs", "DecideOptions", "check_options"]
@@ -69,7 +69,7 @@ class DecideOptions:
             every other field whole; `"on"` prunes every field that can be; `"off"` scores
             every field whole. A field's own `json_schema_extra={"pruning": ...}` wins over
             `"auto"`. A pruned field reports `certified`, `probability_bounds` and
-            `unscored_mass` (see `pcd_tools.engine.prune`).
+            `unscored_mass` (see `pcd_tools.engine.passes.prune`).
         max_new_tokens: The token limit of each generated field (`str`, `float`, ...) that
             sets none itself; None for 256 (see `pcd_tools.decide.generated`).
 

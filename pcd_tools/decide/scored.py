@@ -19,7 +19,7 @@ from ..answers.bounds import PartialScores
 from ..answers.joint import answers
 from ..answers.result import BatchTiming, Decision
 from ..answers.waves import WaveAnswers, has_waves
-from ..engine.prune import Pruning
+from ..engine.passes.prune import Pruning
 from ..prompt import PromptPreview, field_suffix
 from ..schema import Schema, compile_schema, with_examples
 from ..schema.generated import segments
@@ -27,7 +27,7 @@ from .batches import CallRecord, length_batches
 from .checks import check_context
 
 if TYPE_CHECKING:
-    from ..engine.engine import PassMode, ScoredBatch
+    from ..engine.scorer import PassMode, ScoredBatch
     from .contextual import Correction
     from .decider import Decider
     from .methods import Method
@@ -58,7 +58,7 @@ def decide_in_order(
         method: The call's resolved scoring and label-free correction (under side
             `"auto"`, a field that pruning reads in part is scored constrained and every
             other field full, and each `FieldResult.scoring` says which).
-        pruning: `"auto"`, `"on"` or `"off"` (`pcd_tools.engine.prune.pruning_for`).
+        pruning: `"auto"`, `"on"` or `"off"` (`pcd_tools.engine.passes.prune.pruning_for`).
 
     Raises:
         CalibrationMismatchError: if the decider's calibration was fitted for another

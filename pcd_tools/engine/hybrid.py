@@ -48,15 +48,15 @@ from ..prompt import (
 )
 from ..schema import Schema
 from ..schema.generated import segments
-from .fast_decode import decoder_for
-from .generate import DEFAULT_MAX_NEW_TOKENS, GeneratedValue, decode_rows, field_guide, write
-from .pack import Plan
-from .passes import LayerKV, packed_result
-from .platform import import_mlx
-from .trie import FieldTrie
+from .decode.generate import DEFAULT_MAX_NEW_TOKENS, GeneratedValue, decode_rows, field_guide, write
+from .decode.native_steps import decoder_for
+from .host.blas import import_mlx
+from .passes.forward import LayerKV, packed_result
+from .passes.pack import Plan
+from .passes.trie import FieldTrie
 
 if TYPE_CHECKING:
-    from .engine import Engine, PassMode
+    from .scorer import Engine, PassMode
 
 mx = import_mlx()
 

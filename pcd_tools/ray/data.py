@@ -59,9 +59,9 @@ def size_threads(num_cpus: float) -> int:
     n = max(1, int(num_cpus))
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(n)
-    from pcd_tools.engine import engine as _engine
-    from pcd_tools.engine import workers as _workers
-    from pcd_tools.engine.platform import set_blas_threads
+    from pcd_tools.engine import scorer as _engine
+    from pcd_tools.engine.host.blas import set_blas_threads
+    from pcd_tools.engine.passes import workers as _workers
 
     _workers.ALL_THREADS = n
     _engine.ALL_THREADS = n
@@ -221,7 +221,7 @@ def _pool(actors: int | tuple[int, int] | None, num_cpus: float) -> Any:
         if ray.is_initialized():
             cpus = ray.cluster_resources().get("CPU", 1)
         else:
-            from pcd_tools.engine.cpus import usable_cpus
+            from pcd_tools.engine.host.cpus import usable_cpus
 
             cpus = usable_cpus()
         return ray.data.ActorPoolStrategy(min_size=1, max_size=max(1, int((cpus or 1) // num_cpus)))

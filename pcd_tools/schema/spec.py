@@ -62,7 +62,7 @@ class Generation:
     """How a generated field's value is written: its kind, constraints and token limit.
 
     A generated field is not scored: its value is decoded under a grammar that enforces
-    these constraints (`pcd_tools.engine.generate`), continuing the answer's JSON.
+    these constraints (`pcd_tools.engine.decode.generate`), continuing the answer's JSON.
 
     Args:
         type: `"string"`, `"number"`, `"integer"`, `"string_list"` (a `list[str]`),
@@ -163,7 +163,7 @@ class FieldSpec:
         generation: For a generated field, how its value is written.
         pruning: How the field is scored (`json_schema_extra={"pruning": ...}`): `"auto"`
             (by pruned search when its candidate trie is large and the request allows
-            it), `"on"` or `"off"` (always whole); see `pcd_tools.engine.prune`. Not part
+            it), `"on"` or `"off"` (always whole); see `pcd_tools.engine.passes.prune`. Not part
             of the schema's fingerprint: it changes how the field is scored, not the
             prompt.
     """

@@ -17,7 +17,7 @@ from tests.conftest import ByteTokenizer, make_tiny_model
 def biased_decider(bias: dict[int, float], seed: int = 0, context_window: int = 8192):
     """A tiny decider whose lm_head bias forces the bytes in `bias`."""
     from pcd_tools.decide.decider import Decider
-    from pcd_tools.engine.models import LoadedModel
+    from pcd_tools.engine.load.sources import LoadedModel
 
     loaded = LoadedModel(
         model=make_tiny_model(seed, bias=bias),

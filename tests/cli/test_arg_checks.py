@@ -110,7 +110,7 @@ def test_serve_help_shows_the_numeric_defaults(capsys):
 
 
 def test_models_doctor_prints_whole_paths_on_a_narrow_terminal(monkeypatch, capsys):
-    import pcd_tools.engine.platform as platform
+    import pcd_tools.engine.doctor as platform
 
     long_dir = "/opt/some/rather/long/install/prefix/with/[brackets]/and-more"
     fake = {
@@ -123,7 +123,7 @@ def test_models_doctor_prints_whole_paths_on_a_narrow_terminal(monkeypatch, caps
     monkeypatch.setenv("COLUMNS", "40")
     assert main(["models", "--doctor"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    from pcd_tools.engine.models import embedded_model_path
+    from pcd_tools.engine.load.sources import embedded_model_path
 
     for path in (*[fake[k] for k in ("blas_path", "cache_dir")], str(embedded_model_path())):
         assert any(path in line for line in lines), (path, lines)

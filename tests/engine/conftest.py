@@ -11,7 +11,7 @@ def tiny_file(tmp_path_factory):
     embedded model's tokenizer (`benchmarks.model_size.write_random_gguf`)."""
     pytest.importorskip("gguf")
     from benchmarks.model_size import SHAPES, write_random_gguf
-    from pcd_tools.engine.models import embedded_model_path
+    from pcd_tools.engine.load.sources import embedded_model_path
     from pcd_tools.errors import ModelLoadError
 
     try:

@@ -26,7 +26,7 @@ CONTEXT = "Our billing page charges customers twice since this morning. Please f
 def _biased_decider(token: int):
     """A tiny decider whose model always prefers `token` by a wide margin."""
     from pcd_tools.decide.decider import Decider
-    from pcd_tools.engine.models import LoadedModel
+    from pcd_tools.engine.load.sources import LoadedModel
 
     loaded = LoadedModel(
         model=make_tiny_model(0, bias={token: 60.0}),
@@ -173,7 +173,7 @@ def test_bench_runs_on_a_tiny_model(monkeypatch, capsys):
     assert row["scoring"] == "auto" and row["certified"] is True
     assert "warm_exhaustive_ms" not in row
     # the cold request's phases as rates (engine.flops)
-    from pcd_tools.engine.flops import arithmetic
+    from pcd_tools.bench.flops import arithmetic
 
     d = tiny_decider(0)
     ar = arithmetic(d.engine.passes.model)

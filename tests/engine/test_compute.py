@@ -15,15 +15,15 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 from pcd_tools import Decider  # noqa: E402
-from pcd_tools.engine import qgemm  # noqa: E402
-from pcd_tools.engine.models import COMPUTES, resolve_compute  # noqa: E402
-from pcd_tools.engine.qweights import (  # noqa: E402
+from pcd_tools.engine.kernels import qgemm  # noqa: E402
+from pcd_tools.engine.load.qlinear import (  # noqa: E402
     INT8_MIN_BYTES,
     GGUFEmbedding,
     GGUFLinear,
     QTensor,
     auto_compute,
 )
+from pcd_tools.engine.load.sources import COMPUTES, resolve_compute  # noqa: E402
 from pcd_tools.errors import InvalidArgumentError, ModelLoadError  # noqa: E402
 from pcd_tools.schema import compile_schema  # noqa: E402
 from tests.engine.test_qweights import encoded  # noqa: E402

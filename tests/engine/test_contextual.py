@@ -15,7 +15,7 @@ from pcd_tools.answers.calibration import Calibration, CalibrationError, Calibra
 from pcd_tools.decide.contextual import CONTENT_FREE
 from pcd_tools.decide.decider import Decider
 from pcd_tools.decide.orders import orderings
-from pcd_tools.engine.models import LoadedModel
+from pcd_tools.engine.load.sources import LoadedModel
 from pcd_tools.errors import InvalidArgumentError
 from pcd_tools.schema import compile_schema, with_examples
 from tests.conftest import ByteTokenizer, make_tiny_model, tiny_decider

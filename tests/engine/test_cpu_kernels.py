@@ -14,9 +14,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from pcd_tools.engine import cpu_kernels as K
-from pcd_tools.engine import kv_parts as P
-from pcd_tools.engine.platform import import_mlx
+from pcd_tools.engine.host.blas import import_mlx
+from pcd_tools.engine.kernels import cpu_ops as K
+from pcd_tools.engine.passes import kv_parts as P
 from pcd_tools.schema import compile_schema
 from tests.conftest import make_tiny_model, tiny_decider
 
@@ -31,7 +31,7 @@ def installed():
 
 def _native_expected() -> bool:
     """Where the native kernels must build: a C compiler and a bound fast BLAS."""
-    from pcd_tools.engine.platform import sgemm_address
+    from pcd_tools.engine.host.blas import sgemm_address
 
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     return (
@@ -611,7 +611,7 @@ def test_swiglu_dispatch_uses_the_native_kernel(lib, monkeypatch):
 
 
 def test_native_can_be_turned_off_by_environment(monkeypatch):
-    from pcd_tools.engine.native import load_cpu_kernels
+    from pcd_tools.engine.host.build import load_cpu_kernels
 
     monkeypatch.setenv("PCD_NATIVE_ATTENTION", "0")
     lib, note = load_cpu_kernels(fast_blas=True)  # the switch is read first
@@ -619,7 +619,7 @@ def test_native_can_be_turned_off_by_environment(monkeypatch):
 
 
 def test_compile_c_reports_a_failed_build(tmp_path, monkeypatch):
-    from pcd_tools.engine import native as N
+    from pcd_tools.engine.host import build as N
     from pcd_tools.errors import NativeBuildError
 
     monkeypatch.setenv("PCD_CACHE_DIR", str(tmp_path))
@@ -638,7 +638,7 @@ def test_openblas_idle_threads_are_told_to_sleep_unless_the_user_chose():
     code = textwrap.dedent(
         """
         import os, sys
-        from pcd_tools.engine.platform import setup_blas
+        from pcd_tools.engine.host.blas import setup_blas
         info = setup_blas()
         print(os.environ.get("OPENBLAS_THREAD_TIMEOUT"), info.bound_before_import)
         """
@@ -679,7 +679,7 @@ def test_native_rope_per_token_and_per_row_positions(lib, traditional):
     """Per-token (B, L) positions through `PerTokenRoPE` and per-row (B,) offsets."""
     import mlx.nn as nn
 
-    from pcd_tools.engine.passes import PerTokenRoPE
+    from pcd_tools.engine.passes.forward import PerTokenRoPE
 
     r = nn.RoPE(64, traditional=traditional, base=10000.0)
     wrapped = PerTokenRoPE(r)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from pcd_tools.engine.cpus import (
+from pcd_tools.engine.host.blas import BlasInfo, slow_blas_message
+from pcd_tools.engine.host.cpus import (
     busy,
     cgroup_quota,
     cpu_budget,
     request_threads,
     runnable_others,
 )
-from pcd_tools.engine.platform import BlasInfo, slow_blas_message
 from pcd_tools.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.unit

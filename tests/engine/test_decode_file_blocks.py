@@ -24,8 +24,8 @@ gguf = pytest.importorskip("gguf")
 from gguf import GGML_QUANT_SIZES  # noqa: E402
 from gguf import GGMLQuantizationType as T  # noqa: E402
 
-from pcd_tools.engine.fast_decode import NativeDecoder  # noqa: E402
-from pcd_tools.engine.native import DecodeLin, load_decode_kernels  # noqa: E402
+from pcd_tools.engine.decode.native_steps import NativeDecoder  # noqa: E402
+from pcd_tools.engine.host.build import DecodeLin, load_decode_kernels  # noqa: E402
 from tests.engine.test_qweights import encoded  # noqa: E402
 
 pytestmark = pytest.mark.engine
@@ -162,9 +162,9 @@ def test_malformed_matrices_are_refused(lib):
 def test_a_tiny_encoded_model_decodes_from_its_blocks(tmp_path, arch, tied, types):
     from mlx_lm.models.cache import make_prompt_cache
 
-    from pcd_tools.engine.generate import forward
-    from pcd_tools.engine.gguf import load_gguf
-    from pcd_tools.engine.passes import Passes
+    from pcd_tools.engine.decode.generate import forward
+    from pcd_tools.engine.load.gguf import load_gguf
+    from pcd_tools.engine.passes.forward import Passes
     from tests.engine.test_gguf import hf_weights, write_gguf
 
     def qtype(name: str) -> T:

@@ -15,15 +15,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pcd_tools.engine.fast_decode import (
+from pcd_tools.engine.decode.generate import forward, write
+from pcd_tools.engine.decode.native_steps import (
     NativeDecoder,
     check_decode,
     decoder_for,
     unsupported_reason,
 )
-from pcd_tools.engine.generate import forward, write
-from pcd_tools.engine.passes import Passes
-from pcd_tools.engine.platform import import_mlx
+from pcd_tools.engine.host.blas import import_mlx
+from pcd_tools.engine.passes.forward import Passes
 from pcd_tools.errors import DecodeUnavailableError, InvalidArgumentError
 from tests.conftest import make_tiny_model, tiny_decider
 
@@ -81,7 +81,7 @@ def _rel(a, b):
 
 
 def _isas():
-    from pcd_tools.engine.native import load_decode_kernels
+    from pcd_tools.engine.host.build import load_decode_kernels
 
     lib = load_decode_kernels()
     return [n for n, p in (("avx512", 512), ("avx2", 256), ("scalar", 1)) if lib.pcd_decode_path(p)]
@@ -183,12 +183,12 @@ def test_a_batch_of_rows_gives_exactly_the_logits_of_one_row_at_a_time(model):
 
 
 def test_any_thread_count_gives_the_same_logits_and_the_tuner_takes_the_fastest(model, prompt):
-    from pcd_tools.engine.fast_decode import _ThreadTuner
+    from pcd_tools.engine.host.threads import ThreadTuner
 
     one = _native_logits(NativeDecoder(model, threads=1), model, prompt, TOKENS)
     three = _native_logits(NativeDecoder(model, threads=3), model, prompt, TOKENS)
     assert all(np.array_equal(a, b) for a, b in zip(one, three))  # one thread per output
-    tuner = _ThreadTuner(3, fixed=False)
+    tuner = ThreadTuner(3, fixed=False)
     picks = []
     for _ in range(64):
         t = tuner.pick(1)
@@ -196,7 +196,7 @@ def test_any_thread_count_gives_the_same_logits_and_the_tuner_takes_the_fastest(
         tuner.record(1, t, {1: 0.03, 2: 0.01, 3: 0.02}[t])
     assert picks[:6] == [1, 1, 2, 2, 3, 3]  # each count twice, then the fastest
     assert picks.count(2) >= 54 and {1, 3} <= set(picks[6:])  # tried again now and then
-    assert _ThreadTuner(3, fixed=True).pick(1) == 3
+    assert ThreadTuner(3, fixed=True).pick(1) == 3
 
 
 def test_finish_leaves_the_mlx_cache_as_mlx_decoding_does(model, prompt):
@@ -288,8 +288,8 @@ def test_the_decode_option_and_its_errors(monkeypatch):
 def test_the_weights_option_its_errors_and_the_auto_policy(monkeypatch, tmp_path):
     """'auto' packs the 8-bit copy unless it would take over a quarter of the memory
     available; a dense model gets the copy whatever is asked (it has no file blocks)."""
-    from pcd_tools.engine import decode_parts
-    from pcd_tools.engine.decode_parts import check_weights
+    from pcd_tools.engine.decode.parts import check_weights
+    from pcd_tools.engine.host import cgroups
 
     monkeypatch.delenv("PCD_DECODE_WEIGHTS", raising=False)
     assert check_weights(None) == "auto" and check_weights("file") == "file"
@@ -301,20 +301,20 @@ def test_the_weights_option_its_errors_and_the_auto_policy(monkeypatch, tmp_path
     with pytest.raises(InvalidArgumentError, match="PCD_DECODE_WEIGHTS='disk'"):
         check_weights(None)
     monkeypatch.delenv("PCD_DECODE_WEIGHTS")
-    free = decode_parts.available_memory()
+    free = cgroups.available_memory()
     assert free > 0
     cg = tmp_path / "cgroup"  # a container's limit caps what is available
     (cg / "memory").mkdir(parents=True)
-    monkeypatch.setattr(decode_parts, "_CGROUP", str(cg))
+    monkeypatch.setattr(cgroups, "CGROUP_ROOT", cg)
     (cg / "memory.max").write_text("max\n")
     (cg / "memory.current").write_text("1000\n")
-    assert decode_parts.available_memory() == pytest.approx(free, rel=0.2)  # no limit
+    assert cgroups.available_memory() == pytest.approx(free, rel=0.2)  # no limit
     (cg / "memory.max").write_text(f"{2**30 + 1000}\n")
-    assert decode_parts.available_memory() == min(2**30, free)
+    assert cgroups.available_memory() == min(2**30, free)
     (cg / "memory.max").unlink()
     (cg / "memory" / "memory.limit_in_bytes").write_text(f"{2**29}\n")
     (cg / "memory" / "memory.usage_in_bytes").write_text(f"{2**28}\n")
-    assert decode_parts.available_memory() == min(2**28, free)
+    assert cgroups.available_memory() == min(2**28, free)
     dense = NativeDecoder(make_tiny_model(0), weights="file")
     assert dense.mapped_bytes == 0 and dense.copies == 7 * 2 + 1
 
@@ -322,7 +322,7 @@ def test_the_weights_option_its_errors_and_the_auto_policy(monkeypatch, tmp_path
 @pytest.mark.integration
 def test_auto_reads_the_file_blocks_when_a_copy_would_crowd_memory(monkeypatch):
     from pcd_tools import Decider
-    from pcd_tools.engine import fast_decode
+    from pcd_tools.engine.decode import native_steps as fast_decode
 
     try:
         model = Decider.load(dtype="quantized").engine.model
@@ -340,7 +340,7 @@ def test_int8_where_it_cannot_run_raises_and_auto_falls_back(monkeypatch, tmp_pa
     from mlx_lm.models import gpt2
 
     from pcd_tools.decide.decider import Decider
-    from pcd_tools.engine.models import LoadedModel
+    from pcd_tools.engine.load.sources import LoadedModel
     from tests.conftest import ByteTokenizer
 
     def loaded(model, device="cpu", model_type="llama"):
@@ -448,7 +448,7 @@ def test_an_encoded_model_is_read_from_its_file_blocks(real):
 def test_the_activations_option_and_its_errors(monkeypatch):
     """What the steps multiply the file's blocks by: 8-bit activations ('int8') or float32;
     'auto' follows the model's compute mode. A dense model has no blocks: float32."""
-    from pcd_tools.engine.decode_parts import pick_activations
+    from pcd_tools.engine.decode.parts import pick_activations
 
     dense = make_tiny_model(0)
     assert pick_activations(None, dense) == "float32" == pick_activations("auto", dense)

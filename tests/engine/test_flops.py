@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pcd_tools.engine.flops import Arithmetic, arithmetic
-from pcd_tools.engine.pack import Chunk
+from pcd_tools.bench.flops import Arithmetic, arithmetic
+from pcd_tools.engine.passes.pack import Chunk
 from tests.conftest import make_tiny_model
 
 # The tiny llama: 2 layers, hidden 64, 4 heads of 16 (2 for keys and values), MLP 128,

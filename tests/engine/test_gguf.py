@@ -18,8 +18,8 @@ from jinja2.exceptions import TemplateError  # noqa: E402
 from mlx_lm.models import llama, qwen2  # noqa: E402
 from tokenizers.pre_tokenizers import ByteLevel  # noqa: E402
 
-from pcd_tools.engine import gguf as gguf_mod  # noqa: E402
-from pcd_tools.engine.gguf import GGUFInfo, GGUFTokenizer, load_gguf  # noqa: E402
+from pcd_tools.engine.load import gguf as gguf_mod  # noqa: E402
+from pcd_tools.engine.load.gguf import GGUFInfo, GGUFTokenizer, load_gguf  # noqa: E402
 from pcd_tools.errors import ModelLoadError  # noqa: E402
 
 pytestmark = pytest.mark.engine

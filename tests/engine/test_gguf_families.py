@@ -15,7 +15,7 @@ from gguf import GGMLQuantizationType as T  # noqa: E402
 from mlx_lm.models import gemma3_text, phi3, qwen3  # noqa: E402
 from tokenizers.pre_tokenizers import ByteLevel  # noqa: E402
 
-from pcd_tools.engine.gguf import GGUFTokenizer, load_gguf  # noqa: E402
+from pcd_tools.engine.load.gguf import GGUFTokenizer, load_gguf  # noqa: E402
 from pcd_tools.errors import ModelLoadError  # noqa: E402
 from tests.oracle import oracle_log_scores, softmax  # noqa: E402
 from tests.schemas import Ticket  # noqa: E402

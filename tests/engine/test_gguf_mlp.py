@@ -11,9 +11,11 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 from pcd_tools import Decider  # noqa: E402
-from pcd_tools.engine import cpu_kernels, gguf_mlp, qgemm  # noqa: E402
-from pcd_tools.engine.gguf_mlp import GGUFMLP, install_mlps  # noqa: E402
-from pcd_tools.engine.platform import import_mlx  # noqa: E402
+from pcd_tools.engine.host.blas import import_mlx  # noqa: E402
+from pcd_tools.engine.kernels import cpu_ops as cpu_kernels  # noqa: E402
+from pcd_tools.engine.kernels import qgemm  # noqa: E402
+from pcd_tools.engine.load import gguf_mlp  # noqa: E402
+from pcd_tools.engine.load.gguf_mlp import GGUFMLP, install_mlps  # noqa: E402
 from pcd_tools.errors import InvalidArgumentError  # noqa: E402
 from tests.engine.test_qweights import encoded  # noqa: E402
 
@@ -87,7 +89,7 @@ def test_consecutive_products_of_one_input_quantize_it_once(tiny_file):
     """Attention's q, k and v read the same x: the int8 route quantizes it once (per
     thread, keyed by the input object itself), and the numbers are those of quantizing
     each time."""
-    from pcd_tools.engine import qweights
+    from pcd_tools.engine.load import qlinear as qweights
 
     dec = Decider.load(tiny_file, dtype="quantized", compute="int8")
     attn = dec.engine.model.model.layers[1].self_attn

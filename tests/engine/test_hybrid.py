@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, StringConstraints, create_model
 
-from pcd_tools.engine.value_regex import opener
+from pcd_tools.engine.decode.value_regex import opener
 from pcd_tools.errors import (
     GenerationLimitError,
     InvalidArgumentError,
@@ -365,7 +365,7 @@ def test_the_opening_fields_key_rides_in_the_prefill(tiny):
     prefill's last logits, equal to one full prompt holding the key, and the value and
     everything after it are what writing the key apart gave."""
     from pcd_tools.answers.waves import WaveAnswers
-    from pcd_tools.engine.generate import forward
+    from pcd_tools.engine.decode.generate import forward
     from pcd_tools.engine.hybrid import _row_cache, prefill_rows, run_hybrid
 
     tiny.engine.clear_cache()
@@ -430,7 +430,7 @@ def test_a_stem_in_the_chunks_call_equals_writing_it_first(tiny):
     """`Passes.packed_after`: rows' decoded tokens run in the scored chunk's own call give
     the K/V a separate write gives, and the chunk the scores it gives after that write;
     rows of a batch with stems of different lengths, one with none."""
-    from pcd_tools.engine.generate import write
+    from pcd_tools.engine.decode.generate import write
     from pcd_tools.engine.hybrid import _Row, _row_cache, _stack
 
     eng = tiny.engine
@@ -468,7 +468,7 @@ def test_a_stem_in_the_chunks_call_equals_writing_it_first(tiny):
             np.testing.assert_allclose(
                 got_v, ref_v, atol=1e-5 + 5e-6 * np.abs(ref_v).max(initial=0.0)
             )
-    from pcd_tools.engine.passes import packed_result
+    from pcd_tools.engine.passes.forward import packed_result
 
     got = packed_result(sub, [found], len(stems))
     for g, w in zip(got, want):
@@ -477,6 +477,6 @@ def test_a_stem_in_the_chunks_call_equals_writing_it_first(tiny):
 
 
 def packed_result_of(eng, sub, kv, valid):
-    from pcd_tools.engine.passes import packed_result
+    from pcd_tools.engine.passes.forward import packed_result
 
     return packed_result(sub, eng.passes.packed(sub, kv, valid, sub.chunks), len(valid))

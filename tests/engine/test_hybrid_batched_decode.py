@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pcd_tools.engine.fast_decode import decoder_for
+from pcd_tools.engine.decode.native_steps import decoder_for
 from pcd_tools.errors import GenerationLimitError
 from tests.conftest import tiny_decider
 from tests.engine.test_exactness import CONTEXT

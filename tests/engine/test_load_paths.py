@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from pcd_tools import Decider, StructuredSchema
-from pcd_tools.engine.gguf import GGUFTokenizer
-from pcd_tools.engine.models import LoadedModel
+from pcd_tools.engine.load.gguf import GGUFTokenizer
+from pcd_tools.engine.load.sources import LoadedModel
 from tests.engine import test_gguf as g
 from tests.oracle import oracle_log_scores, softmax
 
@@ -60,7 +60,7 @@ def test_gguf_file_decides_like_the_same_weights_loaded_directly(tmp_path, arch)
 def test_mlx_directory_loads_through_mlx_lm(tmp_path):
     from mlx.utils import tree_flatten
 
-    from pcd_tools.engine.platform import import_mlx
+    from pcd_tools.engine.host.blas import import_mlx
 
     mx = import_mlx()
     weights = g.hf_weights("llama", tied=False, seed=2)

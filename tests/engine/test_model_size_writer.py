@@ -11,7 +11,7 @@ gguf = pytest.importorskip("gguf")
 
 from benchmarks.model_size import SHAPES, _tensor_plan, write_random_gguf  # noqa: E402
 from pcd_tools import Decider  # noqa: E402
-from pcd_tools.engine.models import embedded_model_path  # noqa: E402
+from pcd_tools.engine.load.sources import embedded_model_path  # noqa: E402
 from pcd_tools.errors import InvalidArgumentError, ModelLoadError  # noqa: E402
 from tests.schemas import Ticket  # noqa: E402
 

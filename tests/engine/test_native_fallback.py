@@ -11,9 +11,9 @@ import warnings
 
 import pytest
 
-from pcd_tools.engine import native
-from pcd_tools.engine.fast_decode import decoder_for
-from pcd_tools.engine.native_status import decode_status
+from pcd_tools.engine.decode.native_steps import decoder_for
+from pcd_tools.engine.doctor import decode_status
+from pcd_tools.engine.host import build as native
 from pcd_tools.errors import DecodeUnavailableError, NativeBuildError
 from tests.conftest import tiny_decider
 from tests.engine.test_exactness import CONTEXT

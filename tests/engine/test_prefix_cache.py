@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pcd_tools.engine.platform import import_mlx
-from pcd_tools.engine.prefix_cache import PrefixCache
+from pcd_tools.engine.host.blas import import_mlx
+from pcd_tools.engine.passes.prefix_cache import PrefixCache
 from pcd_tools.schema import compile_schema
 
 pytestmark = pytest.mark.engine

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pcd_tools import StructuredSchema
-from pcd_tools.engine.pack import pack_parts, split_trie
+from pcd_tools.engine.passes.pack import pack_parts, split_trie
 from pcd_tools.schema import compile_schema
 from tests.conftest import tiny_decider
 
@@ -137,8 +137,8 @@ def test_result_does_not_depend_on_pass_arrangement(schema, context, seed):
 
 def test_ties_go_to_the_first_declared_candidate():
     from pcd_tools.decide.decider import Decider
-    from pcd_tools.engine.models import LoadedModel
-    from pcd_tools.engine.platform import import_mlx
+    from pcd_tools.engine.host.blas import import_mlx
+    from pcd_tools.engine.load.sources import LoadedModel
     from tests.conftest import ByteTokenizer, make_tiny_model
 
     mx = import_mlx()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, Field, create_model
 
 from pcd_tools import FieldDefinition, StructuredSchema
-from pcd_tools.engine.prune import AUTO_NODES, pruning_for
+from pcd_tools.engine.passes.prune import AUTO_NODES, pruning_for
 from pcd_tools.errors import InvalidArgumentError, InvalidFieldOptionError
 from pcd_tools.schema import compile_schema
 from tests.engine.test_properties import decider  # the tiny model, numpy kernels off
@@ -332,7 +332,7 @@ def test_a_single_field_keeps_its_stem_for_the_levels(monkeypatch):
 def test_level_chunks_below_a_cached_stem():
     """`make_chunks(stem_cached=True)` packs a level's nodes without the field's stem,
     the root's children at position 0; the root itself, or two fields, are refused."""
-    from pcd_tools.engine.pack import make_chunks
+    from pcd_tools.engine.passes.pack import make_chunks
 
     plan = decider().engine.plan(compile_schema(OneCode))
     trie = plan.tries[0]

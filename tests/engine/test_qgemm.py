@@ -25,7 +25,7 @@ pytestmark = pytest.mark.unit
 if not (os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")):
     pytest.skip("no C compiler: the qgemm kernels cannot be built", allow_module_level=True)
 
-from pcd_tools.engine import qgemm  # noqa: E402
+from pcd_tools.engine.kernels import qgemm  # noqa: E402
 
 TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 INT8_PATHS = [p for p in qgemm.available_paths() if p != "avx512bf16"]
@@ -364,7 +364,7 @@ def test_threads_rows_and_leading_dims_do_not_change_results():
 
 
 def test_mx_arrays_are_accepted():
-    from pcd_tools.engine.platform import import_mlx
+    from pcd_tools.engine.host.blas import import_mlx
 
     mx = import_mlx()
     rng = np.random.default_rng(8)

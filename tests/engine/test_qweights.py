@@ -13,9 +13,9 @@ gguf = pytest.importorskip("gguf")
 from gguf import GGML_QUANT_SIZES  # noqa: E402
 from gguf import GGMLQuantizationType as T  # noqa: E402
 
-from pcd_tools.engine import qweights  # noqa: E402
-from pcd_tools.engine.gguf import load_gguf  # noqa: E402
-from pcd_tools.engine.qweights import GGUFEmbedding, GGUFLinear, QTensor  # noqa: E402
+from pcd_tools.engine.load import qlinear as qweights  # noqa: E402
+from pcd_tools.engine.load.gguf import load_gguf  # noqa: E402
+from pcd_tools.engine.load.qlinear import GGUFEmbedding, GGUFLinear, QTensor  # noqa: E402
 from pcd_tools.errors import InvalidArgumentError  # noqa: E402
 from tests.engine.test_gguf import (  # noqa: E402
     PROMPT,
@@ -125,7 +125,7 @@ def test_model_in_file_encoding_scores_like_dense(tmp_path, arch, tied, types):
 
 
 def test_dtype_values(monkeypatch):
-    from pcd_tools.engine.models import DTYPES, resolve_dtype
+    from pcd_tools.engine.load.sources import DTYPES, resolve_dtype
 
     assert resolve_dtype("float32") == "float32"
     monkeypatch.setenv("PCD_DTYPE", "float32")
@@ -155,7 +155,7 @@ def test_embedded_model_quantized_equals_dense():
 def test_auto_keeps_large_files_encoded_and_small_ones_dense(monkeypatch):
     from types import SimpleNamespace
 
-    from pcd_tools.engine import gguf
+    from pcd_tools.engine.load import gguf
 
     def mats(n: int) -> list:
         return [SimpleNamespace(shape=(1024, 1024))] * n + [SimpleNamespace(shape=(1024,))]
@@ -190,11 +190,11 @@ def test_a_bad_panel_size_is_a_typed_error(value, monkeypatch):
 
 @pytest.mark.parametrize("value", ["two", "0", "-1"])
 def test_a_bad_decode_thread_count_is_a_typed_error(value, monkeypatch):
-    from pcd_tools.engine import decode_parts
+    from pcd_tools.engine.host.threads import decode_threads
     from pcd_tools.errors import InvalidArgumentError
 
     monkeypatch.setenv("PCD_DECODE_THREADS", value)
     with pytest.raises(InvalidArgumentError, match=r"PCD_DECODE_THREADS.*positive integer"):
-        decode_parts._default_threads()
+        decode_threads()
     monkeypatch.setenv("PCD_DECODE_THREADS", "3")
-    assert decode_parts._default_threads() == 3
+    assert decode_threads() == 3

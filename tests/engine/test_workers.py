@@ -65,7 +65,7 @@ def test_decide_many_matches_decide_with_many_row_groups(tiny):
 def test_a_request_beside_busy_neighbours_runs_on_fewer_threads_with_the_same_answer(
     tiny, monkeypatch
 ):
-    import pcd_tools.engine.engine as engine_mod
+    import pcd_tools.engine.scorer as engine_mod
 
     schema = {
         "team": {"type": "enum", "choices": ["billing", "bill_disputes", "tech", "sales"]},
@@ -104,7 +104,7 @@ def test_a_spinning_neighbour_is_seen_as_runnable():
     import subprocess
     import sys
 
-    from pcd_tools.engine.cpus import runnable_others
+    from pcd_tools.engine.host.cpus import runnable_others
 
     if not os.path.exists("/proc/loadavg"):
         pytest.skip("needs Linux's /proc/loadavg")
@@ -118,7 +118,7 @@ def test_a_spinning_neighbour_is_seen_as_runnable():
 
 
 def test_thread_fit_uses_every_cpu_when_quiet_and_the_faster_count_beside_neighbours():
-    from pcd_tools.engine.workers import ThreadFit
+    from pcd_tools.engine.passes.workers import ThreadFit
 
     busy = [False]
     fit = ThreadFit(2, lambda cpus: 1 if busy[0] else cpus)

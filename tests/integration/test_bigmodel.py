@@ -100,7 +100,7 @@ def test_decode_steps_read_the_file_blocks():
     not lossless. With 8-bit activations (integer dots, `compute="int8"`'s steps) they
     move as far as llama.cpp's own 8-bit activations do."""
     from pcd_tools import Decider
-    from pcd_tools.engine.fast_decode import NativeDecoder
+    from pcd_tools.engine.decode.native_steps import NativeDecoder
     from tests.engine.test_fast_decode import teacher_forced
 
     eng = Decider.load(str(_path("qwen2.5-coder-0.5b")), compute="float32").engine

@@ -38,7 +38,7 @@ def test_with_structured_output_reasons_then_routes_with_the_route_probability(r
 
 
 def test_the_route_scored_after_the_reason_equals_one_full_prompt_per_route(real):
-    from pcd_tools.engine.platform import import_mlx
+    from pcd_tools.engine.host.blas import import_mlx
 
     mx = import_mlx()
     d = real.decide(Route, TEXT, max_new_tokens=24)

@@ -171,7 +171,8 @@ def test_size_threads_gives_the_engine_its_share_of_the_node(ray_session):
     def sized():
         import os
 
-        from pcd_tools.engine import engine, workers
+        from pcd_tools.engine import scorer as engine
+        from pcd_tools.engine.passes import workers
         from pcd_tools.ray import size_threads
 
         n = size_threads(1.5)

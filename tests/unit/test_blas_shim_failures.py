@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.unit, linux_only]
 CODE = """
     import json
     from pathlib import Path
-    from pcd_tools.engine import platform as p
+    from pcd_tools.engine.host import blas as p
     from pcd_tools.errors import BlasSetupError
     {patch}
     try:

@@ -65,6 +65,11 @@ LAZY_UP: set[tuple[str, str]] = {
     ("pcd_tools.ray", "pcd_tools.serve"),
 }
 
+# The engine's rooms, bottom to top: a module imports only its own room or one below, at
+# module level, inside a function and under `TYPE_CHECKING` alike. Modules directly in
+# `engine/` (the facade: `Engine` in `scorer`, `hybrid`, `doctor`) sit on top.
+ENGINE_ROOMS = ("host", "kernels", "load", "passes", "decode")
+
 MAX_LINES = 600
 # One idea that cannot be cut, with the reason in the module's docstring.
 LONG_MODULES: set[str] = set()
@@ -116,8 +121,9 @@ def _resolve(importer: str, is_pkg: bool, node: ast.ImportFrom, known: set[str])
     return subs or [target]
 
 
-def import_edges() -> list[tuple[str, str, bool, int]]:
-    """Every (importer, imported, lazy, line) edge inside `pcd_tools`."""
+def import_edges(typing: bool = False) -> list[tuple[str, str, bool, int]]:
+    """Every (importer, imported, lazy, line) edge inside `pcd_tools`; with `typing`, the
+    imports under `if TYPE_CHECKING:` too (as module-level edges)."""
     mods = _modules()
     known = set(mods)
     edges: list[tuple[str, str, bool, int]] = []
@@ -132,11 +138,12 @@ def import_edges() -> list[tuple[str, str, bool, int]]:
                 targets = [a.name for a in node.names if a.name.startswith("pcd_tools")]
             else:
                 continue
-            if node.lineno in typing_only:
+            if node.lineno in typing_only and not typing:
                 continue
             for t in targets:
                 if t != name:
-                    edges.append((name, t, node.lineno in in_function, node.lineno))
+                    lazy = node.lineno in in_function and node.lineno not in typing_only
+                    edges.append((name, t, lazy, node.lineno))
     return edges
 
 
@@ -170,7 +177,7 @@ def test_the_graph_is_read() -> None:
     pairs = {(a, b) for a, b, _, _ in edges}
     # Known edges, so that a broken reader cannot pass the tests below by finding nothing.
     assert ("pcd_tools.decide.decider", "pcd_tools.answers.result") in pairs
-    assert ("pcd_tools.engine.cpu_kernels", "pcd_tools.engine.platform") in pairs
+    assert ("pcd_tools.engine.kernels.cpu_ops", "pcd_tools.engine.host.blas") in pairs
     assert any(a.startswith("pcd_tools.cli") for a, _, _, _ in edges)
     assert len(edges) > 100
 
@@ -283,8 +290,49 @@ def test_modules_stay_small() -> None:
 
 def test_the_layer_table_catches_an_upward_edge() -> None:
     # The rule itself: an engine module importing the decider at module level is refused.
-    assert layer("pcd_tools.engine.passes") < layer("pcd_tools.decide.decider")
+    assert layer("pcd_tools.engine.passes.forward") < layer("pcd_tools.decide.decider")
     assert layer("pcd_tools.eval.calibration") > layer("pcd_tools.answers.calibration")
     assert layer("pcd_tools.cli.eval") > layer("pcd_tools.eval.evaluate")
-    assert not _allowed_lazy("pcd_tools.engine.engine", "pcd_tools.decide.decider")
+    assert not _allowed_lazy("pcd_tools.engine.scorer", "pcd_tools.decide.decider")
     assert _allowed_lazy("pcd_tools.decide.decider", "pcd_tools.agents.tools")
+
+
+def engine_room(module: str) -> int:
+    """The room's rank in `ENGINE_ROOMS` (the facade: one past the last)."""
+    parts = module.split(".")
+    if len(parts) > 2 and parts[2] in ENGINE_ROOMS:
+        return ENGINE_ROOMS.index(parts[2])
+    return len(ENGINE_ROOMS)
+
+
+def test_engine_rooms_point_down() -> None:
+    bad = [
+        f"{a}:{line} imports {b}"
+        for a, b, _, line in import_edges(typing=True)
+        if a.startswith("pcd_tools.engine.")
+        and b.startswith("pcd_tools.engine.")
+        and engine_room(b) > engine_room(a)
+    ]
+    assert bad == []
+    # the rule itself: a pass importing the decode steps, or the host a kernel, is refused
+    assert engine_room("pcd_tools.engine.decode.native_steps") > engine_room(
+        "pcd_tools.engine.passes.forward"
+    )
+    assert engine_room("pcd_tools.engine.kernels.qgemm") > engine_room("pcd_tools.engine.host.blas")
+    assert engine_room("pcd_tools.engine.scorer") == len(ENGINE_ROOMS)
+
+
+def test_engine_modules_sit_in_rooms() -> None:
+    # Nothing but the facade directly in `engine/`: every other module is in a room.
+    loose = [
+        m
+        for m in _modules()
+        if m.startswith("pcd_tools.engine.")
+        and m.count(".") == 2
+        and m.split(".")[2] not in ENGINE_ROOMS
+    ]
+    assert sorted(loose) == [
+        "pcd_tools.engine.doctor",
+        "pcd_tools.engine.hybrid",
+        "pcd_tools.engine.scorer",
+    ]

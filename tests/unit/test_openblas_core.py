@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pcd_tools.engine import openblas_core as oc
+from pcd_tools.engine.host import openblas_core as oc
 from pcd_tools.errors import BlasSetupError
 
 pytestmark = pytest.mark.unit

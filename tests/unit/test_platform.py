@@ -1,4 +1,4 @@
-"""Tests for pcd_tools.engine.platform.
+"""Tests for pcd_tools.engine.host.blas.
 
 BLAS binding must precede the first `import mlx.core`, so every test that binds or
 imports mlx runs in a fresh interpreter.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pcd_tools.engine import platform as plat
+from pcd_tools.engine.host import blas as plat
 
 pytestmark = pytest.mark.unit
 
@@ -53,7 +53,7 @@ def test_import_does_not_import_mlx(shared_cache: Path) -> None:
     out = run_py(
         """
         import json, sys
-        import pcd_tools.engine.platform
+        import pcd_tools.engine.host.blas
         print(json.dumps({"mlx": [m for m in sys.modules if m.startswith("mlx")]}))
     """,
         shared_cache,
@@ -67,7 +67,7 @@ def test_setup_binds_fast_blas_and_matmul_is_right(shared_cache: Path) -> None:
         """
         import json
         import numpy as np
-        from pcd_tools.engine import platform as p
+        from pcd_tools.engine.host import blas as p
         info = p.setup_blas()
         assert p.setup_blas() is info
         mx = p.import_mlx()
@@ -115,7 +115,7 @@ def test_reference_is_slow_and_warns_once(shared_cache: Path) -> None:
     out = run_py(
         """
         import json, warnings
-        from pcd_tools.engine import platform as p
+        from pcd_tools.engine.host import blas as p
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             info = p.ensure_fast_path()
@@ -147,7 +147,7 @@ def test_setup_after_mlx_import_is_too_late(shared_cache: Path) -> None:
         """
         import json
         import mlx.core
-        from pcd_tools.engine import platform as p
+        from pcd_tools.engine.host import blas as p
         info = p.setup_blas()
         print(json.dumps({"name": info.name, "bound": info.bound_before_import,
                           "note": info.note}))
@@ -164,7 +164,7 @@ def test_bad_pcd_blas_path_raises(shared_cache: Path, tmp_path: Path) -> None:
     out = run_py(
         """
         import json
-        from pcd_tools.engine import platform as p
+        from pcd_tools.engine.host import blas as p
         from pcd_tools.errors import BlasSetupError
         try:
             p.setup_blas()
@@ -180,7 +180,8 @@ def test_bad_pcd_blas_path_raises(shared_cache: Path, tmp_path: Path) -> None:
 
 PASS_OVER = """
     import json
-    from pcd_tools.engine import openblas_core, platform as p
+    from pcd_tools.engine.host import openblas_core
+    from pcd_tools.engine.host import blas as p
     real = p._candidates()
     assert real, "no BLAS candidates here"
     name, path = real[-1]
@@ -221,7 +222,7 @@ def test_shim_is_compiled_once_then_reused(tmp_path: Path) -> None:
     lib = Path(next(iter(spec.submodule_search_locations))) / "lib" / "libscipy_openblas.so"
     code = """
         import json
-        from pcd_tools.engine import platform as p
+        from pcd_tools.engine.host import blas as p
         info = p.setup_blas()
         print(json.dumps({"name": info.name, "note": info.note}))
     """
@@ -241,7 +242,7 @@ def test_doctor_keys(shared_cache: Path) -> None:
     out = run_py(
         """
         import json
-        from pcd_tools.engine import platform as p
+        from pcd_tools.engine import doctor as p
         print(json.dumps(p.doctor()))
     """,
         shared_cache,
@@ -266,6 +267,8 @@ def test_doctor_keys(shared_cache: Path) -> None:
             "cache_dir",
             "python",
             "platform",
+            "decode",
+            "fallbacks",
         ]
     )
     assert out["cache_dir"] == str(shared_cache)

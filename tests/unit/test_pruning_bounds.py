@@ -2,7 +2,7 @@
 
 Each node of a random trie gets a random distribution over a small vocabulary, so an
 edge's log p is exactly what a full-vocabulary model pass would give, and the exhaustive
-answer is known. The search (`pcd_tools.engine.prune.search`) reads edges from it level
+answer is known. The search (`pcd_tools.engine.passes.prune.search`) reads edges from it level
 by level; `pcd_tools.answers.bounds` must then never certify a wrong answer, and its bounds must
 always hold the exhaustive probability.
 """
@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pcd_tools.answers.bounds import PartialScores, bounded
-from pcd_tools.engine.prune import Pruning, expansions, search
-from pcd_tools.engine.trie import build_trie
+from pcd_tools.engine.passes.prune import Pruning, expansions, search
+from pcd_tools.engine.passes.trie import build_trie
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pcd_tools.engine.trie import build_trie
+from pcd_tools.engine.passes.trie import build_trie
 
 pytestmark = pytest.mark.unit
 

@@ -26,7 +26,8 @@ PACKAGE = Path(pcd_tools.__file__).resolve().parent
 
 def loaded_c_sources() -> set[str]:
     """Every `*.c` name a module of the package spells as a string (a `with_name(...)`,
-    a path), as its path in the wheel: relative to that module's folder."""
+    a path), as its path in the wheel: the one file of that name in the package (the C
+    sources live in `engine/kernels/`, and modules of other rooms name them there)."""
     found = set()
     for module in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
@@ -37,8 +38,9 @@ def loaded_c_sources() -> set[str]:
                 and "/" not in node.value
                 and " " not in node.value
             ):
-                rel = (module.parent / node.value).relative_to(PACKAGE.parent)
-                found.add(rel.as_posix())
+                hits = sorted(PACKAGE.rglob(node.value))
+                assert len(hits) == 1, (module, node.value, hits)  # one source of each name
+                found.add(hits[0].relative_to(PACKAGE.parent).as_posix())
     return found
 
 
@@ -46,7 +48,8 @@ def test_the_scan_finds_the_sources_the_native_modules_load():
     found = loaded_c_sources()
     # Not vacuous: the native modules' own sources are among what the scan finds, and
     # each name found is a file in the checkout.
-    from pcd_tools.engine import native, platform
+    from pcd_tools.engine.host import blas as platform
+    from pcd_tools.engine.host import build as native
 
     for src in (native._DECODE_SOURCE, native._KERNELS_SOURCE, platform._SHIM_SOURCE):
         assert src.relative_to(PACKAGE.parent).as_posix() in found

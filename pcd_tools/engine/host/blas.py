@@ -27,7 +27,7 @@ from typing import Any
 from pcd_tools.errors import BlasSetupError, NativeBuildError
 
 from . import openblas_core
-from .native import cache_dir, compile_c, load_cpu_kernels
+from .build import cache_dir, compile_c, load_cpu_kernels
 
 __all__ = [
     "BlasInfo",
@@ -38,7 +38,6 @@ __all__ = [
     "compile_c",
     "cpu_kernels_library",
     "device_info",
-    "doctor",
     "ensure_fast_path",
     "import_mlx",
     "measure_gflops",
@@ -50,7 +49,7 @@ __all__ = [
 
 FAST_GFLOPS = 50.0
 OPENBLAS_THREAD_TIMEOUT = 4  # log2 of the cycles an idle OpenBLAS thread spins
-_SHIM_SOURCE = Path(__file__).with_name("_blas_shim.c")
+_SHIM_SOURCE = Path(__file__).parents[1] / "kernels" / "_blas_shim.c"
 _FIX = (
     "Fix: `pip install scipy-openblas32` with a C compiler (cc/gcc) on PATH, or "
     "`apt-get install libopenblas0-pthread`, or set PCD_BLAS=/path/to/libopenblas.so; "
@@ -450,64 +449,3 @@ def device_info() -> DeviceInfo:
     return DeviceInfo(
         device, "float32" if device == "cpu" else "keep", usable_cpus(), mx.__version__
     )
-
-
-def _budget_text() -> str:
-    from .cpus import busy, cpu_budget
-
-    b = cpu_budget()
-    quota = "none" if b.quota is None else f"{b.quota:g} CPUs"
-    load = busy(b.cpus)[1]
-    return (
-        f"{b.cpus} threads ({b.source}; affinity {b.affinity}, cgroup quota {quota}); "
-        f"load average {load:.1f}"
-    )
-
-
-def _compute_modes(device: str) -> tuple[list[str], str]:
-    """The `compute=` modes this machine runs on a GGUF file, and the int8 kernel the CPU
-    picks (`pcd_tools.engine.qgemm`), or why there is none."""
-    if device != "cpu":
-        return ["mlx"], "off: not a CPU device (MLX's own kernels)"
-    from ..errors import NativeBuildError
-    from . import qgemm
-
-    try:
-        return ["float32", *qgemm.available_modes()], qgemm.isa()
-    except (NativeBuildError, OSError) as e:
-        return ["float32"], f"off: {e}"
-
-
-def doctor() -> dict[str, Any]:
-    """Collect what `pcd models --doctor` prints: device, mlx, BLAS, the native CPU
-    kernels (`on (...)` or `off: why`), cache, Python."""
-    info, dev = blas_status(), device_info()
-    kernels = cpu_kernels_library()[1] if dev.device == "cpu" else "off: not a CPU device"
-    modes, int8 = _compute_modes(dev.device)
-    return {
-        "device": dev.device,
-        "default_dtype": dev.default_dtype,
-        "cpu_count": dev.cpu_count,
-        "cpu_budget": _budget_text(),
-        "mlx_version": dev.mlx_version,
-        "blas": info.name,
-        "blas_path": info.path,
-        "blas_gflops": None if info.gflops is None else round(info.gflops, 1),
-        "blas_fast": info.fast,
-        "blas_bound_before_import": info.bound_before_import,
-        "blas_note": info.note,
-        "native_kernels": kernels,
-        "compute_modes": modes,
-        "int8_kernel": int8,
-        "compute_auto": (
-            f"int8 for a K-quant GGUF kept encoded, or any kept encoded with 256 MiB of "
-            f"matrices or more (the {int8} kernels), else float32"
-            if int8 in ("avx512vnni", "avx2", "avxvnni")
-            else "float32"
-            if dev.device == "cpu"
-            else "mlx"
-        ),
-        "cache_dir": str(cache_dir()),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-    }

@@ -94,7 +94,7 @@ import numpy as np
 
 from pcd_tools.errors import InvalidArgumentError, NativeBuildError
 
-from .native import compile_c
+from ..host.build import compile_c
 
 __all__ = [
     "GGML_TYPES",
@@ -467,7 +467,7 @@ def _check_activations(
 
 def _threads(threads: int | None) -> int:
     if threads is None:
-        from .cpus import usable_cpus
+        from ..host.cpus import usable_cpus
 
         return usable_cpus()
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ..prompt import Question, build_prompt, questions
-from ..schema import Schema
+from ...prompt import Question, build_prompt, questions
+from ...schema import Schema
 from .trie import FieldTrie, build_trie
 
 __all__ = [

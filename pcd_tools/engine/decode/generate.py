@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from ..answers.softmax import log_softmax_at
-from ..errors import GenerationError, GenerationLimitError
-from ..schema import FieldSpec
-from .grammar import token_bytes, vocabulary
-from .platform import import_mlx
+from ...answers.softmax import log_softmax_at
+from ...errors import GenerationError, GenerationLimitError
+from ...schema import FieldSpec
+from ..host.blas import import_mlx
 from .text_limits import LimitState, TextLimits
 from .value_regex import field_regex, opener
+from .vocabulary import token_bytes, vocabulary
 
 mx = import_mlx()
 
@@ -270,7 +270,7 @@ def decode_rows(
         GenerationError: if no token can continue a row's grammar.
         ContextTooLongError: if a row reaches the model's window.
     """
-    from ..errors import ContextTooLongError
+    from ...errors import ContextTooLongError
 
     rows: list[_Row] = []
     if first is not None:
@@ -351,7 +351,7 @@ def _check(
     max_position: int,
 ) -> None:
     """Raises if row `r` may not take another token: its limit, or the window."""
-    from ..errors import ContextTooLongError
+    from ...errors import ContextTooLongError
 
     if len(row.ids) >= limit:
         partial = row.opener + tokenizer.decode(row.ids)

@@ -44,8 +44,8 @@ __all__ = [
     "load_decode_kernels",
 ]
 
-_KERNELS_SOURCE = Path(__file__).with_name("_cpu_kernels.c")
-_DECODE_SOURCE = Path(__file__).with_name("_decode.c")
+_KERNELS_SOURCE = Path(__file__).parents[1] / "kernels" / "_cpu_kernels.c"
+_DECODE_SOURCE = Path(__file__).parents[1] / "kernels" / "_decode.c"
 _FALLBACKS: dict[str, str] = {}  # library -> why it fell back, in this process
 _FALLBACK_LOCK = threading.Lock()
 

@@ -15,23 +15,39 @@ that accepts one position per token by moving the token axis into the batch axis
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from .._lazy import mlx_lm_module
-from ..prompt import Question
-from . import cpu_kernels
+from ..._lazy import mlx_lm_module
+from ...prompt import Question
+from ..host.blas import import_mlx
+from ..kernels import cpu_ops as cpu_kernels
 from .kv_parts import join_kv, kv_parts
 from .pack import Chunk, Edges, Plan
-from .platform import import_mlx
 from .trie import FieldTrie
 
 mx = import_mlx()
 import mlx.nn as nn  # noqa: E402
 
-__all__ = ["PACKABLE", "PassCache", "Passes", "PerTokenRoPE", "ScoredBatch"]
+__all__ = [
+    "PACKABLE",
+    "FollowUp",
+    "PassCache",
+    "PassMode",
+    "Passes",
+    "PerTokenRoPE",
+    "ScoredBatch",
+]
+
+# How a fields pass lays out its rows: one packed sequence, padded batch rows, or one
+# prompt per question (the reference).
+PassMode = Literal["packed", "batched", "sequential"]
+# Given each context's scored (question, trie, edge log p) so far, its next questions
+# ([] when it is done): how dependent fields ask for later waves on the same KV cache.
+FollowUp = Callable[[list[tuple[Question, FieldTrie, np.ndarray]]], list[Question]]
 
 # Architectures whose attention reads positions only through `rope(x, offset=cache.offset)`
 # and keys through `cache.update_and_fetch`: the packed layout is verified for these.

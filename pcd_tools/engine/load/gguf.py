@@ -20,10 +20,10 @@ import numpy as np
 
 from pcd_tools.errors import ModelLoadError
 
-from .._lazy import mlx_lm_module
-from .gguf_arch import FAMILIES, SUPPORTED_ARCHITECTURES, Family, finish_weights, rope_factors
-from .gguf_tokenizer import GGUFTokenizer
-from .platform import import_mlx
+from ..._lazy import mlx_lm_module
+from ..host.blas import import_mlx
+from .families import FAMILIES, SUPPORTED_ARCHITECTURES, Family, finish_weights, rope_factors
+from .tokenizer import GGUFTokenizer
 
 if TYPE_CHECKING:
     import mlx.core as mx
@@ -310,7 +310,7 @@ def _cpu_weights(
     """The CPU loads: weights dequantized by `qweights` (exactly gguf-py's values), dense
     float32 or, with `encoded`, matrices kept in the file's encoding. None where the native
     kernels cannot be built (the caller falls back to `_load_weights`)."""
-    from . import qweights
+    from . import qlinear as qweights
 
     if qweights.library() is None:
         return None
@@ -436,7 +436,7 @@ def load_gguf(
             layer.self_attn.rope = rope
     nn.quantize(model, class_predicate=lambda p, _: quantized.get(p, False))
     if encoded_weights:
-        from .qweights import install
+        from .qlinear import install
 
         install(model, encoded_weights, weights)
     try:

@@ -15,7 +15,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..answers.bounds import PartialScores
+from ...answers.bounds import PartialScores
 
 __all__ = ["FieldTrie", "build_trie"]
 

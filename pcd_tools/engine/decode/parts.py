@@ -1,11 +1,11 @@
-"""What native decoding reads from an MLX model, and how many threads a step uses.
+"""What native decoding reads from an MLX model.
 
-The parts of `fast_decode` that do not touch the native library: the float32 weights of
+The parts of `native_steps` that do not touch the native library: the float32 weights of
 linear and embedding layers (dequantized where MLX holds them quantized), whether a model
-can be decoded natively at all, the RoPE tables probed from the model's own rope module,
-the decode ISA and thread count from the environment, the thread tuner, and which
-weights the steps read (`check_weights`: the GGUF file's blocks or an 8-bit copy) and
-what they multiply them by (`pick_activations`).
+can be decoded natively at all, which weights the steps read (`check_weights`: the GGUF
+file's blocks or an 8-bit copy) and what they multiply them by (`pick_activations`). The
+RoPE probe is `kernels.cpu_ops.rope_tables`; the decode ISA, thread count and tuner, and
+the memory probe live in `host/` (`cpus.decode_isa`, `threads`, `cgroups.available_memory`).
 """
 
 from __future__ import annotations
@@ -15,15 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
-from .platform import import_mlx
+from ...errors import InvalidArgumentError
+from ..host.blas import import_mlx
 
 mx = import_mlx()
 
 __all__ = [
     "ACTIVATIONS",
     "WEIGHTS",
-    "available_memory",
     "check_weights",
     "pick_activations",
     "unsupported_reason",
@@ -31,7 +30,6 @@ __all__ = [
 
 ARCHS = ("mlx_lm.models.llama", "mlx_lm.models.qwen2")
 QB = 32  # inputs per quantization block
-_ISAS = {"auto": 0, "avx512": 512, "512": 512, "avx2": 256, "256": 256, "scalar": 1, "1": 1}
 
 
 def _np(a: Any) -> np.ndarray:
@@ -95,90 +93,6 @@ def unsupported_reason(model: Any, device: str) -> str | None:
             f"multiple of {QB}"
         )
     return None
-
-
-def _rope_tables(rope: Any, head_dim: int, n: int, check: bool) -> tuple[Any, ...]:
-    """cos and sin (n, dims / 2) of the model's rope module at positions [0, n), probed
-    from the module itself (it rotates pairs (i1[k], i2[k]) by angle k); its layout and
-    rotated dims. With `check`, None unless they reproduce the module on random vectors."""
-    dims = int(getattr(rope, "dims", head_dim))
-    trad = bool(getattr(rope, "traditional", False))
-    idx = np.arange(dims)
-    i1, i2 = (idx[0::2], idx[1::2]) if trad else (idx[: dims // 2], idx[dims // 2 :])
-    probe = np.zeros((1, 1, n, head_dim), np.float32)
-    probe[..., i1] = 1.0
-    out = np.array(rope(mx.array(probe), offset=0).astype(mx.float32))[0, 0]
-    cos, sin = np.ascontiguousarray(out[:, i1]), np.ascontiguousarray(out[:, i2])
-    rng = np.random.default_rng(0)
-    for off in (0, 7, n - 2) if check else ():
-        x = rng.standard_normal((2, head_dim)).astype(np.float32)
-        want = np.array(rope(mx.array(x[None, None]), offset=off).astype(mx.float32))[0, 0]
-        c, s_, got = cos[off : off + 2], sin[off : off + 2], x.copy()
-        got[:, i1] = x[:, i1] * c - x[:, i2] * s_
-        got[:, i2] = x[:, i1] * s_ + x[:, i2] * c
-        if not np.allclose(got, want, rtol=1e-4, atol=1e-4):
-            return None, None, trad, dims
-    return cos, sin, trad, dims
-
-
-def _isa_from_env(isa: str | int | None) -> int:
-    if isa is None:
-        isa = os.environ.get("PCD_DECODE_ISA", "auto")
-    key = str(isa).strip().lower()
-    if key not in _ISAS:
-        raise InvalidArgumentError(
-            f"decode ISA {isa!r} is not known; accepted: {sorted(set(_ISAS) - {'512', '256', '1'})}"
-        )
-    return _ISAS[key]
-
-
-def _default_threads() -> int:
-    """`$PCD_DECODE_THREADS`, else the CPUs this process may use (its affinity mask, less
-    a cgroup quota: `cpus.usable_cpus`)."""
-    from .cpus import usable_cpus
-
-    env = os.environ.get("PCD_DECODE_THREADS", "").strip()
-    if not env:
-        return usable_cpus()
-    if not env.isdigit() or int(env) <= 0:
-        raise InvalidArgumentError(
-            f"PCD_DECODE_THREADS={env!r} is not accepted; expected a positive integer (the "
-            "decode step's threads), or unset for the CPUs this process may use."
-        )
-    return int(env)
-
-
-class _ThreadTuner:
-    """How many of the pool's threads a step uses: the count with the fastest recent
-    steps (per batch size class), trying each count again every 16th step. Where other
-    processes hold the cores, fewer threads win (each waits less at the step's 121
-    barriers): on this 2-core VM at a load average of ~4, 1 thread took 19.9 ms/token and
-    2 took 26.5 ms. A fixed count (`threads=` or `PCD_DECODE_THREADS`) is never tuned.
-    `workers.ThreadFit` tunes the engine's passes with it over two counts of its own."""
-
-    def __init__(self, n: int, fixed: bool):
-        self.n, self.fixed, self.calls = n, fixed, 0
-        self.times: dict[tuple[int, int], list[float]] = {}
-
-    def pick(self, batch: int, counts: tuple[int, ...] | None = None) -> int:
-        """The count to use: one of `counts` (default 1 to `n`)."""
-        if self.fixed or self.n == 1:
-            return self.n
-        self.calls += 1
-        key = min(batch.bit_length(), 4)
-        counts = counts or tuple(range(1, self.n + 1))
-        for t in counts:
-            if len(self.times.get((key, t), ())) < 2:
-                return t
-        if self.calls % 16 == 0:
-            return counts[(self.calls // 16) % len(counts)]
-        return min(counts, key=lambda t: float(np.median(self.times[(key, t)])))
-
-    def record(self, batch: int, threads: int, seconds: float) -> None:
-        if not self.fixed:
-            recent = self.times.setdefault((min(batch.bit_length(), 4), threads), [])
-            recent.append(seconds)
-            del recent[:-5]
 
 
 WEIGHTS = ("auto", "file", "copy")
@@ -250,45 +164,6 @@ def pick_activations(value: Any, model: Any) -> str:
         if getattr(m, "gguf_encoded", False) and getattr(m.weight, "compute", "") == "int8":
             return "int8"
     return "float32"
-
-
-_CGROUP = "/sys/fs/cgroup"  # the cgroup file system (a test points it elsewhere)
-
-
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path) as f:
-            text = f.read().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None  # "max": no limit
-
-
-def available_memory() -> int:
-    """Bytes of memory available now: MemAvailable (the physical size where unknown), and
-    no more than this process's cgroup leaves under its limit (v2 `memory.max` less
-    `memory.current`, or v1 `memory.limit_in_bytes` less `memory.usage_in_bytes`)."""
-    avail = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    if avail is None:
-        try:
-            avail = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-        except (ValueError, OSError, AttributeError):
-            avail = 1 << 62
-    for limit, used in (
-        ("memory.max", "memory.current"),
-        ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"),
-    ):
-        cap, cur = _read_int(f"{_CGROUP}/{limit}"), _read_int(f"{_CGROUP}/{used}")
-        if cap is not None and cur is not None and cap < 1 << 60:  # v1 writes a huge "no limit"
-            avail = min(avail, max(0, cap - cur))
-    return avail
 
 
 def _copy_bytes(model: Any) -> int:

@@ -37,19 +37,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
+from .cgroups import _read, cgroup_quota
 
 __all__ = [
     "CpuBudget",
     "busy",
     "cgroup_quota",
     "cpu_budget",
+    "decode_isa",
     "request_threads",
     "runnable_others",
     "usable_cpus",
 ]
-
-_CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 @dataclass(frozen=True)
@@ -76,72 +76,6 @@ class CpuBudget:
         if self.quota is not None and math.ceil(self.quota) < self.affinity:
             return "cgroup quota"
         return "affinity"
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def _own_cgroup(proc_cgroup: str | None) -> tuple[str | None, dict[str, str]]:
-    """This process's cgroup v2 path, and its v1 paths by controller."""
-    v2, v1 = None, {}
-    for line in (proc_cgroup or "").splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        hid, ctrls, path = parts
-        if hid == "0" and ctrls == "":
-            v2 = path
-        for c in ctrls.split(","):
-            if c:
-                v1[c] = path
-    return v2, v1
-
-
-def cgroup_quota(root: Path = _CGROUP_ROOT, proc_cgroup: str | None = None) -> float | None:
-    """The CPU quota of this process's cgroup, in CPUs, or None for no quota.
-
-    Reads cgroup v2's `cpu.max` in this process's cgroup and then the root (where a
-    container sees its own cgroup mounted), else cgroup v1's CFS files. An unreadable or
-    malformed file counts as no quota.
-
-    Args:
-        root: The cgroup mount point.
-        proc_cgroup: The text of `/proc/self/cgroup` (read when None).
-    """
-    if proc_cgroup is None:
-        proc_cgroup = _read(Path("/proc/self/cgroup"))
-    v2, v1 = _own_cgroup(proc_cgroup)
-    dirs = [root / v2.lstrip("/")] if v2 and v2 != "/" else []
-    for d in [*dirs, root]:
-        text = _read(d / "cpu.max")
-        if text is None:
-            continue
-        parts = text.split()
-        if len(parts) == 2 and parts[0] != "max":
-            try:
-                quota, period = int(parts[0]), int(parts[1])
-            except ValueError:
-                return None
-            return quota / period if quota > 0 and period > 0 else None
-        return None
-    cpu = v1.get("cpu") or v1.get("cpuacct")
-    for d in ([root / "cpu" / cpu.lstrip("/")] if cpu else []) + [
-        root / "cpu",
-        root / "cpu,cpuacct",
-    ]:
-        q, p = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
-        if q is None or p is None:
-            continue
-        try:
-            quota, period = int(q), int(p)
-        except ValueError:
-            return None
-        return quota / period if quota > 0 and period > 0 else None
-    return None
 
 
 def _override(env: str | None) -> int | None:
@@ -279,3 +213,19 @@ def request_threads(
     h = max(n, host or os.cpu_count() or n)
     held = int(o * n / h + 0.5)
     return max(1, n - held)
+
+
+_ISAS = {"auto": 0, "avx512": 512, "512": 512, "avx2": 256, "256": 256, "scalar": 1, "1": 1}
+
+
+def decode_isa(isa: str | int | None = None) -> int:
+    """The native decode's instruction set: `isa`, else `$PCD_DECODE_ISA` (`auto`, `avx512`,
+    `avx2`, `scalar`), as the library's path number (0 = pick at run time)."""
+    if isa is None:
+        isa = os.environ.get("PCD_DECODE_ISA", "auto")
+    key = str(isa).strip().lower()
+    if key not in _ISAS:
+        raise InvalidArgumentError(
+            f"decode ISA {isa!r} is not known; accepted: {sorted(set(_ISAS) - {'512', '256', '1'})}"
+        )
+    return _ISAS[key]

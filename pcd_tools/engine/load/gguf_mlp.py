@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from . import cpu_kernels
-from .platform import import_mlx
-from .qweights import GGUFLinear, _as_numpy, _shared_activations, _threads
+from ..host.blas import import_mlx
+from ..kernels import cpu_ops as cpu_kernels
+from .qlinear import GGUFLinear, _as_numpy, _shared_activations, _threads
 
 mx = import_mlx()
 import mlx.nn as nn  # noqa: E402  (after import_mlx, which binds the BLAS first)

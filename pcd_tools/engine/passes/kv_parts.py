@@ -12,7 +12,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from .platform import import_mlx
+from ..host.blas import import_mlx
 
 mx = import_mlx()
 

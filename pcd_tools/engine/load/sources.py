@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidArgumentError, ModelLoadError
-from .platform import device_info, import_mlx
+from ...errors import InvalidArgumentError, ModelLoadError
+from ..host.blas import device_info, import_mlx
 
 __all__ = [
     "COMPUTES",
@@ -28,7 +28,7 @@ __all__ = [
 # What `load_model(dtype=...)` and `PCD_DTYPE` accept.
 DTYPES = ("auto", "quantized", "float32", "float16", "bfloat16", "keep")
 # What `load_model(compute=...)` and `PCD_COMPUTE` accept: the arithmetic of the passes'
-# matrix products over a GGUF file's blocks on CPU (`pcd_tools.engine.qgemm`).
+# matrix products over a GGUF file's blocks on CPU (`pcd_tools.engine.kernels.qgemm`).
 COMPUTES = ("auto", "float32", "int8", "bf16")
 
 EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct"
@@ -206,7 +206,7 @@ def _check_compute(compute: str, device: str, dtype: str, what: str) -> None:
             "accepted with it: a .gguf file (or the embedded model) and dtype 'auto' or "
             "'quantized'."
         )
-    from .qgemm import available_modes
+    from ..kernels.qgemm import available_modes
 
     modes = available_modes()
     if compute not in modes:
@@ -226,7 +226,7 @@ def _dtype_for(device: str, dtype: str) -> Any:
 def _dtype_name(model: Any, file_type: str = "") -> str:
     import mlx.nn as nn
 
-    from .qweights import GGUFEmbedding, GGUFLinear
+    from .qlinear import GGUFEmbedding, GGUFLinear
 
     for _, m in model.named_modules():
         if isinstance(m, (GGUFLinear, GGUFEmbedding)):
@@ -260,12 +260,12 @@ def _from_gguf(
     if device != "cpu":
         mode = "mlx"
     elif compute in ("int8", "bf16"):
-        from .qweights import set_compute
+        from .qlinear import set_compute
 
         set_compute(model, compute)
         mode = compute
     else:  # "auto": int8 where an int8 SIMD kernel pays for this file (auto_compute)
-        from .qweights import auto_compute, set_compute
+        from .qlinear import auto_compute, set_compute
 
         mode = auto_compute(model) if compute == "auto" else "float32"
         if mode != "float32":
@@ -503,7 +503,7 @@ def load_model(
             kernels" and "int8 on AVX2"; `qweights.auto_compute`). `"int8"` multiplies a
             GGUF file's blocks by activations quantized to 8 bits, per block of 32, or per 256 for K-quant
             matrices (llama.cpp's Q8_K), as llama.cpp does (kernels picked at run time:
-            AVX-512 VNNI, AVX-VNNI, AVX2 or portable C; `pcd_tools.engine.qgemm`); `"bf16"`
+            AVX-512 VNNI, AVX-VNNI, AVX2 or portable C; `pcd_tools.engine.kernels.qgemm`); `"bf16"`
             rounds both sides to bfloat16 (AVX-512 BF16 CPUs only). Both keep the weights
             in the file's encoding (also under `dtype="auto"`) and move scores away from
             float32's by the activations' rounding: at 1.5B in int8 as far as llama.cpp's

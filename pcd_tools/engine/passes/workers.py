@@ -14,10 +14,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from . import cpu_kernels
-from .cpus import request_threads, usable_cpus
-from .decode_parts import _ThreadTuner
-from .platform import import_mlx, set_blas_threads
+from ..host.blas import import_mlx, set_blas_threads
+from ..host.cpus import request_threads, usable_cpus
+from ..host.threads import ThreadTuner
+from ..kernels import cpu_ops as cpu_kernels
 
 mx = import_mlx()
 
@@ -38,7 +38,7 @@ class ThreadFit:
     every BLAS call); beside two spinning processes, triage's 2 threads beat 1 (6.2 s
     against 8.0 s). So each count is tried twice when neighbours appear, the faster by
     median seconds per token of the last 5 busy requests is used, and the other is tried
-    again every 16th busy request: the native decode's `_ThreadTuner`, over these two
+    again every 16th busy request: the native decode's `ThreadTuner`, over these two
     counts.
     `PCD_THREADS` or `PCD_ADAPTIVE_THREADS=0` fixes the count at `cpus`.
 
@@ -49,7 +49,7 @@ class ThreadFit:
 
     def __init__(self, cpus: int, suggest: Callable[[int], int] = request_threads):
         self.cpus, self.suggest = cpus, suggest
-        self.tuner = _ThreadTuner(cpus, fixed=False)
+        self.tuner = ThreadTuner(cpus, fixed=False)
         self.busy = False
 
     def pick(self) -> int:

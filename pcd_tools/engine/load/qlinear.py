@@ -34,8 +34,8 @@ import numpy as np
 
 from pcd_tools.errors import InvalidArgumentError, NativeBuildError
 
-from .native import compile_c
-from .platform import import_mlx, sgemm_address
+from ..host.blas import import_mlx, sgemm_address
+from ..host.build import compile_c
 
 mx = import_mlx()
 import mlx.nn as nn  # noqa: E402
@@ -52,7 +52,7 @@ __all__ = [
     "set_compute",
 ]
 
-_SOURCE = Path(__file__).with_name("_qweights.c")
+_SOURCE = Path(__file__).parents[1] / "kernels" / "_qweights.c"
 # ggml type name -> (type id, weights per block, bytes per block): what the kernel reads.
 GGML_TYPES: dict[str, tuple[int, int, int]] = {
     "F32": (0, 1, 4),
@@ -142,7 +142,7 @@ def available() -> tuple[bool, str]:
 
 def _threads() -> int:
     """Threads for dequantizing: the engine's for this request when its kernels are on."""
-    from . import cpu_kernels
+    from ..kernels import cpu_ops as cpu_kernels
 
     return int(getattr(cpu_kernels._state, "threads", 1)) if cpu_kernels._on() else 1
 
@@ -265,7 +265,7 @@ class QTensor:
         return out
 
     def _matrix(self) -> Any:
-        from . import qgemm
+        from ..kernels import qgemm
 
         if self._qmatrix is None:
             self._qmatrix = qgemm.prepare(self.data, self.type_name, self.shape)
@@ -282,7 +282,7 @@ class QTensor:
     def activations_for(self, x: np.ndarray, threads: int = 1) -> Any:
         """x quantized as this tensor's int8 route quantizes it, for `matmul(...,
         activations=)` on every tensor of the same `act_block` that reads the same x."""
-        from . import qgemm
+        from ..kernels import qgemm
 
         block = self.act_block()
         if block is None:
@@ -332,7 +332,7 @@ def set_compute(model: Any, mode: str) -> int:
     Returns:
         How many matrices now run in `mode`.
     """
-    from .qgemm import GGML_TYPES as KERNEL_TYPES
+    from ..kernels.qgemm import GGML_TYPES as KERNEL_TYPES
 
     n = 0
     for _, m in model.named_modules():
@@ -382,7 +382,7 @@ def auto_compute(model: Any) -> str:
                 kq += m.weight.data.nbytes
     if not total:
         return "float32"
-    from . import qgemm
+    from ..kernels import qgemm
 
     try:
         isa = qgemm.isa()

@@ -45,9 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from .._lazy import mlx_lm_module
-from .decode_parts import _rope_tables
-from .platform import cpu_kernels_library, import_mlx
+from ..._lazy import mlx_lm_module
+from ..host.blas import cpu_kernels_library, import_mlx
 
 mx = import_mlx()
 import mlx.nn as nn  # noqa: E402
@@ -334,7 +333,7 @@ def sdpa(
 
 def _rope_table(inner: Any, head_dim: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin (positions, dims / 2) of an `nn.RoPE` at positions [0, n) or more: the
-    module's own output on a probe (`decode_parts._rope_tables`, as the native decode
+    module's own output on a probe (`rope_tables`, as the native decode
     builds its tables), so each entry is MLX's own float32 value. Kept per thread and
     per RoPE setting, grown by doubling from 4,096 positions."""
     tables = getattr(_state, "ropes", None)
@@ -344,7 +343,7 @@ def _rope_table(inner: Any, head_dim: int, n: int) -> tuple[np.ndarray, np.ndarr
     have = tables.get(key)
     if have is None or len(have[0]) < n:
         size = max(n, 4096, 2 * len(have[0]) if have is not None else 0)
-        cos, sin, _, _ = _rope_tables(inner, head_dim, size, False)
+        cos, sin, _, _ = rope_tables(inner, head_dim, size, False)
         have = tables[key] = (cos, sin)
     return have
 
@@ -469,3 +468,27 @@ def install(model: Any) -> bool:
             if getattr(module, "swiglu", None) is swiglu:
                 found["swiglu"] = True
     return found["sdpa"] and found["swiglu"]
+
+
+def rope_tables(rope: Any, head_dim: int, n: int, check: bool) -> tuple[Any, ...]:
+    """cos and sin (n, dims / 2) of the model's rope module at positions [0, n), probed
+    from the module itself (it rotates pairs (i1[k], i2[k]) by angle k); its layout and
+    rotated dims. With `check`, None unless they reproduce the module on random vectors."""
+    dims = int(getattr(rope, "dims", head_dim))
+    trad = bool(getattr(rope, "traditional", False))
+    idx = np.arange(dims)
+    i1, i2 = (idx[0::2], idx[1::2]) if trad else (idx[: dims // 2], idx[dims // 2 :])
+    probe = np.zeros((1, 1, n, head_dim), np.float32)
+    probe[..., i1] = 1.0
+    out = np.array(rope(mx.array(probe), offset=0).astype(mx.float32))[0, 0]
+    cos, sin = np.ascontiguousarray(out[:, i1]), np.ascontiguousarray(out[:, i2])
+    rng = np.random.default_rng(0)
+    for off in (0, 7, n - 2) if check else ():
+        x = rng.standard_normal((2, head_dim)).astype(np.float32)
+        want = np.array(rope(mx.array(x[None, None]), offset=off).astype(mx.float32))[0, 0]
+        c, s_, got = cos[off : off + 2], sin[off : off + 2], x.copy()
+        got[:, i1] = x[:, i1] * c - x[:, i2] * s_
+        got[:, i2] = x[:, i1] * s_ + x[:, i2] * c
+        if not np.allclose(got, want, rtol=1e-4, atol=1e-4):
+            return None, None, trad, dims
+    return cos, sin, trad, dims

@@ -30,8 +30,8 @@ from typing import Literal
 
 import numpy as np
 
-from ..prompt import Question
-from ..schema import Schema
+from ...prompt import Question
+from ...schema import Schema
 from .pack import Chunk, Edges, Plan, make_chunks
 from .trie import FieldTrie
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from .platform import import_mlx
+from ..host.blas import import_mlx
 
 mx = import_mlx()
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from ..schema.spec import Generation
+from ...schema.spec import Generation
 
 __all__ = [
     "STRING_CHAR",

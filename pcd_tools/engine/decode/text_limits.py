@@ -7,7 +7,7 @@ decoding: `TextLimits` walks each candidate token's bytes from the current state
 
 from __future__ import annotations
 
-from ..schema.spec import Generation
+from ...schema.spec import Generation
 
 __all__ = ["LimitState", "TextLimits"]
 

@@ -35,7 +35,7 @@ float32 weights; MLX's CPU path is not built for one-row work). Here steps run n
   row's logits do not depend on the batch around it.
 - **Threads**: a persistent pool of one thread per usable CPU (`cpus.usable_cpus`: the
   affinity mask, less a cgroup quota), spinning briefly then sleeping on a futex. Each
-  step uses as many of them as have been fastest lately (`_ThreadTuner`: where other
+  step uses as many of them as have been fastest lately (`ThreadTuner`: where other
   processes hold the cores, one thread beats two); `PCD_DECODE_THREADS` fixes the count.
   **ISA**: AVX-512, AVX2+FMA or portable C, picked at run time;
   `PCD_DECODE_ISA=avx512|avx2|scalar` forces one.
@@ -57,26 +57,25 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DecodeUnavailableError, InvalidArgumentError, NativeBuildError
-from .decode_parts import (
+from ...errors import DecodeUnavailableError, InvalidArgumentError, NativeBuildError
+from ..host.blas import import_mlx
+from ..host.build import DecodeLayer, DecodeLin, DecodeModel, DecodeRow, fall_back
+from ..host.cgroups import available_memory
+from ..host.cpus import decode_isa
+from ..host.threads import ThreadTuner, decode_threads
+from ..kernels.cpu_ops import rope_tables
+from .parts import (
     QB,
     WEIGHTS,
     _copy_bytes,
-    _default_threads,
     _dense,
     _embedding,
-    _isa_from_env,
     _np,
-    _rope_tables,
-    _ThreadTuner,
-    available_memory,
     check_weights,
     env_choice,
     pick_activations,
     unsupported_reason,
 )
-from .native import DecodeLayer, DecodeLin, DecodeModel, DecodeRow, fall_back
-from .platform import import_mlx
 
 mx = import_mlx()
 
@@ -173,7 +172,7 @@ class NativeDecoder:
         weights: str | None = None,
         activations: str | None = None,
     ):
-        from .native import load_decode_kernels
+        from ..host.build import load_decode_kernels
 
         reason = unsupported_reason(model, "cpu")
         if reason is not None:
@@ -185,7 +184,7 @@ class NativeDecoder:
         self.scheme = scheme
         t0 = time.perf_counter()
         self.lib = load_decode_kernels()
-        self.path = _isa_from_env(isa)
+        self.path = decode_isa(isa)
         self.isa = int(self.lib.pcd_decode_path(self.path))
         if not self.isa:
             asked = isa if isa is not None else os.environ.get("PCD_DECODE_ISA")
@@ -207,7 +206,7 @@ class NativeDecoder:
                 self.activations == "int8" or _copy_bytes(model) > available_memory() / 4
             )
         self._lock = threading.Lock()
-        self._threads = threads or _default_threads()
+        self._threads = threads or decode_threads()
         self._pack(model)
         if not self._mapped:  # 8-bit activations are for the file's blocks only
             self.activations = "float32"
@@ -222,7 +221,7 @@ class NativeDecoder:
         self._pool = pool
         self.threads = int(self.lib.pcd_pool_threads(pool))
         fixed = threads is not None or bool(os.environ.get("PCD_DECODE_THREADS", "").strip())
-        self._tuner = _ThreadTuner(self.threads, fixed)
+        self._tuner = ThreadTuner(self.threads, fixed)
         self._finalizer = weakref.finalize(self, self.lib.pcd_pool_free, pool)
 
     # --- packing ------------------------------------------------------------------------
@@ -383,7 +382,7 @@ class NativeDecoder:
         if n <= have:
             return
         size = max(n, 2 * have, min(_ROPE_MIN, self.context_window))
-        cos, sin, trad, dims = _rope_tables(self._rope, self.head_dim, size, check)
+        cos, sin, trad, dims = rope_tables(self._rope, self.head_dim, size, check)
         if cos is None:
             reason = (
                 f"its RoPE ({type(self._rope).__name__}) is not a rotation this kernel reproduces"

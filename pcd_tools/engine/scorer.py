@@ -15,24 +15,32 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import ContextTooLongError, InvalidArgumentError
 from ..prompt import Question
 from ..schema import Schema
-from . import cpu_kernels as _kernels
-from .cpus import request_threads, usable_cpus
-from .fast_decode import check_decode, decoder_for
-from .pack import Plan, build_plan, plan_key, question_plan
-from .passes import PACKABLE, LayerKV, Passes, ScoredBatch, packed_result
-from .platform import import_mlx, set_blas_threads
-from .prefix_cache import PrefixCache
-from .prune import Pruning, first_chunks, pruned_pass
-from .trie import FieldTrie
-from .wave_pass import run_waves
-from .workers import ALL_THREADS, ThreadFit, row_groups, run_on_workers
+from .decode.native_steps import check_decode, decoder_for
+from .host.blas import import_mlx, set_blas_threads
+from .host.cpus import request_threads, usable_cpus
+from .kernels import cpu_ops as _kernels
+from .passes.forward import (
+    PACKABLE,
+    FollowUp,
+    LayerKV,
+    Passes,
+    PassMode,
+    ScoredBatch,
+    packed_result,
+)
+from .passes.pack import Plan, build_plan, plan_key, question_plan
+from .passes.prefix_cache import PrefixCache
+from .passes.prune import Pruning, first_chunks, pruned_pass
+from .passes.trie import FieldTrie
+from .passes.waves import run_waves
+from .passes.workers import ALL_THREADS, ThreadFit, row_groups, run_on_workers
 
 if TYPE_CHECKING:
     import mlx.nn as nn
@@ -41,10 +49,6 @@ mx = import_mlx()
 
 __all__ = ["Engine", "FollowUp", "PassMode", "ScoredBatch"]
 
-PassMode = Literal["packed", "batched", "sequential"]
-# Given each context's scored (question, trie, edge log p) so far, its next questions
-# ([] when it is done): how dependent fields ask for later waves on the same KV cache.
-FollowUp = Callable[[list[tuple[Question, FieldTrie, np.ndarray]]], list[Question]]
 _PLANS_KEPT = 64
 
 
@@ -487,8 +491,10 @@ class Engine:
             return self.passes.sequential(plan, kv, valid)
 
     def _waves(self, plan: Plan, kv: LayerKV, *args: Any, **kwargs: Any) -> int:
-        """Later waves on the rows' KV (`wave_pass.run_waves`); returns the passes run."""
-        return run_waves(self, plan, kv, *args, **kwargs)
+        """Later waves on the rows' KV (`passes.waves.run_waves`); returns the passes run."""
+        return run_waves(
+            self.wave_plan, self._fields_pass, self.context_window, plan, kv, *args, **kwargs
+        )
 
     def wave_plan(self, plan: Plan, qs: Sequence[Question]) -> Plan:
         """The cached plan of a later wave's questions after `plan`'s prompt."""
