@@ -1,4 +1,5 @@
-"""The README's agents section runs as written; the examples run on the embedded model."""
+"""The agents guide's blocks (docs/agents.md) run as written; the examples run on the embedded
+model."""
 
 from __future__ import annotations
 
@@ -12,22 +13,23 @@ import pytest
 
 from pcd_tools import Decider
 from tests.conftest import tiny_decider
+from tests.docs.blocks import named_blocks
 
 pytestmark = pytest.mark.langchain
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def readme_blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("<!-- agents:start -->")[1].split("<!-- agents:end -->")[0]
-    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+def guide_blocks() -> list[str]:
+    blocks = named_blocks("docs/agents.md")
+    assert all(b.lang == "python" for b in blocks.values())
+    return [b.src for b in blocks.values()]
 
 
-def test_readme_agents_section_executes(monkeypatch, capsys):
-    blocks = readme_blocks()
+def test_agents_guide_blocks_execute(monkeypatch, capsys):
+    blocks = guide_blocks()
     # schema, router, tool, guard, cascade, prediction sets and the fitted cascade (the
-    # last two need the embedded model and the labelled tickets: tests/docs/test_readme.py
+    # last two need the embedded model and the labelled tickets: tests/docs/test_doc_blocks.py
     # runs them)
     assert len(blocks) == 7
     blocks = blocks[:5]
@@ -36,7 +38,7 @@ def test_readme_agents_section_executes(monkeypatch, capsys):
     monkeypatch.setattr(Decider, "load", classmethod(lambda cls, *a, **k: tiny))
     ns: dict = {"__name__": "readme"}
     for block in blocks:
-        exec(compile(block, "README.md", "exec", dont_inherit=True), ns)
+        exec(compile(block, "docs/agents.md", "exec", dont_inherit=True), ns)
     out = ns["out"]
     assert out["reply"].endswith("will handle it")
     assert out["pcd_decision"]["route"] in {"billing", "engineering", "accounts", "human"}

