@@ -38,7 +38,7 @@ def oracle_log_scores(
     candidate runs after it, trimmed back with `trim_prompt_cache` (DESIGN's sequential
     reference); used where thousands of full long prompts would be too slow.
     """
-    from pcd_tools.engine.platform import import_mlx
+    from pcd_tools.engine.host.blas import import_mlx
 
     mx = import_mlx()
     model = decider.engine.model

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter
 
 from pcd_tools import StructuredSchema
-from pcd_tools.engine.value_regex import (
+from pcd_tools.engine.decode.value_regex import (
     DATE,
     TIME,
     decimal_range,

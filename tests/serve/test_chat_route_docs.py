@@ -26,7 +26,7 @@ from tests.conftest import ByteTokenizer
 
 pytestmark = pytest.mark.serve
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+README = (Path(__file__).resolve().parents[2] / "docs" / "server.md").read_text(encoding="utf-8")
 
 
 def _row() -> str:
