@@ -285,8 +285,9 @@ def test_mcp_python_block_runs_as_written(real, monkeypatch):
 
 
 @pytest.mark.mcp
-def test_mcp_client_config_snippet_is_valid_json():
-    config = block("mcp-config")
+@pytest.mark.parametrize("name", ["mcp-config", "mcp-config-readme"])
+def test_mcp_client_config_snippet_is_valid_json(name):
+    config = block(name)
     assert config.lang == "json"
     servers = json.loads(config.src)["mcpServers"]
     assert servers["pcd"]["command"] == "pcd" and servers["pcd"]["args"][0] == "mcp"
