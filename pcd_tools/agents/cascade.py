@@ -56,6 +56,7 @@ from .stages import (
     DeciderStage,
     EscalationRequest,
     HumanStage,
+    named_stage,
     narrowed_model,
 )
 from .stages import StageAnswer as StageAnswer
@@ -91,8 +92,7 @@ logger = logging.getLogger(__name__)
 
 
 def as_stage(obj: Any) -> Any:
-    """Wraps a `Decider`, a chat model, an `OpenAIDecisions` (`DecisionsStage`), a callable
-    or `"human"` into a stage."""
+    """A stage from a `Decider` or model name, chat model, `OpenAIDecisions`, callable, "human"."""
     if hasattr(obj, "answer") and hasattr(obj, "name"):
         return obj
     if hasattr(obj, "decide") and hasattr(obj, "engine"):
@@ -101,14 +101,14 @@ def as_stage(obj: Any) -> Any:
         return DecisionsStage(obj)
     if hasattr(obj, "with_structured_output"):
         return ChatModelStage(obj)
-    if obj in ("human", "interrupt"):
-        return HumanStage()
+    if isinstance(obj, str) or hasattr(obj, "__fspath__"):  # "human" or a model's name
+        return named_stage(obj)
     if callable(obj):
         return HumanStage(obj)
     raise InvalidArgumentError(
-        f"cannot use {type(obj).__name__} as a cascade stage; accepted: a Decider, a LangChain "
-        "chat model, a langchain_openai OpenAIDecisions, a callable (a human), 'human' "
-        "(LangGraph interrupt) or a stage object."
+        f"cannot use {type(obj).__name__} as a cascade stage; accepted: a Decider or a model's "
+        "name ('embedded', a path, an id), a LangChain chat model, a langchain_openai "
+        "OpenAIDecisions, a callable (a human), 'human' (LangGraph interrupt) or a stage object."
     )
 
 
@@ -125,8 +125,8 @@ class Cascade(Runnable[Any, CascadeResult]):
 
     Args:
         schema: The decision schema.
-        stages: Stages in order (`Decider`, chat model, `OpenAIDecisions`, callable/`"human"`,
-            or stage objects).
+        stages: Stages in order (`Decider` or a model's name as `Decider.load` takes it, chat
+            model, `OpenAIDecisions`, callable/`"human"`, or stage objects).
         threshold: Default threshold. A field is confident when its probability (or margin)
             is >= threshold, or its entropy in nats is <= threshold. `"fitted"` reads
             per-field thresholds fitted to a target (`pcd calibrate --cascade`,

@@ -36,6 +36,7 @@ __all__ = [
     "EscalationRequest",
     "HumanStage",
     "StageAnswer",
+    "named_stage",
     "narrowed_model",
 ]
 
@@ -404,3 +405,15 @@ def _check_top_k(k: int | None) -> int | None:
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 2):
         raise InvalidArgumentError(f"top_k must be an int >= 2 or None; got {k!r}.")
     return k
+
+
+def named_stage(name: Any) -> Any:
+    """The stage a string or path names: `"human"` / `"interrupt"` a `HumanStage` (LangGraph
+    interrupt), anything else a model, named as `Decider.load` names one (`"embedded"`, a
+    `.gguf` path, an MLX directory or a Hugging Face id;
+    `pcd_tools.engine.load.sources.model_source`), loaded as a `DeciderStage`."""
+    if name in ("human", "interrupt"):
+        return HumanStage()
+    from ..decide.decider import Decider
+
+    return DeciderStage(Decider.load(name))

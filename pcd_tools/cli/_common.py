@@ -112,7 +112,9 @@ def add_common(parser: argparse.ArgumentParser, *, calibration: bool = False) ->
         calibration: Whether to add `--calibration` too.
     """
     parser.add_argument(
-        "--model", default=None, help="GGUF file, MLX directory or HF id (default: embedded)"
+        "--model",
+        default=None,
+        help="GGUF file, MLX directory or HF id; `embedded` (the default) names the embedded model",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     if calibration:
@@ -149,11 +151,12 @@ def load_decider(args: argparse.Namespace) -> Any:
         The loaded `Decider`.
     """
     from ..decide.decider import Decider
+    from ..engine.load.sources import model_source
 
     kw: dict[str, Any] = {}
     if getattr(args, "calibration", None):
         kw["calibration"] = args.calibration
-    return Decider.load(args.model, **kw)
+    return Decider.load(model_source(args.model), **kw)
 
 
 def print_decision(console: Any, decision: Any, *, title: str = "Decision") -> None:

@@ -91,9 +91,10 @@ def run(args: argparse.Namespace) -> int:
         err.print(plan.skipped, highlight=False)
 
     from ..decide.decider import Decider
+    from ..engine.load.sources import model_source
 
     with err.status("loading model"):
-        decider = Decider.load(args.model)
+        decider = Decider.load(model_source(args.model))
     results = []
     with Progress(
         TextColumn("{task.description}"),

@@ -155,7 +155,8 @@ def _read_scores(path: str) -> dict[str, Any]:
 
 
 def _saved_scores(args: argparse.Namespace, ds: Any, fingerprint: str) -> tuple[Any, ...]:
-    """`(arrays, model_id, scoring, fitted_on, offsets)` from the `--from-scores` file."""
+    """`(arrays, model_id, scoring, compute, fitted_on, offsets)` from the `--from-scores`
+    file (compute None for a file written before it was recorded)."""
     from ..answers.calibration import CalibrationMismatchError
 
     saved = _read_scores(args.from_scores)
@@ -175,7 +176,8 @@ def _saved_scores(args: argparse.Namespace, ds: Any, fingerprint: str) -> tuple[
         m: {k: np.asarray(o, np.float64) for k, o in per.items()}
         for m, per in (saved.get("content_free_offsets") or {}).items()
     }
-    return arrays, saved["model_id"], saved.get("scoring", "full"), fitted_on, offsets or None
+    scoring, compute = saved.get("scoring", "full"), saved.get("compute")
+    return arrays, saved["model_id"], scoring, compute, fitted_on, offsets or None
 
 
 def _calibration_split(args: argparse.Namespace, ds: Any) -> tuple[Any, Any]:
@@ -195,7 +197,7 @@ def _calibration_split(args: argparse.Namespace, ds: Any) -> tuple[Any, Any]:
 
 
 def _new_scores(args: argparse.Namespace, ds: Any, compiled: Any, console: Any) -> tuple[Any, ...]:
-    """`(arrays, model_id, scoring, fitted_on, offsets)` from running the model."""
+    """`(arrays, model_id, scoring, compute, fitted_on, offsets)` from running the model."""
     from ..answers.calibration import CalibrationError
     from ..eval.calibration import content_free_offsets, field_arrays
     from ..eval.runner import run_pcd
@@ -240,6 +242,7 @@ def _new_scores(args: argparse.Namespace, ds: Any, compiled: Any, console: Any) 
                     "model_id": model_id,
                     "schema_fingerprint": compiled.fingerprint(),
                     "scoring": scoring,
+                    "compute": first.compute,
                     "fitted_on": fitted_on,
                     "ids": split.ids,
                     "fields": {
@@ -253,7 +256,7 @@ def _new_scores(args: argparse.Namespace, ds: Any, compiled: Any, console: Any) 
                 }
             )
         )
-    return arrays, model_id, scoring, fitted_on, offsets
+    return arrays, model_id, scoring, first.compute, fitted_on, offsets
 
 
 def _fit_cascade(args: argparse.Namespace, compiled: Any, cal: Any, console: Any) -> Any:
@@ -262,13 +265,14 @@ def _fit_cascade(args: argparse.Namespace, compiled: Any, cal: Any, console: Any
     item scored by `cal` refitted without its fold (`cross_fit`), since `cal` itself was
     fitted on these items and is surer on them than on new ones."""
     from ..decide.decider import Decider
+    from ..engine.load.sources import model_source
     from ..eval.cascade import ModelRun, cross_fit, fit_cascade
     from ..eval.runner import run_pcd
 
     split, small = args.cascade_small
     labels = [lab for _, lab in split.examples]
     with console.status(f"Loading {args.cascade}..."):
-        large = Decider.load(args.cascade)
+        large = Decider.load(model_source(args.cascade))
     big, _ = run_pcd(
         large,
         compiled,
@@ -374,12 +378,13 @@ def run(args: argparse.Namespace) -> int:
         got = _saved_scores(args, ds, compiled.fingerprint())
     else:
         got = _new_scores(args, ds, compiled, console)
-    arrays, model_id, scoring, fitted_on, offsets = got
+    arrays, model_id, scoring, compute, fitted_on, offsets = got
     cal = calibration_from_scores(
         compiled,
         arrays,
         model_id=model_id,
         scoring=scoring,
+        compute=compute,
         fitted_on=fitted_on,
         objective=args.objective,
         method=args.method,

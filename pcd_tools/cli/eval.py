@@ -76,7 +76,8 @@ def _cascade_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="SMALL,LARGE",
         help="measure a small->large cascade: each a `pcd eval --out` report of this sample "
-        "or a model (then it is run, and the cascade's wall time is measured once)",
+        "or a model as --model names it (`embedded`, a path or an id; then it is run, and "
+        "the cascade's wall time is measured once)",
     )
     g.add_argument(
         "--cascade-contextual",
@@ -98,8 +99,8 @@ def _cascade_arguments(parser: argparse.ArgumentParser) -> None:
         "--cascade-wall",
         default=None,
         metavar="SMALL,LARGE",
-        help="the two models (when --cascade gave reports; `embedded` names the embedded "
-        "default): time one real batched cascade at the fitted thresholds against the "
+        help="the two models (when --cascade gave reports; named as --model names them: "
+        "`embedded`, a path or an id): time one real batched cascade at the fitted thresholds against the "
         "large model alone on the held-out items",
     )
     g.add_argument(
@@ -405,12 +406,13 @@ def _cascade_run(args: argparse.Namespace, ds: Dataset, what: str, split: Any) -
     run on the evaluation sample."""
     from ..answers.calibration import read_json
     from ..decide.decider import Decider
+    from ..engine.load.sources import model_source
     from ..eval.cascade import ModelRun
     from ..eval.runner import run_pcd
 
     if Path(what).is_file() and what.endswith(".json"):
         return ModelRun.from_report(read_json(what, "report"), where=what), None
-    decider = Decider.load(what)
+    decider = Decider.load(model_source(what))
     decisions, _ = run_pcd(
         decider,
         ds.schema,
@@ -459,11 +461,9 @@ def _cascade(args: argparse.Namespace, ds: Dataset) -> int:
     )
     if args.cascade_wall:
         from ..decide.decider import Decider
+        from ..engine.load.sources import model_source
 
-        small_d, large_d = (
-            Decider.load(None if p.strip() == "embedded" else p.strip())
-            for p in args.cascade_wall.split(",")
-        )
+        small_d, large_d = (Decider.load(model_source(p)) for p in args.cascade_wall.split(","))
     if small_d is not None and large_d is not None:
         report["wall"] = _cascade_wall(args, ds, split, report, small, small_d, large_d)
     if args.diagrams:

@@ -152,9 +152,10 @@ def run(args: argparse.Namespace) -> int:
     with stdout_to_stderr():
         schemas = [load_schema(s) for s in args.schema]
         from ..decide.decider import Decider
+        from ..engine.load.sources import model_source
         from ..mcp import server
 
-        decider = Decider.load(args.model)
+        decider = Decider.load(model_source(args.model))
         srv = server(
             decider,
             schemas,

@@ -27,8 +27,8 @@ from .worker import submit_to_worker
 if TYPE_CHECKING:
     from ..answers.result import Decision
     from ..schema import Schema
-    from .decider import Decider
     from .options import DecideOptions
+    from .state import DecidesMany
 
 __all__ = ["DecisionQueue", "queue_for"]
 
@@ -52,7 +52,7 @@ class DecisionQueue:
         max_batch: Most contexts per `decide_many` call.
     """
 
-    def __init__(self, decider: Decider, max_batch: int = MAX_BATCH):
+    def __init__(self, decider: DecidesMany, max_batch: int = MAX_BATCH):
         self._decider = weakref.ref(decider)
         self.max_batch = max_batch
         self._pending: collections.deque[_Item] = collections.deque()
@@ -145,7 +145,7 @@ class DecisionQueue:
                 it.future.set_exception(exc)
 
 
-def _decide_alone(item: _Item, decider: Decider) -> None:
+def _decide_alone(item: _Item, decider: DecidesMany) -> None:
     """Decides one queued item on its own, resolving its (running) future either way."""
     try:
         d = decider.decide_many(item.schema, [item.context], options=item.options, batch_size=1)
@@ -158,7 +158,7 @@ _QUEUES: weakref.WeakKeyDictionary[Any, DecisionQueue] = weakref.WeakKeyDictiona
 _QUEUES_LOCK = threading.Lock()
 
 
-def queue_for(decider: Decider) -> DecisionQueue:
+def queue_for(decider: DecidesMany) -> DecisionQueue:
     """The decision queue of `decider` (one per `Decider` object, created on first use)."""
     with _QUEUES_LOCK:
         q = _QUEUES.get(decider)

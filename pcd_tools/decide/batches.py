@@ -16,8 +16,8 @@ from ..prompt import Segment
 
 if TYPE_CHECKING:
     from ..schema import Schema
-    from .decider import Decider
     from .methods import Method
+    from .state import DecideState
 
 __all__ = ["CallRecord", "length_batches"]
 
@@ -63,7 +63,7 @@ class CallRecord:
     @classmethod
     def start(
         cls,
-        decider: Decider,
+        state: DecideState,
         compiled: Schema,
         ctxs: Sequence[str],
         *,
@@ -77,17 +77,17 @@ class CallRecord:
             CalibrationMismatchError: if the decider's calibration was fitted for another
                 schema or on top of another label-free correction.
         """
-        cal = decider.calibration
+        cal = state.calibration
         if cal is not None and ctxs:
             cal.check_schema(compiled)
             cal.check_label_free(method.label_free)
         return cls(
-            model_id=decider.model_id,
-            device=decider.device,
-            compute=decider.loaded.compute,
+            model_id=state.loaded.model_id,
+            device=state.loaded.device,
+            compute=state.loaded.compute,
             temperature=temperature,
             scoring=method.scoring,
-            mode=mode or decider.engine.default_mode,
+            mode=mode or state.engine.default_mode,
             calibration=cal,
             method=method.method,
             examples=len(compiled.examples),

@@ -63,7 +63,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -75,13 +75,14 @@ from ..schema import Schema
 if TYPE_CHECKING:
     from ..answers.calibration import Calibration
     from ..engine.scorer import Engine
-    from .methods import LabelFree, ZPair
 
 __all__ = [
     "CONTENT_FREE",
     "MEANS",
     "ContentFreeScores",
     "Correction",
+    "LabelFree",
+    "ZPair",
     "check_inputs",
     "check_method",
     "method_with",
@@ -90,6 +91,63 @@ __all__ = [
 CONTENT_FREE = ("N/A", "", "[MASK]")
 # How the content-free inputs' distributions are averaged into `p_cf`.
 MEANS = ("geometric", "arithmetic")
+
+# A question's candidate log scores on one content-free input: (full, constrained).
+ZPair = tuple[np.ndarray, np.ndarray]
+
+
+class LabelFree:
+    """A label-free correction of candidate log scores, and what it needs (the three,
+    `RAW`, `PMI` and `CONTEXTUAL`, are in `pcd_tools.decide.methods`).
+
+    Attributes:
+        name: What a `Calibration` file records in `label_free`: `none`, `pmi` or
+            `contextual`.
+        option: How a call asks for it, for messages.
+        what: What it reads without the text, for messages.
+        sides: The sides its scores may be read on.
+        needs_every_score: Whether it subtracts a per-candidate offset, so that every
+            candidate must be scored (no pruning) on the same prompt without the text (no
+            generated fields before it).
+        options: The decision options that ask for it, as `(name, value)` pairs
+            (`calibration="auto"` sets them for the recipe it chose).
+    """
+
+    name: ClassVar[str] = "none"
+    option: ClassVar[str] = "calibration='none'"
+    what: ClassVar[str] = "raw scores"
+    sides: ClassVar[tuple[str, ...]] = ("auto", "full", "constrained")
+    needs_every_score: ClassVar[bool] = False
+    options: ClassVar[tuple[tuple[str, str], ...]] = (("calibration", "none"),)
+
+    def texts(self, cache: ContentFreeScores) -> tuple[str, ...]:
+        """The content-free texts whose scores it reads."""
+        return ()
+
+    def offsets(
+        self,
+        entry: dict[str, dict[Question, ZPair]],
+        questions: Sequence[Question],
+        texts: Sequence[str],
+        *,
+        constrained: bool,
+        mean: str,
+    ) -> list[np.ndarray]:
+        """Per question, what is subtracted from its candidates' log scores.
+
+        Args:
+            entry: The plan's content-free scores (text -> question -> (full,
+                constrained)).
+            questions: The questions.
+            texts: The content-free texts read (`texts`).
+            constrained: Whether the decision's scores are constrained ones.
+            mean: How several content-free inputs are averaged (`geometric` or
+                `arithmetic`).
+        """
+        raise NotImplementedError(f"{type(self).__name__} subtracts nothing")
+
+    def __repr__(self) -> str:
+        return type(self).__name__.upper() if self.name != "none" else "RAW"
 
 
 def check_inputs(inputs: Any) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from .methods import Method
 from .options import DecideOptions, check_options
 from .orders import average, orderings
 from .scored import decide_in_order, prompt_preview
+from .state import DecideState
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -86,8 +87,10 @@ class Decider:
             source: `None` for the embedded SmolLM2-135M-Instruct, a `.gguf` file (llama,
                 mistral, qwen2, qwen3, gemma3 or phi3; any quant type), an MLX model directory or a Hugging Face repo id.
             dtype: `"auto"` (or `PCD_DTYPE`): on CPU a GGUF's matrices stay in the file's
-                encoding, memory-mapped, unless dense float32 copies take at most 1 GiB
-                (then dense float32, faster on small models); other sources are dense
+                encoding, memory-mapped, unless a dense float32 load (the copies and
+                the scratch of the largest matrix) takes at most 1 GiB (then dense
+                float32, faster on small models; `engine.load.gguf.dense_fits`); other
+                sources are dense
                 float32; on a GPU stored weights are kept. Also `"quantized"`,
                 `"float32"`, `"float16"`, `"bfloat16"`, `"keep"` (see
                 `pcd_tools.engine.load.sources.load_model`).
@@ -126,6 +129,19 @@ class Decider:
     def device(self) -> str:
         """`cpu`, `metal` or `cuda`."""
         return self.loaded.device
+
+    @property
+    def state(self) -> DecideState:
+        """What the orchestrators read (`pcd_tools.decide.state`): the engine, the model,
+        the calibrations and the caches, as they are now."""
+        return DecideState(
+            engine=self.engine,
+            loaded=self.loaded,
+            calibration=self.calibration,
+            label_free=self.label_free,
+            content_free=self.content_free,
+            loo_choices=self.loo_choices,
+        )
 
     def __repr__(self) -> str:
         return (
@@ -171,6 +187,7 @@ class Decider:
                 f"{type(calibration).__name__}."
             )
         cal.check_model(self.model_id)
+        cal.check_compute(self.loaded.compute)
         clone.label_free = method_with(self.label_free, cal)
         clone.calibration = cal
         return clone
@@ -309,16 +326,17 @@ class Decider:
                 )
                 for d in got
             ]
+        state = self.state
         if compiled.hybrid:  # generated fields: segments in declaration order
-            return decide_hybrid(self, compiled, ctxs, size, opts)
-        method = Method.resolve(opts.scoring, self.label_free, opts.calibration, self.calibration)
+            return decide_hybrid(state, compiled, ctxs, size, opts)
+        method = Method.resolve(opts.scoring, state.label_free, opts.calibration, state.calibration)
         if opts.orders > 1:  # averaged distributions: every field scored whole
             runs = [
-                decide_in_order(self, compiled, ctxs, size, opts, o, method, "off")
+                decide_in_order(state, compiled, ctxs, size, opts, o, method, "off")
                 for o in orderings(compiled, opts.orders)
             ]
             return average(compiled, runs)
-        return decide_in_order(self, compiled, ctxs, size, opts, opts.order, method, opts.pruning)
+        return decide_in_order(state, compiled, ctxs, size, opts, opts.order, method, opts.pruning)
 
     async def adecide(
         self,
@@ -394,7 +412,7 @@ class Decider:
             InvalidExampleError: if an example does not fit the schema.
             ContextTooLongError: if the prompt does not fit the model's window.
         """
-        return prompt_preview(self, schema, context, choice_order, examples)
+        return prompt_preview(self.state, schema, context, choice_order, examples)
 
 
 _DEFAULT: Decider | None = None

@@ -34,8 +34,8 @@ from .methods import RAW_FULL, Method
 
 if TYPE_CHECKING:
     from ..engine.decode.generate import GeneratedValue
-    from .decider import Decider
     from .options import DecideOptions
+    from .state import DecideState
 
 __all__ = [
     "check_hybrid_options",
@@ -103,7 +103,7 @@ def generated_result(spec: FieldSpec, value: GeneratedValue) -> FieldResult:
 
 
 def decide_hybrid(
-    decider: Decider,
+    state: DecideState,
     compiled: Schema,
     ctxs: list[str],
     batch_size: int,
@@ -113,7 +113,8 @@ def decide_hybrid(
     fields are scored whole (`pruning="auto"` or `"off"`).
 
     Args:
-        decider: The decider (engine, fitted calibration, label-free default).
+        state: The decider's state (engine, model, fitted calibration, label-free
+            default).
         compiled: The compiled schema.
         ctxs: The checked contexts.
         batch_size: Contexts per engine call.
@@ -132,21 +133,21 @@ def decide_hybrid(
 
     temperature, mode = options.temperature, options.mode
     method = Method.resolve(
-        options.scoring, decider.label_free, options.calibration, decider.calibration
+        options.scoring, state.label_free, options.calibration, state.calibration
     )
     check_hybrid_options(compiled, orders=options.orders, method=method, pruning=options.pruning)
     call = CallRecord.start(
-        decider, compiled, ctxs, temperature=temperature, mode=mode, method=method
+        state, compiled, ctxs, temperature=temperature, mode=mode, method=method
     )
     cal = call.calibration
     side = method.constrained_side(compiled)
-    eos = decider.loaded.eos_ids()
+    eos = state.loaded.eos_ids()
     out: list[Decision[Any] | None] = [None] * len(ctxs)
     for idx in length_batches(ctxs, batch_size):
         t0 = time.perf_counter()
         try:
             hb = run_hybrid(
-                decider.engine,
+                state.engine,
                 compiled,
                 [ctxs[i] for i in idx],
                 mode=mode,

@@ -56,8 +56,9 @@ from .options import DecideOptions
 
 if TYPE_CHECKING:
     from ..answers.result import Decision, FieldResult
+    from ..engine.scorer import Engine
     from ..schema import Example, FieldSpec, Schema
-    from .decider import Decider
+    from .state import DecidesMany
 
 __all__ = ["MIN_GAIN", "RECIPES", "LooChoices", "check_auto", "choose", "loo_accuracies", "pick"]
 
@@ -96,14 +97,14 @@ def _score_example(schema: Schema, example: Example, decision: Decision[Any]) ->
     return right, counted
 
 
-def _derivable(decider: Decider, schema: Schema, options: DecideOptions) -> bool:
+def _derivable(engine: Engine, schema: Schema, options: DecideOptions) -> bool:
     """Whether PMI's and contextual calibration's answers follow from the raw full scores
     and the content-free offsets alone: every field is one first-pass question over its
     declared choices (no multi-label, joint, union or later-wave field), listed in the
     declared order, and raw under the call's scoring is raw full."""
     if options.orders > 1 or options.choice_order:
         return False
-    plan = decider.engine.plan(schema, None)
+    plan = engine.plan(schema, None)
     names = [q.field for q in plan.questions]
     if len(set(names)) != len(names) or set(names) != {f.name for f in schema.fields}:
         return False
@@ -118,16 +119,17 @@ def _derivable(decider: Decider, schema: Schema, options: DecideOptions) -> bool
 
 
 def _derived(
-    decider: Decider, held_out: Schema, example: Example, options: DecideOptions
+    decider: DecidesMany, held_out: Schema, example: Example, options: DecideOptions
 ) -> dict[str, tuple[int, int]]:
     """Each recipe's (right, counted) on one example from one raw full decision and the
     cached content-free offsets (`z - offset`, as the library corrects scores)."""
     opts = dataclasses.replace(options, calibration="none", scoring="full", allow_empty=True)
     d = decider.decide_many(held_out, [example.input], options=opts, batch_size=1)[0]
-    questions = decider.engine.plan(held_out, None).questions
+    state = decider.state
+    questions = state.engine.plan(held_out, None).questions
     offsets = {}
     for kind in (CONTEXTUAL, PMI):  # on the raw full scores
-        corr = Correction(decider.content_free, held_out, None, kind)
+        corr = Correction(state.content_free, held_out, None, kind)
         offsets[kind.name] = dict(zip([q.field for q in questions], corr.offsets(questions)))
     out = {}
     for recipe in RECIPES:
@@ -146,7 +148,10 @@ def _derived(
 
 
 def loo_accuracies(
-    decider: Decider, schema: Schema, options: DecideOptions, recipes: Sequence[str] = RECIPES
+    decider: DecidesMany,
+    schema: Schema,
+    options: DecideOptions,
+    recipes: Sequence[str] = RECIPES,
 ) -> tuple[dict[str, float], int]:
     """Each recipe's leave-one-out accuracy over `schema`'s examples.
 
@@ -162,7 +167,7 @@ def loo_accuracies(
     examples = schema.examples
     right = dict.fromkeys(recipes, 0)
     counted = 0
-    derive = tuple(recipes) == RECIPES and _derivable(decider, schema, options)
+    derive = tuple(recipes) == RECIPES and _derivable(decider.state.engine, schema, options)
     for i, example in enumerate(examples):
         held_out = dataclasses.replace(schema, examples=examples[:i] + examples[i + 1 :])
         if derive:
@@ -224,9 +229,9 @@ class LooChoices:
         with self._lock:
             self._choices.clear()
 
-    def get(self, decider: Decider, schema: Schema, options: DecideOptions) -> LabelFreeChoice:
+    def get(self, decider: DecidesMany, schema: Schema, options: DecideOptions) -> LabelFreeChoice:
         """The choice for this schema and options, running the leave-one-out once."""
-        cf = decider.content_free
+        cf = decider.state.content_free
         key = (
             schema.fingerprint(),
             options.scoring,
@@ -276,7 +281,7 @@ def check_auto(schema: Schema) -> None:
 
 
 def choose(
-    decider: Decider, schema: Schema, options: DecideOptions
+    decider: DecidesMany, schema: Schema, options: DecideOptions
 ) -> tuple[DecideOptions, LabelFreeChoice]:
     """A `calibration="auto"` call's options, with the chosen recipe, and the choice.
 
@@ -288,11 +293,12 @@ def choose(
     """
     schema = schema.shown
     check_auto(schema)
-    if decider.calibration is not None or not schema.examples:
-        method = decider.label_free
+    state = decider.state
+    if state.calibration is not None or not schema.examples:
+        method = state.label_free
         why = (
             "the decider's fitted calibration fixes the label-free correction"
-            if decider.calibration is not None
+            if state.calibration is not None
             else "no examples to choose on"
         )
         choice = LabelFreeChoice(
@@ -303,5 +309,5 @@ def choose(
             reason=f"{why}: the decider's own setting ({_NAMES[method]}) is kept",
         )
         return dataclasses.replace(options, calibration=None), choice
-    choice = decider.loo_choices.get(decider, schema, options)
+    choice = state.loo_choices.get(decider, schema, options)
     return recipe_options(options, choice.method), choice

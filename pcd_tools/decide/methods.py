@@ -22,18 +22,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..answers.softmax import log_softmax
 from ..engine.passes.prune import Pruning, auto_constrained, pruning_for
 from ..errors import InvalidArgumentError
+from .contextual import ContentFreeScores, Correction, LabelFree, ZPair
 
 if TYPE_CHECKING:
     from ..prompt import Question
     from ..schema import Schema
-    from .contextual import ContentFreeScores, Correction
 
 __all__ = [
     "CONTEXTUAL",
@@ -47,61 +47,6 @@ __all__ = [
 ]
 
 _TINY = 1e-300
-# A question's candidate log scores on one content-free input: (full, constrained).
-ZPair = tuple[np.ndarray, np.ndarray]
-
-
-class LabelFree:
-    """A label-free correction of candidate log scores, and what it needs.
-
-    Attributes:
-        name: What a `Calibration` file records in `label_free`: `none`, `pmi` or
-            `contextual`.
-        option: How a call asks for it, for messages.
-        what: What it reads without the text, for messages.
-        sides: The sides its scores may be read on.
-        needs_every_score: Whether it subtracts a per-candidate offset, so that every
-            candidate must be scored (no pruning) on the same prompt without the text (no
-            generated fields before it).
-        options: The decision options that ask for it, as `(name, value)` pairs
-            (`calibration="auto"` sets them for the recipe it chose).
-    """
-
-    name: ClassVar[str] = "none"
-    option: ClassVar[str] = "calibration='none'"
-    what: ClassVar[str] = "raw scores"
-    sides: ClassVar[tuple[str, ...]] = ("auto", "full", "constrained")
-    needs_every_score: ClassVar[bool] = False
-    options: ClassVar[tuple[tuple[str, str], ...]] = (("calibration", "none"),)
-
-    def texts(self, cache: ContentFreeScores) -> tuple[str, ...]:
-        """The content-free texts whose scores it reads."""
-        return ()
-
-    def offsets(
-        self,
-        entry: dict[str, dict[Question, ZPair]],
-        questions: Sequence[Question],
-        texts: Sequence[str],
-        *,
-        constrained: bool,
-        mean: str,
-    ) -> list[np.ndarray]:
-        """Per question, what is subtracted from its candidates' log scores.
-
-        Args:
-            entry: The plan's content-free scores (text -> question -> (full,
-                constrained)).
-            questions: The questions.
-            texts: The content-free texts read (`texts`).
-            constrained: Whether the decision's scores are constrained ones.
-            mean: How several content-free inputs are averaged (`geometric` or
-                `arithmetic`).
-        """
-        raise NotImplementedError(f"{type(self).__name__} subtracts nothing")
-
-    def __repr__(self) -> str:
-        return type(self).__name__.upper() if self.name != "none" else "RAW"
 
 
 class _Raw(LabelFree):
@@ -283,8 +228,6 @@ class Method:
         """The call's `Correction` on one listing order, or None for raw scores."""
         if not self.correction.needs_every_score:
             return None
-        from .contextual import Correction
-
         return Correction(
             cache, schema, order, self.correction, constrained=self.side == "constrained"
         )

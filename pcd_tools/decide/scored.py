@@ -29,15 +29,15 @@ from .checks import check_context
 if TYPE_CHECKING:
     from ..engine.scorer import PassMode, ScoredBatch
     from .contextual import Correction
-    from .decider import Decider
     from .methods import Method
     from .options import DecideOptions
+    from .state import DecideState
 
 __all__ = ["decide_in_order", "prompt_preview"]
 
 
 def decide_in_order(
-    decider: Decider,
+    state: DecideState,
     compiled: Schema,
     ctxs: list[str],
     batch_size: int,
@@ -49,7 +49,7 @@ def decide_in_order(
     """The decisions of `ctxs` under one listing order, in input order.
 
     Args:
-        decider: The decider (engine, fitted calibration, content-free scores).
+        state: The decider's state (engine, fitted calibration, content-free scores).
         compiled: The compiled schema, with its examples.
         ctxs: The checked contexts.
         batch_size: Contexts per engine call.
@@ -69,23 +69,23 @@ def decide_in_order(
     plan_order = dict(order) if order is not None else None
     temperature, mode = options.temperature, options.mode
     call = CallRecord.start(
-        decider, compiled, ctxs, temperature=temperature, mode=mode, method=method
+        state, compiled, ctxs, temperature=temperature, mode=mode, method=method
     )
     cal = call.calibration
-    pruner = _pruning(decider, compiled, pruning, method, mode)
+    pruner = _pruning(state, compiled, pruning, method, mode)
     side = method.constrained_side(compiled)
     out: list[Decision[Any] | None] = [None] * len(ctxs)
     for idx in length_batches(ctxs, batch_size):
         t0 = time.perf_counter()
-        corr = method.correction_for(decider.content_free, compiled, plan_order)
+        corr = method.correction_for(state.content_free, compiled, plan_order)
         if corr is not None:
-            corr.prepare(decider.engine.plan(compiled, plan_order).questions)
+            corr.prepare(state.engine.plan(compiled, plan_order).questions)
         follow_up = (
             WaveAnswers(compiled, temperature, side, cal, corr).next_questions
             if has_waves(compiled)
             else None
         )
-        batch = decider.engine.score(
+        batch = state.engine.score(
             compiled,
             [ctxs[i] for i in idx],
             mode=mode,
@@ -94,7 +94,7 @@ def decide_in_order(
             pruning=pruner,
         )
         logz = [
-            _log_scores(decider, compiled, batch, j, method, plan_order, corr, pruner)
+            _log_scores(state, compiled, batch, j, method, plan_order, corr, pruner)
             for j in range(len(idx))
         ]
         timing = BatchTiming(
@@ -121,7 +121,7 @@ def decide_in_order(
 
 
 def _log_scores(
-    decider: Decider,
+    state: DecideState,
     schema: Schema,
     batch: ScoredBatch,
     i: int,
@@ -133,7 +133,7 @@ def _log_scores(
     """Row `i`'s questions and their candidate log scores, corrected if asked (a pruned
     question's are `PartialScores`, also when its search scored every candidate), and
     the scoring each field's scores used."""
-    plan = decider.engine.plan(schema, order)
+    plan = state.engine.plan(schema, order)
     asked = batch.questions[i] if batch.questions else plan.questions
     tries = batch.tries[i] if batch.tries else plan.tries
     side = method.constrained_side(schema)
@@ -153,17 +153,17 @@ def _log_scores(
 
 
 def _pruning(
-    decider: Decider, schema: Schema, pruning: str, method: Method, mode: PassMode | None
+    state: DecideState, schema: Schema, pruning: str, method: Method, mode: PassMode | None
 ) -> Pruning | None:
     """The request's pruning: none with a label-free correction (it needs every score)
     or off the packed pass; fields with fitted biases are scored whole under `"auto"`."""
-    cal = decider.calibration
+    cal = state.calibration
     biased = frozenset(cal.biases) if cal is not None and pruning == "auto" else frozenset()
-    return method.pruning(schema, pruning, mode=mode or decider.engine.default_mode, whole=biased)
+    return method.pruning(schema, pruning, mode=mode or state.engine.default_mode, whole=biased)
 
 
 def prompt_preview(
-    decider: Decider,
+    state: DecideState,
     schema: Any,
     context: str,
     choice_order: Mapping[str, Sequence[int]] | None,
@@ -177,12 +177,12 @@ def prompt_preview(
     order: dict[str, Sequence[int]] | None = (
         {n: list(o) for n, o in choice_order.items()} if choice_order else None
     )
-    plan = decider.engine.plan(compiled, order)
-    ctx_ids = decider.engine.encode_ids(ctx)
-    decider.engine.check_length(plan, ctx_ids)
+    plan = state.engine.plan(compiled, order)
+    ctx_ids = state.engine.encode_ids(ctx)
+    state.engine.check_length(plan, ctx_ids)
     ids = [*plan.head_ids, *ctx_ids, *plan.tail_ids]
     return PromptPreview(
-        text=decider.loaded.tokenizer.decode(ids),
+        text=state.loaded.tokenizer.decode(ids),
         token_ids=tuple(ids),
         schema_tokens=len(plan.head_ids),
         context_tokens=len(ctx_ids),

@@ -16,11 +16,12 @@ from typing import Any
 from ..errors import InvalidArgumentError, NativeBuildError
 from .decode.native_steps import check_decode
 from .decode.parts import check_weights
-from .host.blas import blas_status, cpu_kernels_library, device_info
-from .host.build import cache_dir, fallbacks, load_decode_kernels
+from .host.blas import blas_status, device_info
+from .host.build import cache_dir, fallbacks
 from .host.cpus import busy, cpu_budget, decode_isa
 from .host.threads import decode_threads
 from .kernels import qgemm
+from .kernels.bindings import cpu_kernels_library, load_decode_kernels
 
 __all__ = ["decode_status", "doctor"]
 

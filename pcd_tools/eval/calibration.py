@@ -178,6 +178,7 @@ def calibration_from_decisions(
         field_arrays(compiled, decisions, labels),
         model_id=decisions[0].model_id,
         scoring=decisions[0].scoring,
+        compute=decisions[0].compute,
         fitted_on={"n": len(decisions), **dict(fitted_on or {})},
         objective=objective,
         method=method,
@@ -210,6 +211,7 @@ def calibration_from_scores(
     *,
     model_id: str,
     scoring: str = "full",
+    compute: str | None = None,
     fitted_on: Mapping[str, Any] | None = None,
     objective: str | None = None,
     method: str = "auto",
@@ -224,6 +226,9 @@ def calibration_from_scores(
         arrays: Field name -> `(log_scores (n, K), gold indices (n,))`.
         model_id: The model that produced the scores.
         scoring: The scoring mode of the scores.
+        compute: The matrix arithmetic the scores were computed with
+            (`Decision.compute`, `LoadedModel.compute`); a decider computing another way
+            refuses the calibration (`Calibration.check_compute`). None: unknown.
         fitted_on: Provenance recorded in the file.
         objective: `"nll"` or `"top_label_nll"`; None for the method's default (see
             `fit_field`).
@@ -305,6 +310,7 @@ def calibration_from_scores(
         fitted_on=info,
         metrics=metrics,
         scoring=scoring,
+        compute=compute,
         objective=objective,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         biases=biases,

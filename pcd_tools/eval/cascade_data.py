@@ -57,6 +57,8 @@ class ModelRun:
         prompt_tokens: Per item, the tokens of its prompt (the prefill).
         ms: Per item, its wall time (its share of the batch that scored it).
         label_free: The label-free correction in the log scores (`none`, `contextual`).
+        compute: The matrix arithmetic the scores were computed with (`Decision.compute`);
+            None when the source does not say.
     """
 
     model_id: str
@@ -67,6 +69,7 @@ class ModelRun:
     prompt_tokens: np.ndarray
     ms: np.ndarray
     label_free: str = "none"
+    compute: str | None = None
 
     @classmethod
     def from_report(cls, report: Mapping[str, Any], *, where: str = "report") -> ModelRun:
@@ -90,6 +93,7 @@ class ModelRun:
             prompt_tokens=np.array([it.get("pcd_prompt_tokens", nan) for it in items], float),
             ms=np.array([it.get("pcd_ms", nan) for it in items], float),
             label_free=str(report.get("label_free") or "none"),
+            compute=report.get("compute"),
         )
 
     @classmethod
@@ -116,6 +120,7 @@ class ModelRun:
             prompt_tokens=np.array([d.prompt_tokens for d in decisions], float),
             ms=np.array([d.elapsed_ms for d in decisions], float),
             label_free=str(getattr(first, "calibration_method", "none") or "none"),
+            compute=getattr(first, "compute", None),
         )
 
     def subset(self, ids: Sequence[str]) -> ModelRun:
@@ -131,6 +136,7 @@ class ModelRun:
             self.prompt_tokens[idx],
             self.ms[idx],
             self.label_free,
+            self.compute,
         )
 
 

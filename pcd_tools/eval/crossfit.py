@@ -50,6 +50,7 @@ def fitted_calibration(schema: Schema, run: ModelRun) -> Any:
         schema,
         run_arrays(schema, run),
         model_id=run.model_id,
+        compute=run.compute,
         method="auto",
         label_free=run.label_free if run.label_free in ("contextual", "pmi") else "none",
     )

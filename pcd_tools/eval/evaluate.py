@@ -101,6 +101,8 @@ class EvalReport:
         prediction_sets: When the calibration has conformal scores: per field and coverage
             target (0.8, 0.9, 0.95), the held-out coverage of the prediction sets on this
             sample, their mean size and singleton rate (`pcd_tools.eval.conformal`).
+        compute: The matrix arithmetic of PCD's scores (`Decision.compute`); None in a
+            report written before it was recorded.
     """
 
     dataset: str
@@ -120,6 +122,7 @@ class EvalReport:
     label_free: str = "none"
     pruning: str = "off"
     prediction_sets: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    compute: str | None = None
 
     def to_dict(self, *, items: bool = False, curves: bool = False) -> dict[str, Any]:
         """A JSON-serialisable dict; `items`/`curves` add per-item rows and risk curves."""
@@ -139,6 +142,7 @@ class EvalReport:
             "shots": self.shots,
             "label_free": self.label_free,
             "pruning": self.pruning,
+            "compute": self.compute,
             **({"prediction_sets": self.prediction_sets} if self.prediction_sets else {}),
         }
         if items:
@@ -286,6 +290,7 @@ def evaluate(
         shots=shots.to_dict() if shots is not None and shots.k else None,
         label_free=label_free_of(decisions[0].calibration_method, decisions[0].scoring),
         pruning=pruning,
+        compute=decisions[0].compute,
     )
     if cal is not None and cal.thresholds:
         _check_thresholds(report, cal.thresholds)
@@ -341,6 +346,8 @@ def rescore(
     cal = Calibration.load(calibration) if isinstance(calibration, (str, Path)) else calibration
     if cal is not None:
         cal.check_model(report["model_id"])
+        if report.get("compute") is not None:
+            cal.check_compute(str(report["compute"]))
         cal.check_schema(compiled)
     stored = report.get("methods", {})
     labels = [it["gold"] for it in items]
@@ -389,6 +396,7 @@ def rescore(
         elapsed_s=float(report.get("elapsed_s", 0.0)),
         shots=shots,
         label_free=str(report.get("label_free", "none")),
+        compute=report.get("compute"),
     )
     if cal is not None and cal.thresholds:
         _check_thresholds(out, cal.thresholds)

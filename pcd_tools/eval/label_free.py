@@ -220,6 +220,7 @@ def _one_shot_count(
         schema,
         cal_arrays,
         model_id=decider.model_id,
+        compute=decider.loaded.compute,
         fitted_on={"dataset": ds.name, "split": cal_split.name, "n": len(cal_split)},
         offsets=offsets,
     )

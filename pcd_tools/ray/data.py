@@ -89,11 +89,12 @@ def check_model_source(model: Any) -> None:
 
 
 def model_name(model: ModelSource) -> str:
-    """A stable name for a model source (for a job's checkpoint)."""
-    if model is None:
-        return "embedded"
-    if isinstance(model, (str, os.PathLike)):
-        return os.fspath(model)
+    """A stable name for a model source (for a job's checkpoint); `None` and `"embedded"`
+    name the same model (`pcd_tools.engine.load.sources.model_source`)."""
+    if model is None or isinstance(model, (str, os.PathLike)):
+        from pcd_tools.engine.load.sources import EMBEDDED, model_source
+
+        return model_source(model) or EMBEDDED
     target = getattr(model, "func", model)  # functools.partial
     return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"
 

@@ -288,7 +288,7 @@ def create_app(
         req, tokens = await run_in_threadpool(prepare)
         decision = None
         if req.schema is not None:
-            options = DecideOptions(temperature=req.temperature, scoring="full")
+            options = DecideOptions(temperature=req.temperature, scoring="auto")
             job = Job(req.schema, req.context, options, tokens=tokens)
             decision = await srv.decide(request, job, field="state")
             tokens = decision.prompt_tokens

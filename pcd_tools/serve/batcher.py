@@ -35,9 +35,8 @@ __all__ = ["Job", "MicroBatcher"]
 
 
 def _server_default() -> DecideOptions:
-    # the server scores every candidate unless a request asks otherwise (README, "HTTP
-    # server"); the Python API's default is scoring="auto"
-    return DecideOptions(scoring="full")
+    # the server's defaults are the Python API's (scoring="auto", docs/server.md)
+    return DecideOptions(scoring="auto")
 
 
 @dataclass(eq=False)
@@ -49,7 +48,7 @@ class Job:
         context: The text to decide on.
         options: The call's checked options (`DecideOptions`: temperature, scoring,
             orders, allow_empty, calibration, pruning, max_new_tokens); default
-            `scoring="full"` and the rest at `DecideOptions`'s defaults.
+            `DecideOptions`'s defaults (`scoring="auto"`, as in `Decider.decide`).
         tokens: Prompt tokens (for the per-batch token budget); 0 if unknown.
         cache_key: The caller's prompt-cache partition (`prompt_cache_key`), or None for
             the shared prefix cache; jobs of different partitions never share a batch.

@@ -1,7 +1,7 @@
 """`POST /v1/decide`: our own schema dict plus a context, answered with the seed's dict.
 
 Body: `{"schema": S, "context": str, "temperature"?: float, "scoring"?:
-"full"|"constrained"|"pmi"|"auto" (default "full"), "orders"?: int, "allow_empty"?: bool, "calibration"?:
+"auto"|"full"|"constrained"|"pmi" (default "auto", as in `Decider.decide`), "orders"?: int, "allow_empty"?: bool, "calibration"?:
 "contextual"|"none", "examples"?: [...], "pruning"?: "auto"|"on"|"off"}` where `S` is the `StructuredSchema` dict form
 (`{name: {"type", "choices", ...}}`), that form wrapped as
 `{"name"?, "instructions"?, "fields": {...}, "examples"?: [...]}`, a list of `{"name", "type", ...}` objects,
@@ -55,7 +55,8 @@ class DecideRequest:
         schema: The compiled schema.
         context: The text to decide on.
         temperature: Softmax temperature (> 0).
-        scoring: `"full"` or `"constrained"`.
+        scoring: `"auto"` (the default, as in `Decider.decide`), `"full"`,
+            `"constrained"` or `"pmi"`.
         orders: Listing orders averaged over (>= 1).
         allow_empty: Decide on an empty or whitespace-only context.
         calibration: `"contextual"` or `"none"`, or None for the server's decider setting.
@@ -133,7 +134,7 @@ def parse_decide(body: Any, *, max_questions: int = 64) -> DecideRequest:
             field="orders",
         )
     t = _temperature(body.get("temperature", 1.0))
-    scoring = body.get("scoring", "full")
+    scoring = body.get("scoring", "auto")
     if scoring not in SCORINGS:
         raise ApiError(
             422,

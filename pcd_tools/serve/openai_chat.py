@@ -102,7 +102,8 @@ class ChatRequest:
         logprobs: Fill `choices[0].logprobs`.
         top_logprobs: Alternatives per value in `logprobs` (0-20).
         max_tokens: Most tokens the answer's JSON may take, or None.
-        scoring: `"full"` or `"constrained"`.
+        scoring: `"auto"` (the default, as in `Decider.decide`), `"full"`,
+            `"constrained"` or `"pmi"`.
         orders: Listing orders averaged over.
         allow_empty: Decide on an empty conversation.
         calibration: `"contextual"` or `"none"`, or None for the server's setting.
@@ -118,7 +119,7 @@ class ChatRequest:
     logprobs: bool = False
     top_logprobs: int = 0
     max_tokens: int | None = None
-    scoring: str = "full"
+    scoring: str = "auto"
     orders: int = 1
     allow_empty: bool = False
     calibration: str | None = None
@@ -426,7 +427,7 @@ def _pcd_options(raw: Any) -> dict[str, Any]:
         raise _bad(
             f"pcd.orders={orders} is over this server's limit of {MAX_ORDERS}.", "pcd.orders"
         )
-    scoring = raw.get("scoring", "full")
+    scoring = raw.get("scoring", "auto")
     if scoring not in SCORINGS:
         raise _bad(f"pcd.scoring must be one of {list(SCORINGS)}; got {scoring!r}.", "pcd.scoring")
     allow_empty = raw.get("allow_empty", False)

@@ -611,7 +611,7 @@ def test_swiglu_dispatch_uses_the_native_kernel(lib, monkeypatch):
 
 
 def test_native_can_be_turned_off_by_environment(monkeypatch):
-    from pcd_tools.engine.host.build import load_cpu_kernels
+    from pcd_tools.engine.kernels.bindings import load_cpu_kernels
 
     monkeypatch.setenv("PCD_NATIVE_ATTENTION", "0")
     lib, note = load_cpu_kernels(fast_blas=True)  # the switch is read first

@@ -72,10 +72,14 @@ def test_a_bad_pcd_threads_is_refused_by_name(env):
         cpu_budget(affinity=range(2), quota=None, env=env)
 
 
-def test_busy_compares_the_load_with_the_cpus():
+def test_busy_compares_the_load_with_half_the_cpus():
     assert busy(2, 2.5) == (True, 2.5)
     assert busy(2, 2.0)[0] is True
-    assert busy(2, 1.2) == (False, 1.2)
+    # issue 52: 1.99 on 2 CPUs, a pip install holding one, is not a quiet machine
+    assert busy(2, 1.99) == (True, 1.99)
+    assert busy(2, 1.0)[0] is True
+    assert busy(2, 0.9) == (False, 0.9)
+    assert busy(16, 7.5)[0] is False and busy(16, 8.0)[0] is True
 
 
 def _info(bound: bool) -> BlasInfo:
@@ -92,14 +96,36 @@ def _info(bound: bool) -> BlasInfo:
 def test_slow_blas_message_on_a_busy_machine_says_contention_not_reinstall(monkeypatch):
     monkeypatch.setenv("PCD_THREADS", "2")
     msg = slow_blas_message(_info(True), load=6.3)
-    assert "busy (load average 6.3 on 2 usable CPUs (PCD_THREADS))" in msg
+    assert (
+        "busy (load average 6.30 on 2 usable CPUs (PCD_THREADS): other processes hold all "
+        "2 CPUs)" in msg
+    )
     assert "nothing needs reinstalling" in msg and "pip install" not in msg
+
+
+def test_slow_blas_message_words_the_load_it_measured(monkeypatch):
+    # issue 52: a load of 1.99 on 2 CPUs, a pip install holding one, was "a quiet machine"
+    monkeypatch.setenv("PCD_THREADS", "2")
+    msg = slow_blas_message(_info(True), load=1.99)
+    assert "quiet" not in msg and "nothing needs reinstalling" in msg
+    assert (
+        "busy (load average 1.99 on 2 usable CPUs (PCD_THREADS): another process holds a CPU)"
+        in msg
+    )
+    monkeypatch.setenv("PCD_THREADS", "8")
+    msg = slow_blas_message(_info(True), load=3.2)
+    assert "not busy (load average 3.20 on 8 usable CPUs (PCD_THREADS): " in msg
+    assert "other processes hold 3 of the 8 CPUs)" in msg
 
 
 def test_slow_blas_message_when_bound_on_a_quiet_machine_names_quota(monkeypatch):
     monkeypatch.setenv("PCD_THREADS", "2")
     msg = slow_blas_message(_info(True), load=0.3)
-    assert "quiet machine" in msg and "CPU quota" in msg and "pip install" not in msg
+    assert (
+        "not busy (load average 0.30 on 2 usable CPUs (PCD_THREADS): no other process held a CPU)"
+        in msg
+    )
+    assert "CPU quota" in msg and "pip install" not in msg
 
 
 def test_slow_blas_message_without_a_fast_blas_says_how_to_install_one(monkeypatch):

@@ -25,7 +25,7 @@ from gguf import GGML_QUANT_SIZES  # noqa: E402
 from gguf import GGMLQuantizationType as T  # noqa: E402
 
 from pcd_tools.engine.decode.native_steps import NativeDecoder  # noqa: E402
-from pcd_tools.engine.host.build import DecodeLin, load_decode_kernels  # noqa: E402
+from pcd_tools.engine.kernels.bindings import DecodeLin, load_decode_kernels  # noqa: E402
 from tests.engine.test_qweights import encoded  # noqa: E402
 
 pytestmark = pytest.mark.engine

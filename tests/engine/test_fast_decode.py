@@ -81,7 +81,7 @@ def _rel(a, b):
 
 
 def _isas():
-    from pcd_tools.engine.host.build import load_decode_kernels
+    from pcd_tools.engine.kernels.bindings import load_decode_kernels
 
     lib = load_decode_kernels()
     return [n for n, p in (("avx512", 512), ("avx2", 256), ("scalar", 1)) if lib.pcd_decode_path(p)]

@@ -14,6 +14,7 @@ import pytest
 from pcd_tools.engine.decode.native_steps import decoder_for
 from pcd_tools.engine.doctor import decode_status
 from pcd_tools.engine.host import build as native
+from pcd_tools.engine.kernels import bindings
 from pcd_tools.errors import DecodeUnavailableError, NativeBuildError
 from tests.conftest import tiny_decider
 from tests.engine.test_exactness import CONTEXT
@@ -40,6 +41,19 @@ def test_a_missing_source_is_a_native_build_error_naming_it(fresh):
         native.compile_c(fresh / "_gone.c", "gone")
 
 
+def test_a_header_is_part_of_the_build_key_and_a_missing_one_a_native_build_error(fresh):
+    src = fresh / "uses.c"
+    src.write_text('#include "blocks.h"\nint pcd_one(void) { return ONE; }\n')
+    with pytest.raises(NativeBuildError, match=r"blocks\.h that uses\.c includes is missing"):
+        native.compile_c(src, "uses")
+    (fresh / "blocks.h").write_text("#define ONE 1\n")
+    first, note = native.compile_c(src, "uses")
+    assert note.startswith("compiled") and native.compile_c(src, "uses")[0] == first
+    (fresh / "blocks.h").write_text("#define ONE 2\n")  # an edited header: a new build
+    second, note = native.compile_c(src, "uses")
+    assert note.startswith("compiled") and second != first
+
+
 def test_no_compiler_and_a_failed_compile_are_native_build_errors(fresh, monkeypatch):
     src = fresh / "ok.c"
     src.write_text("int pcd_one(void) { return 1; }\n")
@@ -59,22 +73,22 @@ def test_no_compiler_and_a_failed_compile_are_native_build_errors(fresh, monkeyp
 def test_a_library_that_does_not_load_is_a_native_build_error(fresh, monkeypatch):
     junk = fresh / "junk.so"
     junk.write_bytes(b"not an ELF file")
-    monkeypatch.setattr(native, "compile_c", lambda *a, **k: (junk, "reused"))
+    monkeypatch.setattr(bindings, "compile_c", lambda *a, **k: (junk, "reused"))
     with pytest.raises(NativeBuildError, match=r"cannot load .*junk\.so"):
-        native.load_decode_kernels()
+        bindings.load_decode_kernels()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        lib, note = native.load_cpu_kernels(fast_blas=True)
+        lib, note = bindings.load_cpu_kernels(fast_blas=True)
     assert lib is False and note.startswith("off: cannot load")
     assert len(_fallback_warnings(caught)) == 1
 
 
 def test_cpu_kernels_without_their_source_fall_back_with_one_warning(fresh, monkeypatch):
-    monkeypatch.setattr(native, "_KERNELS_SOURCE", fresh / "_cpu_kernels.c")
+    monkeypatch.setattr(bindings, "_KERNELS_SOURCE", fresh / "_cpu_kernels.c")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):
-            lib, note = native.load_cpu_kernels(fast_blas=True)
+            lib, note = bindings.load_cpu_kernels(fast_blas=True)
             assert lib is False
             assert "off: the C source _cpu_kernels.c is missing" in note
     got = _fallback_warnings(caught)
@@ -87,7 +101,7 @@ def test_cpu_kernels_without_their_source_fall_back_with_one_warning(fresh, monk
 def test_auto_decode_without_its_source_decides_through_mlx_after_one_warning(fresh, monkeypatch):
     """The issue's failure: a generated `str` field after an install without `_decode.c`."""
     reference = tiny_decider(0, decode="mlx").decide(Reasoned, CONTEXT)
-    monkeypatch.setattr(native, "_DECODE_SOURCE", fresh / "_decode.c")
+    monkeypatch.setattr(bindings, "_DECODE_SOURCE", fresh / "_decode.c")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         first = tiny_decider(0)  # decode="auto"
@@ -106,7 +120,7 @@ def test_auto_decode_without_its_source_decides_through_mlx_after_one_warning(fr
 
 
 def test_int8_decode_without_its_source_raises_and_does_not_warn(fresh, monkeypatch):
-    monkeypatch.setattr(native, "_DECODE_SOURCE", fresh / "_decode.c")
+    monkeypatch.setattr(bindings, "_DECODE_SOURCE", fresh / "_decode.c")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with pytest.raises(DecodeUnavailableError, match=r"_decode\.c is missing"):
@@ -131,7 +145,7 @@ def test_the_doctor_reports_the_decode_path_and_the_fallbacks(fresh, monkeypatch
     monkeypatch.setenv("PCD_DECODE_WEIGHTS", "disk")
     assert decode_status().startswith("error: PCD_DECODE_WEIGHTS='disk'")
     monkeypatch.delenv("PCD_DECODE_WEIGHTS")
-    monkeypatch.setattr(native, "_DECODE_SOURCE", fresh / "_decode.c")
+    monkeypatch.setattr(bindings, "_DECODE_SOURCE", fresh / "_decode.c")
     monkeypatch.setenv("PCD_DECODE", "auto")
     assert main(["models", "--doctor", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)["doctor"]

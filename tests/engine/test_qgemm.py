@@ -445,7 +445,7 @@ def test_bad_input_gets_a_typed_error_naming_what_is_accepted():
 
 def _quantize_both(x: np.ndarray, block: int) -> list[tuple[np.ndarray, ...]]:
     """x quantized by the scalar and by the AVX2 quantizer (direct C calls)."""
-    lib = qgemm._library()
+    lib = qgemm.qgemm_library()
     rows, k = x.shape
     out = []
     for simd in (0, 1):

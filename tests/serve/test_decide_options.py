@@ -109,8 +109,8 @@ def test_pruning_is_passed_through_and_reported(url, tiny):
     r = httpx.post(url + "/v1/decide", json={"schema": CODES, "context": TEXT, "pruning": "on"})
     assert r.status_code == 200, r.text
     got = r.json()["field_telemetry"]["code"]
-    # the server's default scoring is "full" (the Python API's is "auto")
-    want = tiny.decide(StructuredSchema(CODES), TEXT, pruning="on", scoring="full").fields["code"]
+    # the server's default scoring is the Python API's ("auto")
+    want = tiny.decide(StructuredSchema(CODES), TEXT, pruning="on").fields["code"]
     assert got["certified"] is want.certified is True
     assert got["probability_bounds"] == pytest.approx(list(want.probability_bounds), abs=1e-5)
     off = httpx.post(url + "/v1/decide", json={"schema": CODES, "context": TEXT, "pruning": "off"})
@@ -134,6 +134,18 @@ def test_auto_scoring_is_accepted_and_matches_the_python_api(url, tiny):
     assert want.scoring == "constrained"
     top = {c["choice"]: c["probability"] for c in got["top_choices"]}
     assert top and all(top[k] == pytest.approx(want.distribution[k], abs=1e-5) for k in top)
-    full = httpx.post(url + "/v1/decide", json={"schema": CODES, "context": TEXT}).json()
+    body = {"schema": CODES, "context": TEXT, "scoring": "full"}
+    full = httpx.post(url + "/v1/decide", json=body).json()
     other = {c["choice"]: c["probability"] for c in full["field_telemetry"]["code"]["top_choices"]}
     assert max(abs(other[k] - top[k]) for k in top if k in other) > 1e-3  # "full" differs
+
+
+def test_a_request_without_scoring_scores_as_the_python_apis_auto(url, tiny):
+    # issue 52: the server's default scoring was "full" where `decide`'s is "auto"
+    r = httpx.post(url + "/v1/decide", json={"schema": CODES, "context": TEXT})
+    assert r.status_code == 200, r.text
+    got = r.json()["field_telemetry"]["code"]
+    want = tiny.decide(StructuredSchema(CODES), TEXT, scoring="auto").fields["code"]
+    assert want.scoring == "constrained"  # "auto" differs from "full" on this field
+    top = {c["choice"]: c["probability"] for c in got["top_choices"]}
+    assert top and all(top[k] == pytest.approx(want.distribution[k], abs=1e-5) for k in top)

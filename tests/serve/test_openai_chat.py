@@ -396,3 +396,13 @@ def test_pcd_options_through_extra_body(client, tiny):
             response_format=_fmt(Route),
             extra_body={"pcd": {"examples": [{"input": "x", "output": {"team": "hr"}}]}},
         )
+
+
+def test_without_pcd_scoring_the_chat_route_scores_as_the_python_apis_auto(client, tiny):
+    # issue 52: the server's default scoring was "full" where `decide`'s is "auto"
+    codes = tuple(f"{a}{b}x" for a in "0123456789" for b in "abcdef")
+    coded = create_model("Coded", code=(Literal[codes], ...))  # type: ignore[call-overload]
+    r = client.chat.completions.create(model="m", messages=_user(), response_format=_fmt(coded))
+    want = tiny.decide(coded, TEXT, scoring="auto")
+    assert want.fields["code"].scoring == "constrained"  # "auto" differs from "full" here
+    _same_as_library(r.choices[0].model_extra["pcd"], want)

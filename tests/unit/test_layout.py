@@ -1,16 +1,18 @@
 """The package's layout: layers point down, no import loops, modules stay small.
 
-The import graph is read with `ast` (nothing is imported), so the test sees every runtime
-import: at module level and inside functions. Imports under `if TYPE_CHECKING:` are for
-type hints and are not edges. The layers, bottom to top:
+The import graph is read with `ast` (nothing is imported), so the test sees every import:
+at module level, inside functions and under `if TYPE_CHECKING:`. The layers, bottom to top:
 
     errors → schema → prompt → answers → engine → decide
            → {agents, serve, eval, bench, baselines, batch, ray, mcp} → cli
 
 An import at module level may only point to the same layer or one below it. An import
 inside a function may point up only where `LAZY_UP` names the edge: a thin hook that
-exists for that wrapper (`Decider.as_tool`). `LAZY_UP` is for the direction check only:
-the loop search reads every runtime edge, lazy ones included, so no hook may close a loop.
+exists for that wrapper (`Decider.as_tool`). The direction check reads the runtime edges
+(a `TYPE_CHECKING` import is not checked for direction, except inside `engine/`). The loop
+search reads every edge, lazy and `TYPE_CHECKING` ones included, so neither a hook nor a
+type hint may close a loop: the decider's orchestrators take a `decide.state.DecideState`
+and a `DecidesMany`, not the `Decider`.
 """
 
 from __future__ import annotations
@@ -222,15 +224,26 @@ def find_loops(edges: list[tuple[str, str]]) -> list[list[str]]:
 
 
 def test_no_import_loop() -> None:
-    # Every runtime edge, lazy ones and the `LAZY_UP` hooks included.
-    assert find_loops([(a, b) for a, b, _, _ in import_edges()]) == []
+    # Every edge: lazy ones, the `LAZY_UP` hooks and the `TYPE_CHECKING` imports included.
+    assert find_loops([(a, b) for a, b, _, _ in import_edges(typing=True)]) == []
 
 
 def test_the_loop_search_finds_a_loop_through_a_lazy_edge() -> None:
-    edges = [(a, b) for a, b, _, _ in import_edges()]
+    edges = [(a, b) for a, b, _, _ in import_edges(typing=True)]
     # A hook from the agents back into the decider, as `Decider.as_tool` goes the other way.
     assert find_loops([*edges, ("pcd_tools.agents.tools", "pcd_tools.decide.decider")]) != []
     assert find_loops([("a", "b"), ("b", "c"), ("c", "a")]) == [["a", "b", "c", "a"]]
+
+
+def test_type_only_imports_are_edges() -> None:
+    # The loop search reads them: an orchestrator typing its argument as the `Decider` would
+    # close a loop (`decide.decider` calls `decide.scored`).
+    typed = {(a, b) for a, b, _, _ in import_edges(typing=True)}
+    assert ("pcd_tools.decide.scored", "pcd_tools.decide.state") in typed
+    assert ("pcd_tools.decide.scored", "pcd_tools.decide.state") not in {
+        (a, b) for a, b, _, _ in import_edges()
+    }
+    assert find_loops([*typed, ("pcd_tools.decide.scored", "pcd_tools.decide.decider")]) != []
 
 
 def test_every_module_has_a_layer() -> None:

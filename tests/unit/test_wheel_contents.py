@@ -27,7 +27,8 @@ PACKAGE = Path(pcd_tools.__file__).resolve().parent
 def loaded_c_sources() -> set[str]:
     """Every `*.c` name a module of the package spells as a string (a `with_name(...)`,
     a path), as its path in the wheel: the one file of that name in the package (the C
-    sources live in `engine/kernels/`, and modules of other rooms name them there)."""
+    sources live in `engine/kernels/`, spelled in `kernels/bindings.py`; the BLAS shim in
+    `engine/host/`, beside `host/blas.py`)."""
     found = set()
     for module in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
@@ -49,9 +50,10 @@ def test_the_scan_finds_the_sources_the_native_modules_load():
     # Not vacuous: the native modules' own sources are among what the scan finds, and
     # each name found is a file in the checkout.
     from pcd_tools.engine.host import blas as platform
-    from pcd_tools.engine.host import build as native
+    from pcd_tools.engine.kernels import bindings
 
-    for src in (native._DECODE_SOURCE, native._KERNELS_SOURCE, platform._SHIM_SOURCE):
+    sources = (bindings._DECODE_SOURCE, bindings._KERNELS_SOURCE, bindings._QGEMM_SOURCE)
+    for src in (*sources, bindings._QWEIGHTS_SOURCE, platform._SHIM_SOURCE):
         assert src.relative_to(PACKAGE.parent).as_posix() in found
     for rel in found:
         assert (PACKAGE.parent / rel).is_file(), rel
@@ -80,7 +82,9 @@ def test_the_wheel_holds_every_c_source_the_code_loads(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = sorted(loaded_c_sources() - names)
     assert missing == [], f"the wheel lacks {missing}; add them to package-data"
-    shipped_c = {n for n in names if n.endswith(".c")}
-    in_tree = {p.relative_to(PACKAGE.parent).as_posix() for p in PACKAGE.rglob("*.c")}
-    assert shipped_c == in_tree
+    for ext in (".c", ".h"):  # the sources and the headers they include
+        shipped = {n for n in names if n.endswith(ext)}
+        in_tree = {p.relative_to(PACKAGE.parent).as_posix() for p in PACKAGE.rglob(f"*{ext}")}
+        assert shipped == in_tree, ext
+    assert "pcd_tools/engine/kernels/gguf_blocks.h" in names
     assert "pcd_tools/py.typed" in names

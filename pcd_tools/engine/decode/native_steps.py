@@ -59,10 +59,11 @@ import numpy as np
 
 from ...errors import DecodeUnavailableError, InvalidArgumentError, NativeBuildError
 from ..host.blas import import_mlx
-from ..host.build import DecodeLayer, DecodeLin, DecodeModel, DecodeRow, fall_back
+from ..host.build import fall_back
 from ..host.cgroups import available_memory
 from ..host.cpus import decode_isa
 from ..host.threads import ThreadTuner, decode_threads
+from ..kernels.bindings import DecodeLayer, DecodeLin, DecodeModel, DecodeRow
 from ..kernels.cpu_ops import rope_tables
 from .parts import (
     QB,
@@ -172,7 +173,7 @@ class NativeDecoder:
         weights: str | None = None,
         activations: str | None = None,
     ):
-        from ..host.build import load_decode_kernels
+        from ..kernels.bindings import load_decode_kernels
 
         reason = unsupported_reason(model, "cpu")
         if reason is not None:

@@ -27,7 +27,7 @@ from typing import Any
 from pcd_tools.errors import BlasSetupError, NativeBuildError
 
 from . import openblas_core
-from .build import cache_dir, compile_c, load_cpu_kernels
+from .build import cache_dir, compile_c
 
 __all__ = [
     "BlasInfo",
@@ -36,7 +36,6 @@ __all__ = [
     "blas_status",
     "cache_dir",
     "compile_c",
-    "cpu_kernels_library",
     "device_info",
     "ensure_fast_path",
     "import_mlx",
@@ -49,7 +48,7 @@ __all__ = [
 
 FAST_GFLOPS = 50.0
 OPENBLAS_THREAD_TIMEOUT = 4  # log2 of the cycles an idle OpenBLAS thread spins
-_SHIM_SOURCE = Path(__file__).parents[1] / "kernels" / "_blas_shim.c"
+_SHIM_SOURCE = Path(__file__).with_name("_blas_shim.c")
 _FIX = (
     "Fix: `pip install scipy-openblas32` with a C compiler (cc/gcc) on PATH, or "
     "`apt-get install libopenblas0-pthread`, or set PCD_BLAS=/path/to/libopenblas.so; "
@@ -105,7 +104,6 @@ _info: BlasInfo | None = None
 _measured: BlasInfo | None = None
 _set_threads: Any = None  # ctypes function taking one int, if the bound BLAS has one
 _warned = False
-_kernels_lib: tuple[Any, str] | None = None
 
 
 def _sgemm_owner() -> str | None:
@@ -375,9 +373,11 @@ def slow_blas_message(info: BlasInfo, load: float | None = None) -> str:
     """What a slow float32 matmul means, worded for what was found.
 
     - A fast BLAS bound before mlx, timed while the machine was busy (load average at or
-      above the usable CPUs): contention, nothing to reinstall.
-    - The same on a quiet machine: a CPU quota, throttling or a weak build; the CPU
-      budget is named and nothing is reinstalled either.
+      above half the usable CPUs, `cpus.busy`): contention, nothing to reinstall; the
+      message says how many CPUs other processes held ("load average 1.99 on 2 usable
+      CPUs: another process holds a CPU").
+    - The same on a machine that was not busy: a CPU quota, throttling or a weak build;
+      the load measured and the CPU budget are named and nothing is reinstalled either.
     - No fast BLAS bound (MLX's reference BLAS): how to install one.
 
     Args:
@@ -390,17 +390,17 @@ def slow_blas_message(info: BlasInfo, load: float | None = None) -> str:
     is_busy, load = busy(budget.cpus, load)
     rate = f"{info.gflops or 0:.1f} GFLOP/s for a float32 matmul"
     cpus = f"{budget.cpus} usable CPUs ({budget.source})"
+    measured = f"load average {load:.2f} on {cpus}: {_held(load, budget.cpus)}"
     if info.bound_before_import and is_busy:
         return (
-            f"The bound BLAS ({info.name}) ran at {rate} while this machine was busy (load "
-            f"average {load:.1f} on {cpus}): other processes hold the CPUs, so PCD runs "
-            "slower until they finish. The BLAS is bound correctly; nothing needs "
-            f"reinstalling. Details: {info.note}"
+            f"The bound BLAS ({info.name}) ran at {rate} while this machine was busy "
+            f"({measured}), so PCD runs slower until that work ends. The BLAS is bound "
+            f"correctly; nothing needs reinstalling. Details: {info.note}"
         )
     if info.bound_before_import:
         return (
-            f"The bound BLAS ({info.name}) ran at only {rate} on a quiet machine (load "
-            f"average {load:.1f} on {cpus}). It is bound correctly, so look for a CPU quota or "
+            f"The bound BLAS ({info.name}) ran at only {rate} while this machine was not "
+            f"busy ({measured}). It is bound correctly, so look for a CPU quota or "
             "throttling (PCD sizes its threads from the affinity mask and the cgroup quota; "
             "PCD_THREADS overrides), or point PCD_BLAS at another OpenBLAS or MKL. "
             f"Details: {info.note}"
@@ -411,18 +411,17 @@ def slow_blas_message(info: BlasInfo, load: float | None = None) -> str:
     )
 
 
-def cpu_kernels_library() -> tuple[Any, str]:
-    """The native CPU kernels built against the bound BLAS, loaded once per process.
-
-    Returns:
-        `native.load_cpu_kernels`'s answer: the ctypes library or False, and a note
-        (`on (...)` or `off: why`).
-    """
-    global _kernels_lib
-    with _lock:
-        if _kernels_lib is None:
-            _kernels_lib = load_cpu_kernels(sgemm_address() is not None)
-        return _kernels_lib
+def _held(load: float, cpus: int) -> str:
+    """How many of `cpus` other processes held at a load average of `load`, in words (the
+    whole runnable threads it counts, this process's own included)."""
+    n = int(load)
+    if n < 1:
+        return "no other process held a CPU"
+    if n >= cpus:
+        return f"other processes hold all {cpus} CPUs" if cpus > 1 else "another process holds it"
+    if n == 1:
+        return "another process holds a CPU"
+    return f"other processes hold {n} of the {cpus} CPUs"
 
 
 def set_blas_threads(n: int) -> bool:

@@ -1,11 +1,9 @@
-"""Native code built on this machine: the compile cache, and the CPU kernels library.
+"""Native code built on this machine: the compile cache and the record of fallbacks.
 
-`compile_c` builds a C file into a shared library once per source, flags and machine, in
-the pcd-tools cache. `load_cpu_kernels` builds `_cpu_kernels.c` that way and loads it
-with its C signatures declared; `cpu_kernels` dispatches to it and `platform.doctor`
-reports on it. `load_decode_kernels` does the same for `_decode.c`, the native int8
-decode step that `fast_decode` drives. This module imports neither mlx nor the other engine modules, so both can
-use it.
+`compile_c` builds a C file into a shared library once per source (with the local headers
+it includes), flags and machine, in the pcd-tools cache. The libraries are loaded, with
+their C signatures declared, in one place: `engine/kernels/bindings.py`. This module
+imports neither mlx nor the other engine modules, so all of them can use it.
 
 Every failure to get a library (a source missing from the install, no compiler, an
 unwritable cache, a failed compile or load) is a `NativeBuildError`. Where a slower path
@@ -16,36 +14,27 @@ warns once per library and process (`NativeFallbackWarning`) and records the rea
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
 
 from pcd_tools.errors import NativeBuildError
 
 __all__ = [
-    "DecodeLayer",
-    "DecodeLin",
-    "DecodeModel",
-    "DecodeRow",
     "NativeFallbackWarning",
     "cache_dir",
     "compile_c",
     "fall_back",
     "fallbacks",
-    "load_cpu_kernels",
-    "load_decode_kernels",
 ]
 
-_KERNELS_SOURCE = Path(__file__).parents[1] / "kernels" / "_cpu_kernels.c"
-_DECODE_SOURCE = Path(__file__).parents[1] / "kernels" / "_decode.c"
 _FALLBACKS: dict[str, str] = {}  # library -> why it fell back, in this process
 _FALLBACK_LOCK = threading.Lock()
 
@@ -90,6 +79,31 @@ def cache_dir() -> Path:
     return Path.home() / ".cache" / "pcd-tools"
 
 
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
+
+
+def _local_headers(source: Path, text: bytes, seen: set[Path] | None = None) -> bytes:
+    """The bytes of every `#include "..."` header beside `source` (recursively, each once),
+    so that an edited header keys a new build of each source that includes it."""
+    seen = set() if seen is None else seen
+    out = b""
+    for name in _INCLUDE.findall(text):
+        path = source.parent / name.decode()
+        if path in seen:
+            continue
+        seen.add(path)
+        try:
+            header = path.read_bytes()
+        except OSError as exc:
+            raise NativeBuildError(
+                f"the C header {path.name} that {source.name} includes is missing from "
+                f"{path.parent} ({exc.strerror}): this install of pcd-tools lacks its native "
+                "sources; reinstall it from a wheel built with the package data `engine/*.h`"
+            ) from exc
+        out += b"\0" + name + b"\0" + header + _local_headers(path, header, seen)
+    return out
+
+
 def compile_c(
     source: Path,
     name: str,
@@ -99,8 +113,9 @@ def compile_c(
 ) -> tuple[Path, str]:
     """Compile a C file into a shared library in the cache once (atomically).
 
-    The cached file is keyed by the source, the flags and the machine, so an edited
-    source or another architecture gets its own build.
+    The cached file is keyed by the source, the local headers it includes (`#include
+    "x.h"`, beside it), the flags and the machine, so an edited source or header or
+    another architecture gets its own build.
 
     Args:
         source: The C file.
@@ -113,8 +128,8 @@ def compile_c(
         The library's path and a note saying whether it was compiled or reused.
 
     Raises:
-        NativeBuildError: A missing source, no C compiler, an unwritable cache, or a
-            failed compile.
+        NativeBuildError: A missing source or header, no C compiler, an unwritable cache,
+            or a failed compile.
     """
     try:
         text = source.read_bytes()
@@ -124,7 +139,11 @@ def compile_c(
             "this install of pcd-tools lacks its native sources; reinstall it from a wheel "
             "built with the package data `engine/*.c`"
         ) from exc
-    key = text + "\0".join([*flags, *libs, platform.machine()]).encode()
+    key = (
+        text
+        + _local_headers(source, text)
+        + "\0".join([*flags, *libs, platform.machine()]).encode()
+    )
     digest = hashlib.sha256(key).hexdigest()[:16]
     out = cache_dir() / subdir / f"{name}-{digest}.so"
     if out.exists():
@@ -154,183 +173,3 @@ def compile_c(
         if os.path.exists(tmp):
             os.unlink(tmp)
     return out, f"compiled {name} {out}"
-
-
-def load_cpu_kernels(fast_blas: bool) -> tuple[Any, str]:
-    """Build (once, on disk) and load `_cpu_kernels.c`, its functions declared.
-
-    Args:
-        fast_blas: Whether a fast BLAS was bound before mlx (`platform.sgemm_address()`).
-            The kernels call no BLAS, but they are used only beside one: without it MLX's
-            own matrix products are the bottleneck, and where the platform BLAS is MLX's
-            (Accelerate) MLX's attention is the better partner.
-
-    Returns:
-        The ctypes library, or False where `PCD_NATIVE_ATTENTION=0`, there is no fast
-        BLAS, or the library cannot be built or loaded (then `fall_back` warns once); and
-        a note (`on (...)` or `off: why`).
-    """
-    if os.environ.get("PCD_NATIVE_ATTENTION", "1") == "0":
-        return False, "off: PCD_NATIVE_ATTENTION=0"
-    if not fast_blas:
-        return False, "off: no fast BLAS was bound before mlx was imported"
-    try:
-        path, note = compile_c(
-            _KERNELS_SOURCE, "cpu_kernels", flags=("-O3", "-fno-math-errno"), libs=("-lpthread",)
-        )
-        try:
-            lib = ctypes.CDLL(str(path))
-        except OSError as exc:
-            raise NativeBuildError(f"cannot load {path}: {exc}") from exc
-    except NativeBuildError as exc:
-        fall_back(
-            "_cpu_kernels.c (native CPU kernels)",
-            "the softmax and SiLU run in numpy and RoPE in MLX",
-            exc,
-        )
-        return False, f"off: {exc}"
-    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    lib.pcd_attention.argtypes = [p, p, p, p, p, p, i64, *[i32] * 6, ctypes.c_float]
-    lib.pcd_attention.argtypes += [i32, i32, i32]
-    lib.pcd_attention.restype = i32
-    lib.pcd_attention_path.argtypes = [i32, *lib.pcd_attention.argtypes]
-    lib.pcd_attention_path.restype = i32
-    # path, q, k, v, k2, v2, s1, out, strides, mask, m_sb, b, h, kh, lq, s, d, scale, block, threads
-    lib.pcd_attention_split.argtypes = [i32, p, p, p, p, p, i32, p, p, p, i64, *[i32] * 6]
-    lib.pcd_attention_split.argtypes += [ctypes.c_float, i32, i32]
-    lib.pcd_attention_split.restype = i32
-    # path, q, nparts, ks, vs, lens, out, strides, mask, m_sb, mask_from, b, h, kh, lq, d,
-    # scale, causal, block, threads
-    lib.pcd_attention_parts.argtypes = [i32, p, i32, p, p, p, p, p, p, i64, *[i32] * 6]
-    lib.pcd_attention_parts.argtypes += [ctypes.c_float, i32, i32, i32]
-    lib.pcd_attention_parts.restype = i32
-    lib.pcd_attention_simd_width.restype = i32
-    lib.pcd_swiglu.argtypes = [p, p, p, i64, i32, i32]
-    lib.pcd_swiglu.restype = i32
-    lib.pcd_softmax_row.argtypes = [i32, p, p, i32, i32]
-    lib.pcd_softmax_row.restype = ctypes.c_float
-    lib.pcd_rope.argtypes = [p, p, p, p, p, p, *[i32] * 7]
-    lib.pcd_rope.restype = i32
-    return lib, f"on ({lib.pcd_attention_simd_width()}-bit softmax): {note}"
-
-
-def load_decode_kernels() -> Any:
-    """Build (once, on disk) and load `_decode.c`, its functions declared.
-
-    Returns:
-        The ctypes library.
-
-    Raises:
-        NativeBuildError: A missing source, no C compiler, an unwritable cache, a failed
-            compile, or a library that does not load.
-    """
-    path, _ = compile_c(
-        _DECODE_SOURCE, "decode", flags=("-O3", "-fno-math-errno"), libs=("-lpthread", "-lm")
-    )
-    try:
-        lib = ctypes.CDLL(str(path))
-    except OSError as exc:
-        raise NativeBuildError(f"cannot load {path}: {exc}") from exc
-    p, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
-    lib.pcd_decode_path.argtypes = [i32]
-    lib.pcd_decode_path.restype = i32
-    lib.pcd_pool_new.argtypes = [i32, i32]
-    lib.pcd_pool_new.restype = p
-    lib.pcd_pool_threads.argtypes = [p]
-    lib.pcd_pool_threads.restype = i32
-    lib.pcd_pool_free.argtypes = [p]
-    lib.pcd_pool_free.restype = None
-    lib.pcd_decode_step.argtypes = [p, p, p, i32, p, i32, i32]
-    lib.pcd_decode_step.restype = i32
-    lib.pcd_quantize_q8.argtypes = [p, i64, i64, p, p, p, i32, i32]
-    lib.pcd_quantize_q8.restype = None
-    lib.pcd_decode_file_block.argtypes = [i32]
-    lib.pcd_decode_file_block.restype = i32
-    lib.pcd_decode_dequant_rows.argtypes = [p, p, i32, p]
-    lib.pcd_decode_dequant_rows.restype = i32
-    lib.pcd_decode_matvec.argtypes = [p, p, i32, p, i32]
-    lib.pcd_decode_matvec.restype = i32
-    lib.pcd_decode_matvec8.argtypes = [p, p, i32, p, i32, i32]
-    lib.pcd_decode_matvec8.restype = i32
-    lib.pcd_decode_quantize_act.argtypes = [p, i32, i32, i32, p, p, p]
-    lib.pcd_decode_quantize_act.restype = i32
-    return lib
-
-
-# --- the structures of `_decode.c` (same order and types) ---------------------------------
-
-
-class DecodeLin(ctypes.Structure):
-    """`pcd_lin_t`: one matrix (file blocks, 8-bit or float32), its bias and row order."""
-
-    _fields_ = [
-        ("w", ctypes.c_void_p),
-        ("s", ctypes.c_void_p),
-        ("mn", ctypes.c_void_p),
-        ("bias", ctypes.c_void_p),
-        ("order", ctypes.c_void_p),
-        ("row_bytes", ctypes.c_int64),
-        ("rows", ctypes.c_int32),
-        ("cols", ctypes.c_int32),
-        ("type", ctypes.c_int32),
-        ("pad", ctypes.c_int32),
-    ]
-
-
-class DecodeLayer(ctypes.Structure):
-    """`pcd_layer_t`: a transformer layer's norms and matrices."""
-
-    _fields_ = [
-        ("attn_norm", ctypes.c_void_p),
-        ("mlp_norm", ctypes.c_void_p),
-        *[(n, DecodeLin) for n in ("q", "k", "v", "o", "gate", "up", "down")],
-    ]
-
-
-class DecodeModel(ctypes.Structure):
-    """`pcd_model_t`: the shapes, the layers, the head and the RoPE tables."""
-
-    _fields_ = [
-        *[
-            (n, ctypes.c_int32)
-            for n in [
-                "n_layers",
-                "hidden",
-                "n_heads",
-                "n_kv_heads",
-                "head_dim",
-                "inter",
-                "vocab",
-                "wbits",
-                "rope_traditional",
-                "rope_dims",
-                "rope_len",
-                "act8",
-            ]
-        ],
-        ("eps", ctypes.c_float),
-        ("attn_scale", ctypes.c_float),
-        ("embed", ctypes.c_void_p),
-        ("final_norm", ctypes.c_void_p),
-        ("rope_cos", ctypes.c_void_p),
-        ("rope_sin", ctypes.c_void_p),
-        ("layers", ctypes.c_void_p),
-        ("head", DecodeLin),
-        ("embed_q", DecodeLin),
-    ]
-
-
-class DecodeRow(ctypes.Structure):
-    """`pcd_row_t`: one sequence of a step: its token, positions and K/V."""
-
-    _fields_ = [
-        ("token", ctypes.c_int32),
-        ("n_prefix", ctypes.c_int32),
-        ("n_new", ctypes.c_int32),
-        ("cap", ctypes.c_int32),
-        ("pk", ctypes.c_void_p),
-        ("pv", ctypes.c_void_p),
-        ("strides", ctypes.c_void_p),
-        ("nk", ctypes.c_void_p),
-        ("nv", ctypes.c_void_p),
-    ]

@@ -16,8 +16,8 @@ prefill 6x slower under contention).
   (`cpu.cfs_quota_us` / `cpu.cfs_period_us`), rounded up (1.5 CPUs -> 2);
 - `PCD_THREADS`, when set (an int >= 1): the user's own choice.
 
-`busy()` reads the 1-minute load average against that count, to tell a slow BLAS from
-a busy machine.
+`busy()` reads the 1-minute load average against that count (busy from half of it), to
+tell a slow BLAS from a busy machine.
 
 `request_threads()` is the count for the request about to run: the budget, less the
 threads of other processes runnable right now (`runnable_others()`, the kernel's count
@@ -128,8 +128,14 @@ def usable_cpus() -> int:
 
 
 def busy(cpus: int | None = None, load: float | None = None) -> tuple[bool, float]:
-    """Whether the CPUs are taken: the 1-minute load average is at least `cpus` (as many
-    runnable threads as CPUs, on average, over the last minute).
+    """Whether the machine is not quiet: the 1-minute load average is at least half of
+    `cpus` (on 2 CPUs: 1.0, one CPU held on average over the last minute).
+
+    Half, not all: a timed matmul (or a pass) runs one BLAS thread per usable CPU and
+    every call waits for its slowest thread, so a CPU that another process holds slows
+    each call to that CPU's share; with half the CPUs held the rate measured is at most
+    about half and says nothing of the build. At a load of 1.99 on 2 CPUs a pip install
+    held one CPU, which the old rule (load >= cpus) called quiet (issue 52).
 
     Args:
         cpus: The CPUs to compare with (`usable_cpus()` when None).
@@ -144,7 +150,7 @@ def busy(cpus: int | None = None, load: float | None = None) -> tuple[bool, floa
         except (OSError, AttributeError):
             load = 0.0
     n = usable_cpus() if cpus is None else cpus
-    return load >= n, load
+    return load >= n / 2, load
 
 
 def _running(text: str | None) -> int | None:

@@ -220,93 +220,25 @@ static inline float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * 
  * (s = d * sc and m = -dmin * mn as gguf-py forms them; for Q4_0 / Q5_0 / Q3_K / Q6_K the
  * offset is in q), then each path multiplies them in float32 against the batch's rows,
  * the group size and the minimum's presence constants of each kernel. The x86 paths
- * decode with AVX2 (portable C for Q2_K and Q3_K), the portable path in C; both give the
- * same q, s and m. */
+ * decode with AVX2 (portable C for Q2_K and Q3_K), the portable path in C (gguf_blocks.h's
+ * scalar decoders, shared with _qweights.c and _qgemm.c); both give the same q, s and m. */
 
-enum { G_Q4_0 = 2, G_Q4_1 = 3, G_Q5_0 = 6, G_Q5_1 = 7, G_Q8_0 = 8, G_Q2_K = 10, G_Q3_K = 11,
-       G_Q4_K = 12, G_Q5_K = 13, G_Q6_K = 14 };
 #define SPAN 1024 /* weights decoded at a time: 4 K-quant blocks, 32 blocks of 32 */
 #define GI static inline __attribute__((always_inline))
 
+/* The float16 scales through a table of the 65536 halves (filled by half_init). */
 static float g_half[65536];
 static int g_half_ready;
-
-static float half_bits(uint32_t h) {
-    uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-    if (exp == 0 && man == 0) {
-        u = sign;
-    } else if (exp == 0) { /* subnormal: normalise */
-        exp = 127 - 15 + 1;
-        while (!(man & 0x400)) man <<= 1, exp--;
-        u = sign | (exp << 23) | ((man & 0x3ff) << 13);
-    } else {
-        u = sign | (exp == 31 ? 0x7f800000u : (exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+#define GGUF_FP16(p) g_half[(p)[0] | ((p)[1] << 8)]
+#include "gguf_blocks.h"
 
 static void half_init(void) {
     if (__atomic_load_n(&g_half_ready, __ATOMIC_ACQUIRE)) return;
-    for (uint32_t i = 0; i < 65536; i++) g_half[i] = half_bits(i);
+    for (uint32_t i = 0; i < 65536; i++) g_half[i] = gguf_half_bits(i);
     __atomic_store_n(&g_half_ready, 1, __ATOMIC_RELEASE);
 }
 
-GI float hf(const uint8_t *p) { return g_half[p[0] | (p[1] << 8)]; }
-
-/* Bytes of a block of a supported type (and its weights in *per); 0 otherwise. */
-static int file_block(int type, int *per) {
-    *per = 256;
-    switch (type) {
-    case G_Q2_K: return 84;
-    case G_Q3_K: return 110;
-    case G_Q4_K: return 144;
-    case G_Q5_K: return 176;
-    case G_Q6_K: return 210;
-    }
-    *per = 32;
-    switch (type) {
-    case G_Q4_0: return 18;
-    case G_Q4_1: return 20;
-    case G_Q5_0: return 22;
-    case G_Q5_1: return 24;
-    case G_Q8_0: return 34;
-    }
-    *per = 0;
-    return 0;
-}
-
-/* log2 of the weights sharing a scale (and minimum): 16 for Q2_K, Q3_K and Q6_K, else 32. */
-static int file_group_shift(int type) {
-    return type == G_Q2_K || type == G_Q3_K || type == G_Q6_K ? 4 : 5;
-}
-
-/* Whether the type's weights carry a minimum (w = s * q + m); the others are s * q. */
-static int file_has_min(int type) {
-    return type == G_Q4_1 || type == G_Q5_1 || type == G_Q2_K || type == G_Q4_K || type == G_Q5_K;
-}
-
-/* 32-blocks: nibbles (and a fifth bit, bit i of the 4 bytes at qh for weight i) of the
- * 16 bytes at qs, minus `off`. */
-GI void dec32(const uint8_t *restrict qs, const uint8_t *restrict qh, int off,
-              int8_t *restrict q) {
-    uint32_t h = 0;
-    if (qh) memcpy(&h, qh, 4);
-    for (int i = 0; i < 16; i++) {
-        q[i] = (int8_t)(((qs[i] & 15) | (((h >> i) & 1) << 4)) - off);
-        q[i + 16] = (int8_t)(((qs[i] >> 4) | (((h >> (i + 16)) & 1) << 4)) - off);
-    }
-}
-
-GI void k4_sm(int j, const uint8_t *s, int *sc, int *m) {
-    if (j < 4) {
-        *sc = s[j] & 63, *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
+GI float hf(const uint8_t *p) { return GGUF_FP16(p); }
 
 /* A Q4_K / Q5_K block's 8 six-bit scales (bytes 0-7 of u) and minimums (bytes 8-15). */
 GI void k4_unpack(const uint8_t *b, uint32_t u[4]) {
@@ -318,120 +250,22 @@ GI void k4_unpack(const uint8_t *b, uint32_t u[4]) {
     u[0] &= 0x3f3f3f3f;
 }
 
-/* Where a 32-block type's parts are: 1 with a minimum, 1 with a fifth bit, q's offset. */
-GI int b32_min(int type) { return type == G_Q4_1 || type == G_Q5_1; }
-GI int b32_fifth(int type) { return type == G_Q5_0 || type == G_Q5_1; }
-GI int b32_off(int type) { return b32_min(type) ? 0 : b32_fifth(type) ? 16 : 8; }
-
-/* A block's scales and minimums, one per group (file_group_shift). */
-GI void block_scales(int type, const uint8_t *restrict b, float *restrict s, float *restrict m) {
-    switch (type) {
-    case G_Q4_0: case G_Q4_1: case G_Q5_0: case G_Q5_1: case G_Q8_0:
-        s[0] = hf(b);
-        m[0] = b32_min(type) ? hf(b + 2) : 0.0f;
-        break;
-    case G_Q2_K: {
-        float d = hf(b + 80), dm = hf(b + 82);
-        for (int g = 0; g < 16; g++) s[g] = d * (float)(b[g] & 15), m[g] = -(dm * (float)(b[g] >> 4));
-        break;
-    }
-    case G_Q3_K: {
-        const uint8_t *sc = b + 96;
-        float d = hf(b + 108);
-        for (int i = 0; i < 16; i++) {
-            int lo = i < 8 ? sc[i] & 15 : sc[i - 8] >> 4, hi = (sc[8 + i % 4] >> (2 * (i / 4))) & 3;
-            s[i] = d * (float)((lo | hi << 4) - 32), m[i] = 0.0f;
-        }
-        break;
-    }
-    case G_Q4_K: case G_Q5_K: {
-        float d = hf(b), dm = hf(b + 2);
-        for (int g = 0; g < 8; g++) {
-            int sc, mn;
-            k4_sm(g, b + 4, &sc, &mn);
-            s[g] = d * (float)sc;
-            m[g] = -(dm * (float)mn);
-        }
-        break;
-    }
-    case G_Q6_K: {
-        const int8_t *sc = (const int8_t *)(b + 192);
-        float d = hf(b + 208);
-        for (int i = 0; i < 16; i++) s[i] = d * (float)sc[i], m[i] = 0.0f;
-        break;
-    }
-    }
-}
-
-/* A block's int8 quants (portable). */
-GI void block_quants(int type, const uint8_t *restrict b, int8_t *restrict q) {
-    switch (type) {
-    case G_Q4_0: case G_Q4_1: case G_Q5_0: case G_Q5_1: {
-        int one = b32_min(type), five = b32_fifth(type);
-        dec32(b + 2 + 2 * one + 4 * five, five ? b + 2 + 2 * one : 0, b32_off(type), q);
-        break;
-    }
-    case G_Q8_0:
-        for (int i = 0; i < 32; i++) q[i] = (int8_t)b[2 + i];
-        break;
-    case G_Q2_K:
-        for (int h = 0; h < 2; h++)
-            for (int j = 0; j < 4; j++)
-                for (int l = 0; l < 32; l++)
-                    q[128 * h + 32 * j + l] = (int8_t)((b[16 + 32 * h + l] >> (2 * j)) & 3);
-        break;
-    case G_Q3_K: {
-        const uint8_t *hm = b, *qs = b + 32;
-        for (int h = 0; h < 2; h++)
-            for (int j = 0; j < 4; j++)
-                for (int l = 0; l < 32; l++)
-                    q[128 * h + 32 * j + l] = (int8_t)(((qs[32 * h + l] >> (2 * j)) & 3) -
-                                                       (((hm[l] >> (4 * h + j)) & 1) ? 0 : 4));
-        break;
-    }
-    case G_Q4_K: case G_Q5_K: {
-        const uint8_t *qh = b + 16, *qs = b + (type == G_Q5_K ? 48 : 16);
-        for (int c = 0; c < 4; c++)
-            for (int l = 0; l < 32; l++) {
-                int h0 = 0, h1 = 0;
-                if (type == G_Q5_K) h0 = ((qh[l] >> (2 * c)) & 1) << 4, h1 = ((qh[l] >> (2 * c + 1)) & 1) << 4;
-                q[64 * c + l] = (int8_t)((qs[32 * c + l] & 15) | h0);
-                q[64 * c + 32 + l] = (int8_t)((qs[32 * c + l] >> 4) | h1);
-            }
-        break;
-    }
-    case G_Q6_K: {
-        const uint8_t *ql = b, *qh = b + 128;
-        for (int h = 0; h < 2; h++)
-            for (int l = 0; l < 32; l++) {
-                int hb = qh[32 * h + l];
-                const uint8_t *L = ql + 64 * h;
-                q[128 * h + l] = (int8_t)(((L[l] & 15) | ((hb & 3) << 4)) - 32);
-                q[128 * h + 32 + l] = (int8_t)(((L[l + 32] & 15) | (((hb >> 2) & 3) << 4)) - 32);
-                q[128 * h + 64 + l] = (int8_t)(((L[l] >> 4) | (((hb >> 4) & 3) << 4)) - 32);
-                q[128 * h + 96 + l] = (int8_t)(((L[l + 32] >> 4) | (((hb >> 6) & 3) << 4)) - 32);
-            }
-        break;
-    }
-    }
-}
-
 /* n weights (whole blocks) of `type` from b into q, s, m (s and m per group). */
 GI void dec_span(int type, const uint8_t *restrict b, int n, int8_t *restrict q,
               float *restrict s, float *restrict m) {
-    int per, bytes = file_block(type, &per), g = per >> file_group_shift(type);
+    int per, bytes = gguf_block_bytes(type, &per), g = per >> gguf_group_shift(type);
     for (int e = 0; e < n; e += per, b += bytes, q += per, s += g, m += g) {
-        block_scales(type, b, s, m);
-        block_quants(type, b, q);
+        gguf_block_scales(type, b, s, m);
+        gguf_block_quants(type, b, q);
     }
 }
 
 #if X86
 /* A 32-block's quants (Q4_0, Q4_1, Q5_0, Q5_1; Q8_0's bytes) as 32 int8 with AVX2. */
 __attribute__((target("avx2,fma"))) GI __m256i dec32_avx2(const int type, const uint8_t *restrict b) {
-    if (type == G_Q8_0) return _mm256_loadu_si256((const __m256i *)(b + 2));
+    if (type == GGUF_Q8_0) return _mm256_loadu_si256((const __m256i *)(b + 2));
     const __m256i lo4 = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
-    int one = b32_min(type), five = b32_fifth(type);
+    int one = gguf_b32_min(type), five = gguf_b32_fifth(type);
     __m128i qs = _mm_loadu_si128((const __m128i *)(b + 2 + 2 * one + 4 * five));
     __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), lo4);
     if (five) { /* bit i of qh to byte i: each 128-bit lane takes two of its bytes */
@@ -443,7 +277,7 @@ __attribute__((target("avx2,fma"))) GI __m256i dec32_avx2(const int type, const 
         __m256i hb = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bit);
         v = _mm256_or_si256(v, _mm256_and_si256(_mm256_cmpeq_epi8(hb, bit), sixteen));
     }
-    v = _mm256_sub_epi8(v, _mm256_set1_epi8((char)b32_off(type)));
+    v = _mm256_sub_epi8(v, _mm256_set1_epi8((char)gguf_b32_off(type)));
     return v;
 }
 
@@ -452,11 +286,11 @@ __attribute__((target("avx2,fma"))) GI __m256i dec32_avx2(const int type, const 
 __attribute__((target("avx2,fma"))) GI void dec_span_avx2_t(
     const int type, const uint8_t *restrict b, int n, int8_t *restrict q, float *restrict s,
     float *restrict m) {
-    int per, bytes = file_block(type, &per), g = per >> file_group_shift(type);
+    int per, bytes = gguf_block_bytes(type, &per), g = per >> gguf_group_shift(type);
     const __m256i lo4 = _mm256_set1_epi8(15), sixteen = _mm256_set1_epi8(16);
     for (int e = 0; e < n; e += per, b += bytes, q += per, s += g, m += g) {
         for (int o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(b + PF8_AHEAD + o), _MM_HINT_T0);
-        if (type == G_Q4_K || type == G_Q5_K) { /* the 8 six-bit scales and minimums at once */
+        if (type == GGUF_Q4_K || type == GGUF_Q5_K) { /* the 8 six-bit scales and minimums at once */
             uint32_t u[4];
             k4_unpack(b, u);
             __m128i v = _mm_loadu_si128((const __m128i *)u);
@@ -466,22 +300,22 @@ __attribute__((target("avx2,fma"))) GI void dec_span_avx2_t(
             _mm256_storeu_ps(m, _mm256_xor_ps(_mm256_set1_ps(-0.0f),  /* -(dmin * mn) */
                                               _mm256_mul_ps(_mm256_set1_ps(hf(b + 2)), mn)));
         } else {
-            block_scales(type, b, s, m);
+            gguf_block_scales(type, b, s, m);
         }
         switch (type) {
-        case G_Q4_0: case G_Q4_1: case G_Q5_0: case G_Q5_1:
+        case GGUF_Q4_0: case GGUF_Q4_1: case GGUF_Q5_0: case GGUF_Q5_1:
             _mm256_storeu_si256((__m256i *)q, dec32_avx2(type, b));
             break;
-        case G_Q8_0:
+        case GGUF_Q8_0:
             _mm256_storeu_si256((__m256i *)q, _mm256_loadu_si256((const __m256i *)(b + 2)));
             break;
-        case G_Q4_K: case G_Q5_K: {
-            const uint8_t *qs = b + (type == G_Q5_K ? 48 : 16);
+        case GGUF_Q4_K: case GGUF_Q5_K: {
+            const uint8_t *qs = b + (type == GGUF_Q5_K ? 48 : 16);
             __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
             for (int c = 0; c < 4; c++) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
                 __m256i l4 = _mm256_and_si256(v, lo4), h4 = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
-                if (type == G_Q5_K) {
+                if (type == GGUF_Q5_K) {
                     __m256i b0 = _mm256_set1_epi8((char)(1 << (2 * c))), b1 = _mm256_set1_epi8((char)(2 << (2 * c)));
                     l4 = _mm256_or_si256(l4, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), sixteen));
                     h4 = _mm256_or_si256(h4, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), sixteen));
@@ -491,7 +325,7 @@ __attribute__((target("avx2,fma"))) GI void dec_span_avx2_t(
             }
             break;
         }
-        case G_Q6_K: {
+        case GGUF_Q6_K: {
             const __m256i hi2 = _mm256_set1_epi8(0x30), off = _mm256_set1_epi8(32);
             for (int h = 0; h < 2; h++) {
                 __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h));
@@ -510,7 +344,7 @@ __attribute__((target("avx2,fma"))) GI void dec_span_avx2_t(
             break;
         }
         default:
-            block_quants(type, b, q);
+            gguf_block_quants(type, b, q);
         }
     }
 }
@@ -519,8 +353,8 @@ __attribute__((target("avx2,fma"))) static void dec_span_avx2(
     int type, const uint8_t *restrict b, int n, int8_t *restrict q, float *restrict s,
     float *restrict m) {
 #define T(t) case t: dec_span_avx2_t(t, b, n, q, s, m); break;
-    switch (type) { T(G_Q4_0) T(G_Q4_1) T(G_Q5_0) T(G_Q5_1) T(G_Q8_0) T(G_Q2_K) T(G_Q3_K)
-                    T(G_Q4_K) T(G_Q5_K) T(G_Q6_K) }
+    switch (type) { T(GGUF_Q4_0) T(GGUF_Q4_1) T(GGUF_Q5_0) T(GGUF_Q5_1) T(GGUF_Q8_0) T(GGUF_Q2_K) T(GGUF_Q3_K)
+                    T(GGUF_Q4_K) T(GGUF_Q5_K) T(GGUF_Q6_K) }
 #undef T
 }
 #endif
@@ -540,7 +374,7 @@ GI const uint8_t *file_row(const pcd_lin_t *L, int j) {
 NO_CONTRACT static void file_dequant_row(int type, const uint8_t *src, int cols, float *out) {
     int8_t q[SPAN];
     float s[SPAN / 16], m[SPAN / 16];
-    int per, bytes = file_block(type, &per), mn = file_has_min(type), gs = file_group_shift(type);
+    int per, bytes = gguf_block_bytes(type, &per), mn = gguf_has_min(type), gs = gguf_group_shift(type);
     for (int e0 = 0; e0 < cols; e0 += SPAN) {
         int n = cols - e0 < SPAN ? cols - e0 : SPAN;
         dec_span(type, src + (int64_t)e0 / per * bytes, n, q, s, m);
@@ -555,7 +389,7 @@ NO_CONTRACT static void file_dequant_row(int type, const uint8_t *src, int cols,
 static void row_file_c(const pcd_lin_t *L, int j, const float *x, int64_t ldx, int nb, float *out) {
     int8_t q[SPAN];
     float s[SPAN / 16], m[SPAN / 16], acc[NB_MAX][16] = {{0}};
-    int per, bytes = file_block(L->type, &per), gs = file_group_shift(L->type);
+    int per, bytes = gguf_block_bytes(L->type, &per), gs = gguf_group_shift(L->type);
     const uint8_t *w = file_row(L, j);
     for (int e0 = 0; e0 < L->cols; e0 += SPAN) {
         int n = L->cols - e0 < SPAN ? L->cols - e0 : SPAN;
@@ -651,8 +485,8 @@ GI float min_term(const float *m, const float *xs, int e0, int n, const int gs) 
 static void row_file8_c(const pcd_lin_t *L, int j, const act_t *xa, int nb, float *out) {
     int8_t q[SPAN];
     float s[SPAN / 16], m[SPAN / 16], acc[NB_MAX] = {0};
-    int per, bytes = file_block(L->type, &per), gs = file_group_shift(L->type), G = 1 << gs;
-    int mn = file_has_min(L->type), lb = ACT_K(per) ? 8 : 5;
+    int per, bytes = gguf_block_bytes(L->type, &per), gs = gguf_group_shift(L->type), G = 1 << gs;
+    int mn = gguf_has_min(L->type), lb = ACT_K(per) ? 8 : 5;
     const actq_t *A = &xa->a[ACT_K(per)];
     const uint8_t *w = file_row(L, j);
     for (int e0 = 0; e0 < L->cols; e0 += SPAN) {
@@ -733,7 +567,7 @@ T512 static inline __attribute__((always_inline)) void row_file_512_nb(
     const int gs, const int mn) {
     int8_t q[SPAN] __attribute__((aligned(64)));
     float s[SPAN / 16], m[SPAN / 16];
-    int per, bytes = file_block(L->type, &per);
+    int per, bytes = gguf_block_bytes(L->type, &per);
     const uint8_t *w = file_row(L, j);
     __m512 acc[NB_MAX][2];
     for (int b = 0; b < nb; b++) acc[b][0] = acc[b][1] = _mm512_setzero_ps();
@@ -764,8 +598,8 @@ T512 static inline __attribute__((always_inline)) void row_file_512_g(
 
 T512 static void row_file_512(const pcd_lin_t *L, int j, const float *x, int64_t ldx, int nb,
                               float *out) {
-    int mn = file_has_min(L->type);
-    if (file_group_shift(L->type) == 4)
+    int mn = gguf_has_min(L->type);
+    if (gguf_group_shift(L->type) == 4)
         mn ? row_file_512_g(L, j, x, ldx, nb, out, 4, 1) : row_file_512_g(L, j, x, ldx, nb, out, 4, 0);
     else
         mn ? row_file_512_g(L, j, x, ldx, nb, out, 5, 1) : row_file_512_g(L, j, x, ldx, nb, out, 5, 0);
@@ -827,7 +661,7 @@ T256 static inline __attribute__((always_inline)) void row_file_256_nb(
     const int gs, const int mn) {
     int8_t q[SPAN] __attribute__((aligned(32)));
     float s[SPAN / 16], m[SPAN / 16];
-    int per, bytes = file_block(L->type, &per);
+    int per, bytes = gguf_block_bytes(L->type, &per);
     const uint8_t *w = file_row(L, j);
     __m256 acc[NB_256][2];
     for (int b = 0; b < nb; b++) acc[b][0] = acc[b][1] = _mm256_setzero_ps();
@@ -857,8 +691,8 @@ T256 static inline __attribute__((always_inline)) void row_file_256_g(
 
 T256 static void row_file_256(const pcd_lin_t *L, int j, const float *x, int64_t ldx, int nb,
                               float *out) {
-    int mn = file_has_min(L->type);
-    if (file_group_shift(L->type) == 4)
+    int mn = gguf_has_min(L->type);
+    if (gguf_group_shift(L->type) == 4)
         mn ? row_file_256_g(L, j, x, ldx, nb, out, 4, 1) : row_file_256_g(L, j, x, ldx, nb, out, 4, 0);
     else
         mn ? row_file_256_g(L, j, x, ldx, nb, out, 5, 1) : row_file_256_g(L, j, x, ldx, nb, out, 5, 0);
@@ -992,7 +826,7 @@ FUSED_ROWS(row_q6k8, q6k_rows)
         const int mn) {                                                                       \
         int8_t q[SPAN] __attribute__((aligned(32)));                                          \
         float s[SPAN / 16], m[SPAN / 16], corr[NB_MAX] = {0}, cs[NB_MAX][SPAN / 16];          \
-        int per, bytes = file_block(L->type, &per);                                           \
+        int per, bytes = gguf_block_bytes(L->type, &per);                                           \
         const uint8_t *w = file_row(L, j);                                                    \
         const int64_t ld = xa->ld;                                                            \
         const int lb = ACT_K(per) ? 8 : 5;                                                    \
@@ -1050,8 +884,8 @@ FUSED_ROWS(row_q6k8, q6k_rows)
         const pcd_lin_t *L, int j, const act_t *xa, float *out, const int nb, const int type) { \
         const actq_t *A = &xa->a[0];                                                          \
         const int64_t ld = xa->ld;                                                            \
-        int per, bytes = file_block(type, &per);                                              \
-        const int mn = b32_min(type); /* then q >= 0 */                                       \
+        int per, bytes = gguf_block_bytes(type, &per);                                              \
+        const int mn = gguf_b32_min(type); /* then q >= 0 */                                       \
         const uint8_t *w = file_row(L, j);                                                    \
         const __m256i ones = _mm256_set1_epi16(1);                                            \
         (void)ones;                                                                           \
@@ -1095,19 +929,19 @@ FUSED_ROWS(row_q6k8, q6k_rows)
             row_file8##SUF(L, j, &rest, nb - 4, out + 4);                                     \
             return;                                                                           \
         }                                                                                     \
-        int mn = file_has_min(L->type);                                                       \
+        int mn = gguf_has_min(L->type);                                                       \
         switch (L->type) {                                                                    \
-        case G_Q4_0: row_b32##SUF##_t(L, j, xa, nb, out, G_Q4_0); return;                    \
-        case G_Q4_1: row_b32##SUF##_t(L, j, xa, nb, out, G_Q4_1); return;                    \
-        case G_Q5_0: row_b32##SUF##_t(L, j, xa, nb, out, G_Q5_0); return;                    \
-        case G_Q5_1: row_b32##SUF##_t(L, j, xa, nb, out, G_Q5_1); return;                    \
-        case G_Q8_0: row_b32##SUF##_t(L, j, xa, nb, out, G_Q8_0); return;                    \
+        case GGUF_Q4_0: row_b32##SUF##_t(L, j, xa, nb, out, GGUF_Q4_0); return;                    \
+        case GGUF_Q4_1: row_b32##SUF##_t(L, j, xa, nb, out, GGUF_Q4_1); return;                    \
+        case GGUF_Q5_0: row_b32##SUF##_t(L, j, xa, nb, out, GGUF_Q5_0); return;                    \
+        case GGUF_Q5_1: row_b32##SUF##_t(L, j, xa, nb, out, GGUF_Q5_1); return;                    \
+        case GGUF_Q8_0: row_b32##SUF##_t(L, j, xa, nb, out, GGUF_Q8_0); return;                    \
         }                                                                                     \
-        if (L->type == G_Q4_K)                                                                \
+        if (L->type == GGUF_Q4_K)                                                                \
             row_q4k8(L, j, xa, nb, out);                                                      \
-        else if (L->type == G_Q6_K)                                                           \
+        else if (L->type == GGUF_Q6_K)                                                           \
             row_q6k8(L, j, xa, nb, out);                                                      \
-        else if (file_group_shift(L->type) == 4) /* Q2_K, Q3_K */                             \
+        else if (gguf_group_shift(L->type) == 4) /* Q2_K, Q3_K */                             \
             mn ? row_file8##SUF##_g(L, j, xa, nb, out, 4, 1) : row_file8##SUF##_g(L, j, xa, nb, out, 4, 0); \
         else /* Q5_K */                                                                       \
             row_file8##SUF##_g(L, j, xa, nb, out, 5, 1);                                      \
@@ -1580,14 +1414,14 @@ static int grow(float **buf, size_t *cap, size_t n) {
 static int lin_ok(const pcd_lin_t *L) {
     if (!L->w || L->rows < 1 || L->cols < 1) return 0;
     if (!L->type) return L->cols % QB == 0;
-    int per, bytes = file_block(L->type, &per);
+    int per, bytes = gguf_block_bytes(L->type, &per);
     return bytes && L->cols % per == 0 && L->row_bytes == (int64_t)L->cols / per * bytes;
 }
 
 /* Weights per block of a file type the decode kernels read (0: not one of them). */
 int pcd_decode_file_block(int type) {
     int per;
-    return file_block(type, &per) ? per : 0;
+    return gguf_block_bytes(type, &per) ? per : 0;
 }
 
 /* Rows idx[0, n) of a file-block matrix as float32: exactly the file's weights. Returns

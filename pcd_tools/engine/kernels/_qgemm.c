@@ -49,173 +49,72 @@
 #define RB 4  /* rows per micro tile */
 #define CB 2  /* columns per micro tile */
 
-/* GGML type ids (ggml.h) */
-enum { T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
-       T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_BF16 = 30 };
+#include "gguf_blocks.h"
 
 enum { PATH_AUTO = 0, PATH_SCALAR = 1, PATH_AVX2 = 2, PATH_AVXVNNI = 3, PATH_AVX512VNNI = 4,
        PATH_AVX512BF16 = 5 };
 
 /* ---------------------------------------------------------------- blocks and decode */
 
-static float h2f(const uint8_t *p) {
-    uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-    if (exp == 0) {
-        if (man == 0) {
-            u = sign;
-        } else { /* subnormal: normalise */
-            exp = 127 - 15 + 1;
-            while (!(man & 0x400)) { man <<= 1; exp--; }
-            man &= 0x3ff;
-            u = sign | (exp << 23) | (man << 13);
-        }
-    } else if (exp == 31) {
-        u = sign | 0x7f800000u | (man << 13);
-    } else {
-        u = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+static inline float h2f(const uint8_t *p) { return GGUF_FP16(p); }
 
 /* Bytes and elements of one block of `type`; 0 if the type is not supported. */
 int pcd_qgemm_block(int type, int *elems) {
-    int e = 32, b = 0;
-    switch (type) {
-    case T_Q4_0: b = 18; break;
-    case T_Q4_1: b = 20; break;
-    case T_Q5_0: b = 22; break;
-    case T_Q5_1: b = 24; break;
-    case T_Q8_0: b = 34; break;
-    case T_Q4_K: b = 144; e = 256; break;
-    case T_Q5_K: b = 176; e = 256; break;
-    case T_Q6_K: b = 210; e = 256; break;
-    default: b = 0;
-    }
-    if (elems) *elems = e;
+    int e, b = type == GGUF_Q2_K || type == GGUF_Q3_K ? 0 : gguf_block_bytes(type, &e);
+    if (elems) *elems = b ? e : 32;
     return b;
 }
 
 /* 1 if the decoded w has a float minimum per block (y needs the xs pass): the types with
  * a minimum, and Q4_0 / Q5_0, decoded unsigned (q in 0..31) with -8 d / -16 d as minimum. */
-static int has_min(int type) { return type != T_Q8_0 && type != T_Q6_K; }
-
-static void k4_scale_min(int j, const uint8_t *s, int *sc, int *m) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
+static int has_min(int type) { return type != GGUF_Q8_0 && type != GGUF_Q6_K; }
 
 /* The float minimum of a one-scale 32-block (blk, scale d) as the decoders store it:
  * Q4_0 / Q5_0 are decoded unsigned, so -8 d / -16 d; Q4_1 / Q5_1 their own; Q8_0 none. */
 static inline float block32_min(int type, const uint8_t *blk, float d) {
-    return type == T_Q4_0 ? -8.0f * d : type == T_Q5_0 ? -16.0f * d : type == T_Q8_0 ? 0.0f
+    return type == GGUF_Q4_0 ? -8.0f * d : type == GGUF_Q5_0 ? -16.0f * d : type == GGUF_Q8_0 ? 0.0f
                                                                                     : h2f(blk + 2);
 }
 
-/* One weight row (k elements, its blocks at `src`) into q[k], sc[2 * k / 32], mn[k / 32]. */
+/* One weight row (k elements, its blocks at `src`) into q[k], sc[2 * k / 32], mn[k / 32]:
+ * each block by gguf_blocks.h's decoder, then Q4_0 / Q5_0 made unsigned (their offset
+ * moved into the minimum) and the scales laid out per 16. */
+GGUF_INLINE void decode_row_t(const int type, const uint8_t *src, int k, int8_t *q, float *sc,
+                              float *mn) {
+    int per, bytes = gguf_block_bytes(type, &per);
+    float s16[16], m16[16];
+    for (int e = 0; e + per <= k; e += per) {
+        const uint8_t *blk = src + (int64_t)(e / per) * bytes;
+        int8_t *o = q + e;
+        float *so = sc + e / 16, *mo = mn + e / QB;
+        gguf_block_quants(type, blk, o);
+        gguf_block_scales(type, blk, s16, m16);
+        if (type == GGUF_Q6_K) { /* element e of the block has scale s16[e / 16] */
+            for (int h = 0; h < 16; h++) so[h] = s16[h];
+            for (int b = 0; b < 8; b++) mo[b] = 0.0f;
+        } else if (per == GGUF_QK_K) { /* Q4_K, Q5_K: one scale and minimum per 32 */
+            for (int b = 0; b < 8; b++) so[2 * b] = so[2 * b + 1] = s16[b], mo[b] = m16[b];
+        } else {
+            const int off = type == GGUF_Q4_0 ? 8 : type == GGUF_Q5_0 ? 16 : 0;
+            if (off)
+                for (int j = 0; j < QB; j++) o[j] = (int8_t)(o[j] + off);
+            so[0] = so[1] = s16[0];
+            mo[0] = block32_min(type, blk, s16[0]);
+        }
+    }
+}
+
+/* One copy of the row loop per type (the type a constant in each). */
 #define DECODE_BODY                                                                        \
-    int nb = k / QB;                                                                       \
     switch (type) {                                                                        \
-    case T_Q4_0: case T_Q4_1:                                                              \
-        for (int b = 0; b < nb; b++) {                                                     \
-            const uint8_t *blk = src + (int64_t)b * (type == T_Q4_0 ? 18 : 20);            \
-            const uint8_t *qs = blk + (type == T_Q4_0 ? 2 : 4);                            \
-            int8_t *o = q + b * QB;                                                        \
-            for (int j = 0; j < 16; j++) {                                                 \
-                o[j] = (int8_t)(qs[j] & 15);                                               \
-                o[j + 16] = (int8_t)(qs[j] >> 4);                                          \
-            }                                                                              \
-            float d = h2f(blk);                                                            \
-            sc[2 * b] = sc[2 * b + 1] = d;                                                 \
-            mn[b] = block32_min(type, blk, d);                                             \
-        }                                                                                  \
-        break;                                                                             \
-    case T_Q5_0: case T_Q5_1:                                                              \
-        for (int b = 0; b < nb; b++) {                                                     \
-            const uint8_t *blk = src + (int64_t)b * (type == T_Q5_0 ? 22 : 24);            \
-            const uint8_t *qhp = blk + (type == T_Q5_0 ? 2 : 4);                           \
-            const uint8_t *qs = qhp + 4;                                                   \
-            uint32_t qh = (uint32_t)qhp[0] | ((uint32_t)qhp[1] << 8) |                     \
-                          ((uint32_t)qhp[2] << 16) | ((uint32_t)qhp[3] << 24);             \
-            int8_t *o = q + b * QB;                                                        \
-            for (int j = 0; j < 16; j++) {                                                 \
-                o[j] = (int8_t)((qs[j] & 15) | (((qh >> j) & 1) << 4));                    \
-                o[j + 16] = (int8_t)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));        \
-            }                                                                              \
-            float d = h2f(blk);                                                            \
-            sc[2 * b] = sc[2 * b + 1] = d;                                                 \
-            mn[b] = block32_min(type, blk, d);                                             \
-        }                                                                                  \
-        break;                                                                             \
-    case T_Q8_0:                                                                           \
-        for (int b = 0; b < nb; b++) {                                                     \
-            const uint8_t *blk = src + (int64_t)b * 34;                                    \
-            memcpy(q + b * QB, blk + 2, QB);                                               \
-            sc[2 * b] = sc[2 * b + 1] = h2f(blk);                                          \
-            mn[b] = 0.0f;                                                                  \
-        }                                                                                  \
-        break;                                                                             \
-    case T_Q4_K: case T_Q5_K:                                                              \
-        for (int s = 0; s < k / 256; s++) {                                                \
-            const uint8_t *blk = src + (int64_t)s * (type == T_Q4_K ? 144 : 176);          \
-            float d = h2f(blk), dmin = h2f(blk + 2);                                       \
-            const uint8_t *scales = blk + 4;                                               \
-            const uint8_t *qh = blk + 16;                                                  \
-            const uint8_t *qs = blk + (type == T_Q4_K ? 16 : 48);                          \
-            for (int j = 0; j < 4; j++) { /* 64 elements: low nibbles, then high */        \
-                int8_t *o = q + s * 256 + j * 64;                                          \
-                if (type == T_Q4_K) {                                                      \
-                    for (int l = 0; l < 32; l++) {                                         \
-                        o[l] = (int8_t)(qs[l] & 15);                                       \
-                        o[l + 32] = (int8_t)(qs[l] >> 4);                                  \
-                    }                                                                      \
-                } else {                                                                   \
-                    int u1 = 1 << (2 * j), u2 = 2 << (2 * j);                              \
-                    for (int l = 0; l < 32; l++) {                                         \
-                        o[l] = (int8_t)((qs[l] & 15) + ((qh[l] & u1) ? 16 : 0));           \
-                        o[l + 32] = (int8_t)((qs[l] >> 4) + ((qh[l] & u2) ? 16 : 0));      \
-                    }                                                                      \
-                }                                                                          \
-                qs += 32;                                                                  \
-                for (int h = 0; h < 2; h++) {                                              \
-                    int c, m, bb = s * 8 + j * 2 + h;                                      \
-                    k4_scale_min(j * 2 + h, scales, &c, &m);                               \
-                    sc[2 * bb] = sc[2 * bb + 1] = d * (float)c;                            \
-                    mn[bb] = -(dmin * (float)m);                                           \
-                }                                                                          \
-            }                                                                              \
-        }                                                                                  \
-        break;                                                                             \
-    case T_Q6_K:                                                                           \
-        for (int s = 0; s < k / 256; s++) {                                                \
-            const uint8_t *blk = src + (int64_t)s * 210;                                   \
-            const uint8_t *ql = blk, *qh = blk + 128;                                      \
-            const int8_t *scs = (const int8_t *)(blk + 192);                               \
-            float d = h2f(blk + 208);                                                      \
-            for (int n = 0; n < 2; n++) {                                                  \
-                int8_t *o = q + s * 256 + n * 128;                                         \
-                for (int l = 0; l < 32; l++) {                                             \
-                    o[l] = (int8_t)(((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) - 32);      \
-                    o[l + 32] = (int8_t)(((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32); \
-                    o[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32); \
-                    o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32); \
-                }                                                                          \
-                /* element e of this 128 has scale scs[e / 16] */                          \
-                for (int h = 0; h < 8; h++) sc[(s * 256 + n * 128) / 16 + h] = d * (float)scs[h]; \
-                for (int bb = 0; bb < 4; bb++) mn[(s * 256 + n * 128) / 32 + bb] = 0.0f;   \
-                ql += 64;                                                                  \
-                qh += 32;                                                                  \
-                scs += 8;                                                                  \
-            }                                                                              \
-        }                                                                                  \
-        break;                                                                             \
+    case GGUF_Q4_0: decode_row_t(GGUF_Q4_0, src, k, q, sc, mn); break;                           \
+    case GGUF_Q4_1: decode_row_t(GGUF_Q4_1, src, k, q, sc, mn); break;                           \
+    case GGUF_Q5_0: decode_row_t(GGUF_Q5_0, src, k, q, sc, mn); break;                           \
+    case GGUF_Q5_1: decode_row_t(GGUF_Q5_1, src, k, q, sc, mn); break;                           \
+    case GGUF_Q8_0: decode_row_t(GGUF_Q8_0, src, k, q, sc, mn); break;                           \
+    case GGUF_Q4_K: decode_row_t(GGUF_Q4_K, src, k, q, sc, mn); break;                           \
+    case GGUF_Q5_K: decode_row_t(GGUF_Q5_K, src, k, q, sc, mn); break;                           \
+    case GGUF_Q6_K: decode_row_t(GGUF_Q6_K, src, k, q, sc, mn); break;                           \
     }
 
 static void decode_row_generic(int type, const uint8_t *src, int k, int8_t *q, float *sc,
@@ -718,7 +617,7 @@ typedef void (*micro_t)(int, int, const int8_t *, const float *, const int8_t *,
 
 /* 1 if `type` runs the column-panel 32-block kernels (one float scale per block). */
 static int col32_type(int type) {
-    return type == T_Q4_0 || type == T_Q4_1 || type == T_Q5_0 || type == T_Q5_1 || type == T_Q8_0;
+    return type == GGUF_Q4_0 || type == GGUF_Q4_1 || type == GGUF_Q5_0 || type == GGUF_Q5_1 || type == GGUF_Q8_0;
 }
 
 /* Tile kernels: rows [0, R) of xq (ld k) against one group (wg [k/4][8] int32, sg [nb][8]
@@ -838,12 +737,12 @@ COL32_DISPATCH(col32_vnni512, col32_vnni512_rs, VNNI512Y_T)
 #if X86
 /* One block of 32 quants of a 32-block type as 32 bytes (the DECODE_BODY values). */
 AVX2_T AI __m256i block32_avx2(int type, const uint8_t *blk) {
-    if (type == T_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
-    const int off = type == T_Q4_0 ? 2 : type == T_Q4_1 ? 4 : type == T_Q5_0 ? 6 : 8;
+    if (type == GGUF_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
+    const int off = type == GGUF_Q4_0 ? 2 : type == GGUF_Q4_1 ? 4 : type == GGUF_Q5_0 ? 6 : 8;
     __m128i qs = _mm_loadu_si128((const __m128i *)(blk + off));
     const __m128i m4 = _mm_set1_epi8(15);
     __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), m4), _mm_and_si128(qs, m4));
-    if (type == T_Q5_0 || type == T_Q5_1) { /* bit j of qh -> bit 4 of byte j */
+    if (type == GGUF_Q5_0 || type == GGUF_Q5_1) { /* bit j of qh -> bit 4 of byte j */
         uint32_t qh;
         memcpy(&qh, blk + off - 4, 4);
         const __m256i shuf = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
@@ -1036,7 +935,7 @@ static void gemm_col32_task(void *ctx, int t, void *scratch) {
     else
 #endif
         decode_col32_generic(j, c0, nc, wp, sp, mn, sc, q);
-    int mins = has_min(j->type), sgn = j->type == T_Q8_0;
+    int mins = has_min(j->type), sgn = j->type == GGUF_Q8_0;
     if (mins && j->vec_min)
         for (int c = 0; c < nc; c++)
             for (int b = 0; b < nb; b++) mnT[(int64_t)b * NC + c] = mn[(int64_t)c * nb + b];
@@ -1173,51 +1072,24 @@ void pcd_qgemm_dequantize(int type, const uint8_t *w, int64_t rb, int k, int r0,
     for (int s = 0; s < k / SB; s++) {                                                     \
         int8_t *o = u + s * SB;                                                            \
         int16_t *scs = sc16 + s * 16, *mis = mi16 + s * 16;                                \
-        if (type == T_Q6_K) {                                                              \
+        if (type == GGUF_Q6_K) {                                                              \
             const uint8_t *blk = src + (int64_t)s * 210;                                   \
-            const uint8_t *ql = blk, *qh = blk + 128;                                      \
             const int8_t *sc8 = (const int8_t *)(blk + 192);                               \
             d[s] = fm[s] = h2f(blk + 208);                                                 \
-            for (int n = 0; n < 2; n++) {                                                  \
-                int8_t *on = o + n * 128;                                                  \
-                for (int l = 0; l < 32; l++) {                                             \
-                    on[l] = (int8_t)((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4));            \
-                    on[l + 32] = (int8_t)((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4));  \
-                    on[l + 64] = (int8_t)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));       \
-                    on[l + 96] = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));  \
-                }                                                                          \
-                ql += 64;                                                                  \
-                qh += 32;                                                                  \
-            }                                                                              \
+            gguf_quants_q6_k(blk, o);                                                      \
+            for (int l = 0; l < SB; l++) o[l] = (int8_t)(o[l] + 32); /* unsigned: q + 32 */ \
             for (int h = 0; h < 16; h++) {                                                 \
                 scs[h] = sc8[h];                                                           \
                 mis[h] = (int16_t)(32 * sc8[h]);                                           \
             }                                                                              \
         } else {                                                                           \
-            const uint8_t *blk = src + (int64_t)s * (type == T_Q4_K ? 144 : 176);          \
+            const uint8_t *blk = src + (int64_t)s * (type == GGUF_Q4_K ? 144 : 176);          \
             d[s] = h2f(blk);                                                               \
             fm[s] = h2f(blk + 2);                                                          \
-            const uint8_t *scales = blk + 4, *qh = blk + 16;                               \
-            const uint8_t *qs = blk + (type == T_Q4_K ? 16 : 48);                          \
-            for (int j = 0; j < 4; j++) {                                                  \
-                int8_t *oj = o + j * 64;                                                   \
-                if (type == T_Q4_K) {                                                      \
-                    for (int l = 0; l < 32; l++) {                                         \
-                        oj[l] = (int8_t)(qs[l] & 15);                                      \
-                        oj[l + 32] = (int8_t)(qs[l] >> 4);                                 \
-                    }                                                                      \
-                } else {                                                                   \
-                    int u1 = 1 << (2 * j), u2 = 2 << (2 * j);                              \
-                    for (int l = 0; l < 32; l++) {                                         \
-                        oj[l] = (int8_t)((qs[l] & 15) + ((qh[l] & u1) ? 16 : 0));          \
-                        oj[l + 32] = (int8_t)((qs[l] >> 4) + ((qh[l] & u2) ? 16 : 0));     \
-                    }                                                                      \
-                }                                                                          \
-                qs += 32;                                                                  \
-            }                                                                              \
+            gguf_quants_q45_k(type == GGUF_Q5_K, blk, o);                                     \
             for (int j = 0; j < 8; j++) {                                                  \
                 int c, m;                                                                  \
-                k4_scale_min(j, scales, &c, &m);                                           \
+                gguf_scale_min_k4(j, blk + 4, &c, &m);                                     \
                 scs[2 * j] = scs[2 * j + 1] = (int16_t)c;                                  \
                 mis[2 * j] = mis[2 * j + 1] = (int16_t)m;                                  \
             }                                                                              \
@@ -1767,7 +1639,7 @@ static void gemm_k_task(void *ctx, int t, void *scratch) {
 int pcd_qgemm_int8_k(int type, const uint8_t *w, int n, int k, const int8_t *xq,
                      const float *dx, const int16_t *bs16, int rows, float *y, int64_t ldy,
                      int path, int threads) {
-    if ((type != T_Q4_K && type != T_Q5_K && type != T_Q6_K) || k % SB) return 2;
+    if ((type != GGUF_Q4_K && type != GGUF_Q5_K && type != GGUF_Q6_K) || k % SB) return 2;
     int bb = pcd_qgemm_block(type, 0);
     if (path == PATH_AUTO) path = pcd_qgemm_has_path(PATH_AUTO);
     if (path == PATH_AVX512BF16 || !have(path)) return 3;
@@ -1780,7 +1652,7 @@ int pcd_qgemm_int8_k(int type, const uint8_t *w, int n, int k, const int8_t *xq,
     }
 #endif
     /* the minimum's activations: dx times the int sums per sub-block of lm */
-    int lm = type == T_Q6_K ? 16 : 32, ni = k / lm, ns = k / SB;
+    int lm = type == GGUF_Q6_K ? 16 : 32, ni = k / lm, ns = k / SB;
     float *xm = (float *)malloc(((size_t)rows * ni + 1) * sizeof(float));
     if (!xm) return 1;
     for (int r = 0; r < rows; r++) {
@@ -2124,12 +1996,12 @@ static void gemm_kc_task(void *ctx, int t, void *scratch) {
 int pcd_qgemm_int8_kc(int type, const uint8_t *w, int n, int k, const int8_t *xq,
                       const float *dx, const int16_t *bs16, int rows, float *y, int64_t ldy,
                       int path, int threads) {
-    if ((type != T_Q4_K && type != T_Q5_K && type != T_Q6_K) || k % SB) return 2;
+    if ((type != GGUF_Q4_K && type != GGUF_Q5_K && type != GGUF_Q6_K) || k % SB) return 2;
     if (path == PATH_AUTO) path = have(PATH_AVX512VNNI) ? PATH_AVX512VNNI : PATH_SCALAR;
     if ((path != PATH_AVX512VNNI && path != PATH_SCALAR) || !have(path)) return 3;
     int bb = pcd_qgemm_block(type, 0);
     kjob_t j = {.type = type, .k = k, .n = n, .rows = rows, .w = w, .rb = (int64_t)(k / SB) * bb,
                 .xq = xq, .dx = dx, .bs16 = bs16, .y = y, .ldy = ldy,
-                .L = type == T_Q6_K ? 16 : 32, .vec = path == PATH_AVX512VNNI};
+                .L = type == GGUF_Q6_K ? 16 : 32, .vec = path == PATH_AVX512VNNI};
     return run_parallel(gemm_kc_task, &j, (n + KC - 1) / KC, panel_kc_bytes(k), threads);
 }

@@ -12,282 +12,191 @@
  * the same call MLX makes for a dense float32 Linear. Only one panel of float32 weights
  * exists at a time.
  *
- * The row loops are plain C that the compiler vectorises; each is built for AVX-512,
- * AVX2 and baseline x86-64 with `target_clones`, and the loader picks the clone for the
- * running CPU (GCC's ifunc dispatch). Built and loaded by pcd_tools.engine.qweights.
+ * The row loops are plain C that the compiler vectorises. Each type's row is one portable
+ * body built three times: `_generic` (baseline x86-64 or the host's, the reference),
+ * `_avx2` and `_avx512` (x86 only); a table per type holds the three, and the path is
+ * chosen once, at the first call, from the running CPU (or forced with `pcd_q_path`, for
+ * tests). Every copy runs the same float32 operations element by element, so all give
+ * the same bits. Built and loaded by pcd_tools.engine.kernels.bindings.
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#if defined(__x86_64__) && defined(__GNUC__)
+#define X86 1
 #else
-#define CLONES
+#define X86 0
 #endif
 
 typedef void (*sgemm_t)(int, int, int, int, int, int, float, const float *, int,
                         const float *, int, float, float *, int);
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 
-/* ggml type ids */
-enum {
-    T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
-    T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_BF16 = 30
-};
-
 static float half_table[65536];
 static int half_ready = 0;
 
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: normalise */
-            exp = 127 - 15 + 1;
-            while (!(man & 0x400)) {
-                man <<= 1;
-                exp--;
-            }
-            bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
+/* The float16 scales through a table of the 65536 halves (filled by init_half). */
+#define GGUF_FP16(p) half_table[(p)[0] | ((p)[1] << 8)]
+#include "gguf_blocks.h"
 
 static void init_half(void) {
     if (__atomic_load_n(&half_ready, __ATOMIC_ACQUIRE)) return;
-    for (uint32_t i = 0; i < 65536; i++) half_table[i] = half_to_float((uint16_t)i);
+    for (uint32_t i = 0; i < 65536; i++) half_table[i] = gguf_half_bits(i);
     __atomic_store_n(&half_ready, 1, __ATOMIC_RELEASE);
-}
-
-static inline float fp16(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return half_table[h];
 }
 
 /* Bytes and weights of one block of each supported type; 0 for an unsupported type. */
 int pcd_q_block(int type, int *weights) {
     switch (type) {
-    case T_F32: *weights = 1; return 4;
-    case T_F16: *weights = 1; return 2;
-    case T_BF16: *weights = 1; return 2;
-    case T_Q4_0: *weights = 32; return 18;
-    case T_Q4_1: *weights = 32; return 20;
-    case T_Q5_0: *weights = 32; return 22;
-    case T_Q5_1: *weights = 32; return 24;
-    case T_Q8_0: *weights = 32; return 34;
-    case T_Q2_K: *weights = 256; return 84;
-    case T_Q3_K: *weights = 256; return 110;
-    case T_Q4_K: *weights = 256; return 144;
-    case T_Q5_K: *weights = 256; return 176;
-    case T_Q6_K: *weights = 256; return 210;
-    default: *weights = 0; return 0;
+    case GGUF_F32: *weights = 1; return 4;
+    case GGUF_F16: *weights = 1; return 2;
+    case GGUF_BF16: *weights = 1; return 2;
+    default: return gguf_block_bytes(type, weights);
     }
 }
 
 /* ---- one row of k weights, each type ------------------------------------------------ */
 
-CLONES static void row_f32(const uint8_t *restrict s, float *restrict y, int64_t k) {
+GGUF_INLINE void row_f32(const uint8_t *restrict s, float *restrict y, int64_t k) {
     memcpy(y, s, (size_t)k * 4);
 }
 
-CLONES static void row_f16(const uint8_t *restrict s, float *restrict y, int64_t k) {
+GGUF_INLINE void row_f16(const uint8_t *restrict s, float *restrict y, int64_t k) {
     const uint16_t *h = (const uint16_t *)s;
     for (int64_t i = 0; i < k; i++) y[i] = half_table[h[i]];
 }
 
-CLONES static void row_bf16(const uint8_t *restrict s, float *restrict y, int64_t k) {
+GGUF_INLINE void row_bf16(const uint8_t *restrict s, float *restrict y, int64_t k) {
     const uint16_t *h = (const uint16_t *)s;
     uint32_t *o = (uint32_t *)y;
     for (int64_t i = 0; i < k; i++) o[i] = (uint32_t)h[i] << 16;
 }
 
-CLONES static void row_q4_0(const uint8_t *restrict s, float *restrict y, int64_t k) {
-    for (int64_t b = 0; b < k / 32; b++, s += 18, y += 32) {
-        const float d = fp16(s);
-        const uint8_t *q = s + 2;
-        for (int j = 0; j < 16; j++) {
-            y[j] = d * (float)((int)(q[j] & 0x0f) - 8);
-            y[j + 16] = d * (float)((int)(q[j] >> 4) - 8);
-        }
+/* The quantized types: each block decoded by gguf_blocks.h into int8 quants q and a scale
+ * s (and minimum m) per group, then w = s * q (+ m) in float32, as gguf-py computes it. */
+#define ROW_BLOCKS(NAME, TYPE)                                                              \
+    GGUF_INLINE void NAME(const uint8_t *restrict s, float *restrict y, int64_t k) {       \
+        int per, bytes = gguf_block_bytes(TYPE, &per);                                     \
+        const int gs = gguf_group_shift(TYPE);                                             \
+        int8_t q[GGUF_QK_K];                                                               \
+        float sc[16], mn[16];                                                              \
+        for (int64_t b = 0; b < k / per; b++, s += bytes, y += per) {                      \
+            gguf_block_scales(TYPE, s, sc, mn);                                            \
+            gguf_block_quants(TYPE, s, q);                                                 \
+            for (int g = 0; g < per >> gs; g++) {                                          \
+                const float d = sc[g], m = mn[g];                                          \
+                const int8_t *qg = q + (g << gs);                                          \
+                float *yg = y + (g << gs);                                                 \
+                if (gguf_has_min(TYPE))                                                    \
+                    for (int j = 0; j < 1 << gs; j++) yg[j] = d * (float)qg[j] + m;        \
+                else                                                                       \
+                    for (int j = 0; j < 1 << gs; j++) yg[j] = d * (float)qg[j];            \
+            }                                                                              \
+        }                                                                                  \
     }
-}
 
-CLONES static void row_q4_1(const uint8_t *restrict s, float *restrict y, int64_t k) {
-    for (int64_t b = 0; b < k / 32; b++, s += 20, y += 32) {
-        const float d = fp16(s), m = fp16(s + 2);
-        const uint8_t *q = s + 4;
-        for (int j = 0; j < 16; j++) {
-            y[j] = d * (float)(q[j] & 0x0f) + m;
-            y[j + 16] = d * (float)(q[j] >> 4) + m;
-        }
-    }
-}
-
-CLONES static void row_q5_0(const uint8_t *restrict s, float *restrict y, int64_t k) {
-    for (int64_t b = 0; b < k / 32; b++, s += 22, y += 32) {
-        const float d = fp16(s);
-        uint32_t qh;
-        memcpy(&qh, s + 2, 4);
-        const uint8_t *q = s + 6;
-        for (int j = 0; j < 16; j++) {
-            int lo = (q[j] & 0x0f) | (int)(((qh >> j) & 1) << 4);
-            int hi = (q[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
-            y[j] = d * (float)(lo - 16);
-            y[j + 16] = d * (float)(hi - 16);
-        }
-    }
-}
-
-CLONES static void row_q5_1(const uint8_t *restrict s, float *restrict y, int64_t k) {
-    for (int64_t b = 0; b < k / 32; b++, s += 24, y += 32) {
-        const float d = fp16(s), m = fp16(s + 2);
-        uint32_t qh;
-        memcpy(&qh, s + 4, 4);
-        const uint8_t *q = s + 8;
-        for (int j = 0; j < 16; j++) {
-            int lo = (q[j] & 0x0f) | (int)(((qh >> j) & 1) << 4);
-            int hi = (q[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
-            y[j] = d * (float)lo + m;
-            y[j + 16] = d * (float)hi + m;
-        }
-    }
-}
-
-CLONES static void row_q8_0(const uint8_t *restrict s, float *restrict y, int64_t k) {
-    for (int64_t b = 0; b < k / 32; b++, s += 34, y += 32) {
-        const float d = fp16(s);
-        const int8_t *q = (const int8_t *)(s + 2);
-        for (int j = 0; j < 32; j++) y[j] = (float)q[j] * d;
-    }
-}
-
-CLONES static void row_q2_k(const uint8_t *restrict s, float *restrict y, int64_t k) {
-    for (int64_t b = 0; b < k / 256; b++, s += 84, y += 256) {
-        const uint8_t *sc = s, *qs = s + 16;
-        const float d = fp16(s + 80), dmin = fp16(s + 82);
-        /* 16 groups of 16: group g covers y[16g .. 16g+16); qs laid out as 2 x (4 x 32) */
-        for (int g = 0; g < 16; g++) {
-            const float dl = d * (float)(sc[g] & 0x0f), ml = dmin * (float)(sc[g] >> 4);
-            const int half = g / 8, shift = ((g % 8) / 2) * 2, off = (g % 2) * 16;
-            const uint8_t *q = qs + half * 32 + off;
-            for (int j = 0; j < 16; j++) y[g * 16 + j] = dl * (float)((q[j] >> shift) & 3) - ml;
-        }
-    }
-}
-
-CLONES static void row_q3_k(const uint8_t *restrict s, float *restrict y, int64_t k) {
-    for (int64_t b = 0; b < k / 256; b++, s += 110, y += 256) {
-        const uint8_t *hm = s, *qs = s + 32, *scales = s + 96;
-        const float d = fp16(s + 108);
-        for (int g = 0; g < 16; g++) {
-            int lo = (g < 8) ? (scales[g] & 0x0f) : (scales[g - 8] >> 4);
-            int hi = (scales[8 + (g % 4)] >> (2 * (g / 4))) & 3;
-            const float dl = d * (float)((int8_t)(uint8_t)(lo | (hi << 4)) - 32);
-            const int half = g / 8, shift = ((g % 8) / 2) * 2, off = (g % 2) * 16;
-            const int hbit = g / 2; /* 0..7 */
-            const uint8_t *q = qs + half * 32 + off, *h = hm + off;
-            for (int j = 0; j < 16; j++) {
-                int ql = (q[j] >> shift) & 3;
-                int qh = ((h[j] >> hbit) & 1) ^ 1;
-                y[g * 16 + j] = dl * (float)(ql - (qh << 2));
-            }
-        }
-    }
-}
-
-static inline void scale_min_k4(const uint8_t *q, int j, int *sc, int *m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
-CLONES static void row_q4_k(const uint8_t *restrict s, float *restrict y, int64_t k) {
-    for (int64_t b = 0; b < k / 256; b++, s += 144, y += 256) {
-        const float d = fp16(s), dmin = fp16(s + 2);
-        const uint8_t *scales = s + 4, *qs = s + 16;
-        for (int g = 0; g < 8; g++) {
-            int sc, m;
-            scale_min_k4(scales, g, &sc, &m);
-            const float dl = d * (float)sc, ml = dmin * (float)m;
-            const uint8_t *q = qs + (g / 2) * 32;
-            const int shift = (g % 2) * 4;
-            for (int j = 0; j < 32; j++) y[g * 32 + j] = dl * (float)((q[j] >> shift) & 0x0f) - ml;
-        }
-    }
-}
-
-CLONES static void row_q5_k(const uint8_t *restrict s, float *restrict y, int64_t k) {
-    for (int64_t b = 0; b < k / 256; b++, s += 176, y += 256) {
-        const float d = fp16(s), dmin = fp16(s + 2);
-        const uint8_t *scales = s + 4, *qh = s + 16, *qs = s + 48;
-        for (int g = 0; g < 8; g++) {
-            int sc, m;
-            scale_min_k4(scales, g, &sc, &m);
-            const float dl = d * (float)sc, ml = dmin * (float)m;
-            const uint8_t *q = qs + (g / 2) * 32;
-            const int shift = (g % 2) * 4;
-            for (int j = 0; j < 32; j++) {
-                int v = ((q[j] >> shift) & 0x0f) | (((qh[j] >> g) & 1) << 4);
-                y[g * 32 + j] = dl * (float)v - ml;
-            }
-        }
-    }
-}
-
-CLONES static void row_q6_k(const uint8_t *restrict s, float *restrict y, int64_t k) {
-    for (int64_t b = 0; b < k / 256; b++, s += 210, y += 256) {
-        const uint8_t *ql = s, *qh = s + 128;
-        const int8_t *scales = (const int8_t *)(s + 192);
-        const float d = fp16(s + 208);
-        /* 8 groups of 32: group g = 4 * half + quarter */
-        for (int g = 0; g < 8; g++) {
-            const int half = g / 4, quarter = g % 4;
-            const uint8_t *l = ql + half * 64 + (quarter % 2) * 32;
-            const uint8_t *h = qh + half * 32;
-            const int lshift = (quarter / 2) * 4, hshift = quarter * 2;
-            const float d0 = d * (float)scales[g * 2], d1 = d * (float)scales[g * 2 + 1];
-            for (int j = 0; j < 32; j++) {
-                int v = (((l[j] >> lshift) & 0x0f) | (((h[j] >> hshift) & 3) << 4)) - 32;
-                y[g * 32 + j] = (j < 16 ? d0 : d1) * (float)v;
-            }
-        }
-    }
-}
+ROW_BLOCKS(row_q4_0, GGUF_Q4_0)
+ROW_BLOCKS(row_q4_1, GGUF_Q4_1)
+ROW_BLOCKS(row_q5_0, GGUF_Q5_0)
+ROW_BLOCKS(row_q5_1, GGUF_Q5_1)
+ROW_BLOCKS(row_q8_0, GGUF_Q8_0)
+ROW_BLOCKS(row_q2_k, GGUF_Q2_K)
+ROW_BLOCKS(row_q3_k, GGUF_Q3_K)
+ROW_BLOCKS(row_q4_k, GGUF_Q4_K)
+ROW_BLOCKS(row_q5_k, GGUF_Q5_K)
+ROW_BLOCKS(row_q6_k, GGUF_Q6_K)
 
 typedef void (*row_fn)(const uint8_t *restrict, float *restrict, int64_t);
 
-static row_fn row_for(int type) {
-    switch (type) {
-    case T_F32: return row_f32;
-    case T_F16: return row_f16;
-    case T_BF16: return row_bf16;
-    case T_Q4_0: return row_q4_0;
-    case T_Q4_1: return row_q4_1;
-    case T_Q5_0: return row_q5_0;
-    case T_Q5_1: return row_q5_1;
-    case T_Q8_0: return row_q8_0;
-    case T_Q2_K: return row_q2_k;
-    case T_Q3_K: return row_q3_k;
-    case T_Q4_K: return row_q4_k;
-    case T_Q5_K: return row_q5_k;
-    case T_Q6_K: return row_q6_k;
+/* ---- the path, chosen once; one table of row kernels per type ----------------------- */
+
+enum { PATH_AUTO = 0, PATH_GENERIC = 1, PATH_AVX2 = 2, PATH_AVX512 = 3, N_PATHS = 4 };
+
+/* NAME's copies: the portable reference and, on x86, AVX2 and AVX-512 builds of it. */
+#if X86
+#define ROW_COPIES(NAME)                                                                   \
+    static void NAME##_generic(const uint8_t *restrict s, float *restrict y, int64_t k) {  \
+        NAME(s, y, k);                                                                     \
+    }                                                                                      \
+    __attribute__((target("avx2"))) static void NAME##_avx2(                               \
+        const uint8_t *restrict s, float *restrict y, int64_t k) {                         \
+        NAME(s, y, k);                                                                     \
+    }                                                                                      \
+    __attribute__((target("avx512f"))) static void NAME##_avx512(                          \
+        const uint8_t *restrict s, float *restrict y, int64_t k) {                         \
+        NAME(s, y, k);                                                                     \
+    }
+#define ROW_TABLE(TYPE, NAME) {TYPE, {0, NAME##_generic, NAME##_avx2, NAME##_avx512}}
+#else
+#define ROW_COPIES(NAME)                                                                   \
+    static void NAME##_generic(const uint8_t *restrict s, float *restrict y, int64_t k) {  \
+        NAME(s, y, k);                                                                     \
+    }
+#define ROW_TABLE(TYPE, NAME) {TYPE, {0, NAME##_generic, 0, 0}}
+#endif
+
+ROW_COPIES(row_f32)
+ROW_COPIES(row_f16)
+ROW_COPIES(row_bf16)
+ROW_COPIES(row_q4_0)
+ROW_COPIES(row_q4_1)
+ROW_COPIES(row_q5_0)
+ROW_COPIES(row_q5_1)
+ROW_COPIES(row_q8_0)
+ROW_COPIES(row_q2_k)
+ROW_COPIES(row_q3_k)
+ROW_COPIES(row_q4_k)
+ROW_COPIES(row_q5_k)
+ROW_COPIES(row_q6_k)
+
+/* Per type, its row kernel on each path (indexed by PATH_*; 0 where not built). */
+static const struct {
+    int type;
+    row_fn fn[N_PATHS];
+} ROWS[] = {
+    ROW_TABLE(GGUF_F32, row_f32),   ROW_TABLE(GGUF_F16, row_f16),   ROW_TABLE(GGUF_BF16, row_bf16),
+    ROW_TABLE(GGUF_Q4_0, row_q4_0), ROW_TABLE(GGUF_Q4_1, row_q4_1), ROW_TABLE(GGUF_Q5_0, row_q5_0),
+    ROW_TABLE(GGUF_Q5_1, row_q5_1), ROW_TABLE(GGUF_Q8_0, row_q8_0), ROW_TABLE(GGUF_Q2_K, row_q2_k),
+    ROW_TABLE(GGUF_Q3_K, row_q3_k), ROW_TABLE(GGUF_Q4_K, row_q4_k), ROW_TABLE(GGUF_Q5_K, row_q5_k),
+    ROW_TABLE(GGUF_Q6_K, row_q6_k),
+};
+
+/* Whether this CPU runs `path`'s copies. */
+static int path_runs(int path) {
+    switch (path) {
+    case PATH_GENERIC: return 1;
+#if X86
+    case PATH_AVX2: return __builtin_cpu_supports("avx2");
+    case PATH_AVX512: return __builtin_cpu_supports("avx512f");
+#endif
     default: return 0;
     }
+}
+
+static int g_path; /* the path the row kernels take; 0 until the first call chooses it */
+
+/* With PATH_AUTO: the path the row kernels take (the fastest this CPU runs, chosen once).
+ * Otherwise force `path` (PATH_*) where this CPU runs it and return it, else return 0. */
+int pcd_q_path(int path) {
+    if (path == PATH_AUTO) {
+        int p = __atomic_load_n(&g_path, __ATOMIC_ACQUIRE);
+        if (p) return p;
+        p = path_runs(PATH_AVX512) ? PATH_AVX512 : path_runs(PATH_AVX2) ? PATH_AVX2 : PATH_GENERIC;
+        __atomic_store_n(&g_path, p, __ATOMIC_RELEASE);
+        return p;
+    }
+    if (path < 0 || path >= N_PATHS || !path_runs(path)) return 0;
+    __atomic_store_n(&g_path, path, __ATOMIC_RELEASE);
+    return path;
+}
+
+static row_fn row_for(int type) {
+    int path = pcd_q_path(PATH_AUTO);
+    for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++)
+        if (ROWS[i].type == type) return ROWS[i].fn[path];
+    return 0;
 }
 
 /* ---- rows on threads ---------------------------------------------------------------- */

@@ -46,7 +46,8 @@ from typing import Any
 import numpy as np
 
 from ..._lazy import mlx_lm_module
-from ..host.blas import cpu_kernels_library, import_mlx
+from ..host.blas import import_mlx
+from .bindings import cpu_kernels_library
 
 mx = import_mlx()
 import mlx.nn as nn  # noqa: E402
@@ -161,7 +162,7 @@ def native_attention() -> tuple[Any, str]:
     """The compiled attention kernel (a ctypes library) or None, and why.
 
     Built on first use, then cached on disk and in the process
-    (`platform.cpu_kernels_library`). None where `PCD_NATIVE_ATTENTION=0`, no fast BLAS
+    (`bindings.cpu_kernels_library`). None where `PCD_NATIVE_ATTENTION=0`, no fast BLAS
     was bound, or no C compiler works; the numpy softmax is used then.
     """
     global _native

@@ -84,17 +84,14 @@ it also has no GGUF block formats. ggml has no binary wheel with a binding
 
 from __future__ import annotations
 
-import ctypes
-import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pcd_tools.errors import InvalidArgumentError, NativeBuildError
 
-from ..host.build import compile_c
+from .bindings import qgemm_library
 
 __all__ = [
     "GGML_TYPES",
@@ -105,8 +102,6 @@ __all__ = [
     "prepare",
     "quantize_activations",
 ]
-
-_SOURCE = Path(__file__).with_name("_qgemm.c")
 
 #: GGML type ids (ggml.h) of the weight encodings these kernels read.
 GGML_TYPES: dict[str, int] = {
@@ -138,56 +133,6 @@ _PATH_NAMES = {v: k for k, v in PATHS.items()}
 COLUMN_PATHS: dict[str, int] = {"scalar-cols": 1, "avx512vnni-cols": 4}
 _QB = 32
 
-_lock = threading.Lock()
-_lib: Any = None
-
-
-def _library() -> Any:
-    """Build (once, in the cache) and load `_qgemm.c`, its functions declared.
-
-    Raises:
-        NativeBuildError: No C compiler, a failed compile, or a library that does not load.
-    """
-    global _lib
-    with _lock:
-        if _lib is not None:
-            return _lib
-        path, _ = compile_c(
-            _SOURCE,
-            "qgemm",
-            flags=("-O3", "-fno-math-errno", "-ffp-contract=off"),
-            libs=("-lpthread", "-lm"),
-        )
-        try:
-            lib = ctypes.CDLL(str(path))
-        except OSError as exc:
-            raise NativeBuildError(f"cannot load {path}: {exc}") from exc
-        p, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
-        lib.pcd_qgemm_block.argtypes = [i32, p]
-        lib.pcd_qgemm_block.restype = i32
-        lib.pcd_qgemm_has_path.argtypes = [i32]
-        lib.pcd_qgemm_has_path.restype = i32
-        lib.pcd_qgemm_quantize.argtypes = [p, i64, i32, i32, p, p, p, i32]
-        lib.pcd_qgemm_quantize.restype = i32
-        lib.pcd_qgemm_int8.argtypes = [i32, p, i32, i32, p, p, p, i32, p, i64, i32, i32]
-        lib.pcd_qgemm_int8.restype = i32
-        lib.pcd_qgemm_bf16.argtypes = [i32, p, i32, i32, p, i64, i32, p, i64, i32]
-        lib.pcd_qgemm_bf16.restype = i32
-        lib.pcd_qgemm_quantize_k.argtypes = [p, i64, i32, i32, p, p, p, i32]
-        lib.pcd_qgemm_quantize_k.restype = i32
-        lib.pcd_qgemm_quantize_path.argtypes = [p, i64, i32, i32, p, p, p, i32, i32]
-        lib.pcd_qgemm_quantize_path.restype = i32
-        lib.pcd_qgemm_quantize_k_path.argtypes = [p, i64, i32, i32, p, p, p, i32, i32]
-        lib.pcd_qgemm_quantize_k_path.restype = i32
-        lib.pcd_qgemm_int8_k.argtypes = [i32, p, i32, i32, p, p, p, i32, p, i64, i32, i32]
-        lib.pcd_qgemm_int8_k.restype = i32
-        lib.pcd_qgemm_int8_kc.argtypes = [i32, p, i32, i32, p, p, p, i32, p, i64, i32, i32]
-        lib.pcd_qgemm_int8_kc.restype = i32
-        lib.pcd_qgemm_dequantize.argtypes = [i32, p, i64, i32, i32, i32, p]
-        lib.pcd_qgemm_dequantize.restype = None
-        _lib = lib
-        return lib
-
 
 def available_paths() -> list[str]:
     """Kernels this CPU runs, fastest int8 one first among the int8 ones.
@@ -195,7 +140,7 @@ def available_paths() -> list[str]:
     Returns:
         Names from ``scalar``, ``avx2``, ``avxvnni``, ``avx512vnni``, ``avx512bf16``.
     """
-    lib = _library()
+    lib = qgemm_library()
     return [n for n, i in sorted(PATHS.items(), key=lambda kv: -kv[1]) if lib.pcd_qgemm_has_path(i)]
 
 
@@ -205,7 +150,7 @@ def isa() -> str:
     Returns:
         ``avx512vnni``, ``avxvnni``, ``avx2`` or ``scalar``.
     """
-    return _PATH_NAMES[int(_library().pcd_qgemm_has_path(0))]
+    return _PATH_NAMES[int(qgemm_library().pcd_qgemm_has_path(0))]
 
 
 def available_modes() -> list[str]:
@@ -216,7 +161,7 @@ def available_modes() -> list[str]:
         A list from ``["int8", "bf16"]``.
     """
     modes = ["int8"]
-    if _library().pcd_qgemm_has_path(PATHS["avx512bf16"]):
+    if qgemm_library().pcd_qgemm_has_path(PATHS["avx512bf16"]):
         modes.append("bf16")
     return modes
 
@@ -320,7 +265,7 @@ class QuantizedMatrix:
             InvalidArgumentError: Activations of another dtype or width, an unknown mode
                 or path, or a mode / path this CPU cannot run.
         """
-        lib = _library()
+        lib = qgemm_library()
         x2, lead = self._x(x)
         rows = x2.shape[0]
         nthreads = _threads(threads)
@@ -431,7 +376,7 @@ class QuantizedMatrix:
                 f"out must be a writeable C-contiguous float32 array of shape {(self.n, self.k)}"
             )
         rb = self.raw.nbytes // self.n
-        _library().pcd_qgemm_dequantize(
+        qgemm_library().pcd_qgemm_dequantize(
             self.ggml_type, self.raw.ctypes.data, rb, self.k, 0, self.n, out.ctypes.data
         )
         return out
@@ -551,10 +496,10 @@ def quantize_activations(
     dx = np.empty((rows, k // block), dtype=np.float32)
     if block == 256:
         xs = np.empty((rows, k // 16), dtype=np.int16)
-        fn = _library().pcd_qgemm_quantize_k
+        fn = qgemm_library().pcd_qgemm_quantize_k
     else:
         xs = np.empty((rows, k // _QB), dtype=np.float32)
-        fn = _library().pcd_qgemm_quantize
+        fn = qgemm_library().pcd_qgemm_quantize
     rc = fn(
         x.ctypes.data, k, rows, k, xq.ctypes.data, dx.ctypes.data, xs.ctypes.data,
         _threads(threads),

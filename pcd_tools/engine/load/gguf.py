@@ -37,9 +37,11 @@ __all__ = ["GGUFInfo", "GGUFTokenizer", "load_gguf"]
 # Not Q4_K: mlx 0.32 applies one sub-block scale to both nibble halves.
 _MX_TYPES = frozenset({"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0", "Q2_K", "Q6_K"})
 _GROUP = 32  # the group size of the MLX-quantized triples mx.load returns
-# `encoded=None` keeps a file's matrices encoded unless dense float32 copies of them fit in
-# this many bytes and an eighth of the machine's RAM: small models (the embedded 135M:
-# 0.5 GB dense) run 1.1-1.4x faster dense; larger ones would need 5-8x their file in RAM.
+# `encoded=None` keeps a file's matrices encoded unless a dense float32 load costs at most
+# this many bytes and an eighth of the machine's RAM (`dense_fits`: the copies plus the
+# load's scratch of the largest, the embedding table): small models (the embedded 135M:
+# 0.6 GB) run 1.1-1.4x faster dense; larger ones would need 5-8x their file in RAM, and a
+# small one with a large vocabulary (Gemma 3 270M, 262k tokens: 1.6 GB) peaks above the 1.5B.
 AUTO_DENSE_BYTES = 1 << 30
 
 _SCALAR = dict(zip((0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12), "BbHhIif?Qqd", strict=True))
@@ -310,9 +312,10 @@ def _cpu_weights(
     """The CPU loads: weights dequantized by `qweights` (exactly gguf-py's values), dense
     float32 or, with `encoded`, matrices kept in the file's encoding. None where the native
     kernels cannot be built (the caller falls back to `_load_weights`)."""
+    from ..kernels.bindings import qweights_library
     from . import qlinear as qweights
 
-    if qweights.library() is None:
+    if qweights_library() is None:
         return None
     names = {name: _hf_name(name, family.layer_names) for name in tensors}
     orders = {}
@@ -325,9 +328,19 @@ def _cpu_weights(
 
 
 def dense_fits(tensors: Any) -> bool:
-    """Whether dense float32 copies of these tensors' matrices fit in `AUTO_DENSE_BYTES`
-    and an eighth of the machine's RAM (the rule of `encoded=None`)."""
-    dense = sum(4 * int(np.prod(t.shape)) for t in tensors if len(t.shape) == 2)
+    """Whether a dense float32 load of these tensors' matrices fits in `AUTO_DENSE_BYTES`
+    and an eighth of the machine's RAM (the rule of `encoded=None`).
+
+    It counts what the load really holds at its peak: every matrix's float32 copy, plus
+    the largest one again, dequantized in numpy before MLX copies it (the embedding table,
+    which also serves as a tied head; an untied head is one of the copies). On a Gemma 3
+    270M (262k-token vocabulary) the copies are 1,022.5 MiB and the embedding 640 MiB:
+    the old count (copies only) chose dense and peaked at 1,678 MiB RSS, more than the
+    1.5B's encoded load; counted whole (1,662.5 MiB) it stays encoded (504 MiB). The
+    embedded SmolLM2-135M counts 513 + 108 MiB and stays dense.
+    """
+    sizes = [4 * int(np.prod(t.shape)) for t in tensors if len(t.shape) == 2]
+    dense = sum(sizes) + max(sizes, default=0)
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not POSIX: the byte limit alone

@@ -24,10 +24,8 @@ CPU load falls back to dense float32 weights (`available()` says why).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,7 +33,7 @@ import numpy as np
 from pcd_tools.errors import InvalidArgumentError, NativeBuildError
 
 from ..host.blas import import_mlx, sgemm_address
-from ..host.build import compile_c
+from ..kernels.bindings import qweights_error, qweights_library
 
 mx = import_mlx()
 import mlx.nn as nn  # noqa: E402
@@ -48,11 +46,9 @@ __all__ = [
     "auto_compute",
     "available",
     "dequantize",
-    "library",
     "set_compute",
 ]
 
-_SOURCE = Path(__file__).parents[1] / "kernels" / "_qweights.c"
 # ggml type name -> (type id, weights per block, bytes per block): what the kernel reads.
 GGML_TYPES: dict[str, tuple[int, int, int]] = {
     "F32": (0, 1, 4),
@@ -96,45 +92,13 @@ def panel_bytes() -> int:
     return int(env)
 
 
-_lock = threading.Lock()
-_lib: Any = None
-_why = ""
 _local = threading.local()
-
-
-def library() -> Any:
-    """The loaded `_qweights.c` library (built once into the cache), or None.
-
-    Returns None when there is no working C compiler; `available()` says why.
-    """
-    global _lib, _why
-    with _lock:
-        if _lib is None:
-            try:
-                path, _ = compile_c(
-                    _SOURCE,
-                    "qweights",
-                    flags=("-O3", "-ffp-contract=off", "-fno-math-errno"),
-                    libs=("-lpthread",),
-                )
-                lib = ctypes.CDLL(str(path))
-            except (NativeBuildError, OSError) as exc:
-                _lib, _why = False, str(exc)
-            else:
-                p, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
-                lib.pcd_q_dequant_rows.argtypes = [i32, p, i64, i64, p, i64, i64, p, i32]
-                lib.pcd_q_dequant_rows.restype = i32
-                lib.pcd_q_matmul.argtypes = [p, i32, p, i64, p, i64, i64, p, i64, p, i64, i64]
-                lib.pcd_q_matmul.argtypes += [p, i32, p]
-                lib.pcd_q_matmul.restype = i32
-                _lib = lib
-        return _lib or None
 
 
 def available() -> tuple[bool, str]:
     """Whether quantized CPU weights can be used here, and if not, why."""
-    if library() is None:
-        return False, f"the quantized-weight kernels could not be built: {_why}"
+    if qweights_library() is None:
+        return False, f"the quantized-weight kernels could not be built: {qweights_error()}"
     if not sgemm_address():
         return False, "no fast BLAS was bound before mlx was imported"
     return True, "on"
@@ -186,9 +150,11 @@ class QTensor:
 
     def dequantize(self, rows: np.ndarray | None = None, threads: int = 1) -> np.ndarray:
         """Float32 rows: all of them, or those at `rows` (int indices, any shape)."""
-        lib = library()
+        lib = qweights_library()
         if lib is None:
-            raise NativeBuildError(f"the quantized-weight kernels are unavailable: {_why}")
+            raise NativeBuildError(
+                f"the quantized-weight kernels are unavailable: {qweights_error()}"
+            )
         if rows is None:
             idx = self.rows
             n = self.shape[0]
@@ -230,7 +196,7 @@ class QTensor:
             return self._qgemm(x, threads, bias, out, activations)
         if activations is not None:
             raise ValueError("activations are the int8 route's; this tensor computes float32")
-        lib = library()
+        lib = qweights_library()
         gemm = sgemm_address()
         if lib is None or not gemm:
             raise NativeBuildError("quantized matmul needs the native kernels and a fast BLAS")

