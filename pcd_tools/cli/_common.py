@@ -11,11 +11,13 @@ from typing import Any
 
 __all__ = [
     "UsageError",
+    "add_bind_options",
     "add_common",
     "check_at_least",
     "check_calibration",
     "check_file",
     "check_temperature",
+    "keyed_bind",
     "load_decider",
     "make_console",
     "print_decision",
@@ -119,6 +121,49 @@ def add_common(parser: argparse.ArgumentParser, *, calibration: bool = False) ->
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     if calibration:
         parser.add_argument("--calibration", default=None, help="calibration JSON file to apply")
+
+
+def add_bind_options(parser: Any, *, key_guards: str) -> None:
+    """Adds `--host`, `--port`, `--api-key` and `--allow-remote-without-key`, the options
+    of every sub-command that serves over HTTP (`pcd serve`, `pcd mcp --http`).
+
+    Args:
+        parser: The parser or argument group.
+        key_guards: What the key protects, for `--api-key`'s help (e.g. "on /v1/*").
+    """
+    from ..serve import API_KEY_ENV
+
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help=f"require `Authorization: Bearer KEY`{key_guards} (default: ${API_KEY_ENV})",
+    )
+    parser.add_argument(
+        "--allow-remote-without-key",
+        action="store_true",
+        help="bind a non-loopback address without an API key (refused otherwise)",
+    )
+
+
+def keyed_bind(args: argparse.Namespace) -> str | None:
+    """The API key to require (`--api-key`, else `$PCD_API_KEY`), once the bind is allowed.
+
+    Raises:
+        UsageError: for a non-loopback `--host` without a key, unless
+            `--allow-remote-without-key`: anyone who can reach it could use the model.
+    """
+    from ..serve import API_KEY_ENV, api_key_from_env, is_loopback
+
+    key = api_key_from_env(args.api_key)
+    if not is_loopback(args.host) and not key and not args.allow_remote_without_key:
+        raise UsageError(
+            f"refusing to bind {args.host!r} without an API key: anyone who can reach "
+            f"it could use the model. Set --api-key or ${API_KEY_ENV}, bind 127.0.0.1, or pass "
+            "--allow-remote-without-key."
+        )
+    return key
 
 
 def print_error(message: str) -> None:

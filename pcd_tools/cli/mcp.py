@@ -11,8 +11,13 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from ..serve import API_KEY_ENV, api_key_from_env, is_loopback
-from ._common import UsageError, check_at_least, check_temperature, print_error
+from ._common import (
+    UsageError,
+    add_bind_options,
+    check_at_least,
+    check_temperature,
+    keyed_bind,
+)
 
 HELP = "serve schemas as MCP tools (stdio, or streamable HTTP with --http)"
 
@@ -65,18 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     http = parser.add_argument_group("streamable HTTP (default: stdio)")
     http.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp")
-    http.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    http.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    http.add_argument(
-        "--api-key",
-        default=None,
-        help=f"require `Authorization: Bearer KEY` (default: ${API_KEY_ENV})",
-    )
-    http.add_argument(
-        "--allow-remote-without-key",
-        action="store_true",
-        help="bind a non-loopback address without an API key (refused otherwise)",
-    )
+    add_bind_options(http, key_guards="")
 
 
 def load_schema(spec: str) -> Any:
@@ -141,14 +135,7 @@ def run(args: argparse.Namespace) -> int:
     check_at_least(args, 1, "max_text_chars", "max_batch", "port")
     if not 0.0 <= args.threshold <= 1.0:
         raise UsageError(f"--threshold is a probability in [0, 1]; got {args.threshold}.")
-    key = api_key_from_env(args.api_key) if args.http else None
-    if args.http and not is_loopback(args.host) and not key and not args.allow_remote_without_key:
-        print_error(
-            f"refusing to bind {args.host!r} without an API key: anyone who can reach "
-            f"it could use the model. Set --api-key or ${API_KEY_ENV}, bind 127.0.0.1, or "
-            "pass --allow-remote-without-key."
-        )
-        return 2
+    key = keyed_bind(args) if args.http else None
     with stdout_to_stderr():
         schemas = [load_schema(s) for s in args.schema]
         from ..decide.decider import Decider

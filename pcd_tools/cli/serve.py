@@ -7,8 +7,7 @@ import json
 import sys
 from typing import Any
 
-from ..serve import API_KEY_ENV, api_key_from_env, is_loopback
-from ._common import UsageError, check_at_least, print_error
+from ._common import UsageError, add_bind_options, check_at_least, keyed_bind, print_error
 
 HELP = (
     "run the HTTP decision server: /v1/systemone, /v1/decide, /v1/chat/completions "
@@ -25,18 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: The sub-command's parser.
     """
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    parser.add_argument(
-        "--api-key",
-        default=None,
-        help=f"require `Authorization: Bearer KEY` on /v1/* and /metrics (default: ${API_KEY_ENV})",
-    )
-    parser.add_argument(
-        "--allow-remote-without-key",
-        action="store_true",
-        help="bind a non-loopback address without an API key (refused otherwise)",
-    )
+    add_bind_options(parser, key_guards=" on /v1/* and /metrics")
     parser.add_argument(
         "--max-queue",
         type=int,
@@ -194,14 +182,7 @@ def run(args: argparse.Namespace) -> int:
         model loads).
     """
     check_args(args)
-    key = api_key_from_env(args.api_key)
-    if not is_loopback(args.host) and not key and not args.allow_remote_without_key:
-        print_error(
-            f"refusing to bind {args.host!r} without an API key: anyone who can reach "
-            f"it could use the model. Set --api-key or ${API_KEY_ENV}, bind 127.0.0.1, or pass "
-            "--allow-remote-without-key."
-        )
-        return 2
+    key = keyed_bind(args)
     if args.ray is not None:
         return _serve_on_ray(args, key)
     from ..serve import serve

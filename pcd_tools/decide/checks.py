@@ -23,6 +23,7 @@ __all__ = [
     "check_pruning",
     "check_scoring",
     "check_temperature",
+    "check_threshold",
 ]
 
 Scoring = Literal["auto", "full", "constrained", "pmi"]
@@ -157,3 +158,40 @@ def check_max_new_tokens(value: Any) -> int | None:
             "of each generated field that sets no max_new_tokens of its own."
         )
     return value
+
+
+def check_threshold(value: Any, argument: str, *, score: str = "probability") -> float:
+    """A threshold as a float: a probability in [0, 1], or for `score="entropy"` a number
+    of nats >= 0.
+
+    Args:
+        value: The threshold given.
+        argument: How the caller wrote it, named in the error, e.g.
+            `"Cascade(threshold=)"` or `"Cascade(per_field={'team': ...})"`.
+        score: What it is compared with: `"probability"` or `"margin"` (both in [0, 1]),
+            or `"entropy"` (in nats, so any finite number >= 0).
+
+    Returns:
+        The threshold as a float.
+
+    Raises:
+        InvalidArgumentError: for a value that is not a real number (a bool included), not
+            finite, or out of its range.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgumentError(
+            f"{argument}: a threshold is a number; got {type(value).__name__} {value!r}."
+        )
+    t = float(value)
+    if score == "entropy":
+        if not math.isfinite(t) or t < 0:
+            raise InvalidArgumentError(
+                f"{argument}: an entropy threshold is a number of nats >= 0; got {value!r}."
+            )
+        return t
+    if not 0.0 <= t <= 1.0:  # NaN fails this too
+        hint = f" (for {t:g}%, write {t / 100:g})" if 1.0 < t <= 100.0 else ""
+        raise InvalidArgumentError(
+            f"{argument}: a {score} threshold is a probability in [0, 1]; got {value!r}{hint}."
+        )
+    return t

@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from ..decide.checks import check_temperature, check_threshold
 from ..errors import InvalidArgumentError
 from ..schema import Schema, compile_schema
 from . import _sdk
@@ -21,7 +22,6 @@ from .tools import (
     READ_ONLY,
     Limits,
     ToolSpec,
-    check_threshold,
     generic_tools,
     schema_tools,
 )
@@ -81,22 +81,17 @@ def tool_specs(
     max_batch_texts: int = MAX_BATCH_TEXTS,
 ) -> list[ToolSpec]:
     """The tools `server` registers (see there), before any SDK object is made."""
-    threshold = check_threshold(threshold)
+    threshold = check_threshold(threshold, "server(threshold=)")
     for value, what in ((max_text_chars, "max_text_chars"), (max_batch_texts, "max_batch_texts")):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidArgumentError(f"{what} must be an int >= 1; got {value!r}.")
-    if (
-        isinstance(temperature, bool)
-        or not isinstance(temperature, (int, float))
-        or not (0 < temperature < float("inf"))
-    ):
-        raise InvalidArgumentError(f"temperature must be a finite number > 0; got {temperature!r}.")
+    temperature = check_temperature(temperature)
     compiled = [compile_schema(s) for s in schemas]
     if not compiled and not generic:
         raise InvalidArgumentError("no tools to serve: give a schema, or keep generic=True.")
     deciders = _calibrated(decider, compiled, calibration)
     limits = Limits(max_text_chars, max_batch_texts)
-    kw = {"temperature": float(temperature)}
+    kw = {"temperature": temperature}
     specs: list[ToolSpec] = []
     for s in compiled:
         specs += schema_tools(

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ..answers.payload import decision_payload, label_key
-from ..errors import InvalidArgumentError, PcdToolsError, SchemaError
+from ..errors import PcdToolsError, SchemaError
 from ..schema import MAX_CHOICES, Schema, compile_schema
 from ._sdk import CallToolResult, Context, TextContent, ToolAnnotations, ToolError
 
@@ -475,12 +475,3 @@ def generic_tools(
         ToolSpec("classify", CLASSIFY_DOC.format(**kw), classify, "Classify a text"),
         ToolSpec("yes_no", YES_NO_DOC.format(**kw), yes_no, "Yes/no question about a text"),
     ]
-
-
-def check_threshold(value: Any) -> float:
-    """The review threshold: a probability in [0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise InvalidArgumentError(
-            f"threshold is a probability in [0, 1]; got {value!r} (e.g. 0.8)."
-        )
-    return float(value)
