@@ -18,10 +18,11 @@ from .decode.native_steps import check_decode
 from .decode.parts import check_weights
 from .host.blas import blas_status, device_info
 from .host.build import cache_dir, fallbacks
-from .host.cpus import busy, cpu_budget, decode_isa
+from .host.cpus import busy, cpu_budget
 from .host.threads import decode_threads
 from .kernels import qgemm
 from .kernels.bindings import cpu_kernels_library, load_decode_kernels
+from .kernels.paths import decode_isa, path_name
 
 __all__ = ["decode_status", "doctor"]
 
@@ -99,14 +100,14 @@ def decode_status() -> str:
         return "mlx: MLX float32 steps (PCD_DECODE=mlx)"
     try:
         lib = load_decode_kernels()
-        isa = int(lib.pcd_decode_path(decode_isa()))
+        path = int(lib.pcd_decode_path(decode_isa()))
     except (NativeBuildError, InvalidArgumentError) as e:
         if mode == "int8":
             return f"int8: unavailable, decode='int8' raises DecodeUnavailableError: {e}"
         return f"auto: MLX float32 steps (native int8 decode unavailable: {e})"
-    if not isa:
+    if not path:
         return f"{mode}: the ISA PCD_DECODE_ISA={os.environ.get('PCD_DECODE_ISA')!r} is not on this CPU"
-    name = {512: "AVX-512", 256: "AVX2+FMA", 1: "portable C"}.get(isa, str(isa))
+    name = {"avx512": "AVX-512", "avx2": "AVX2+FMA", "scalar": "portable C"}[path_name(path)]
     reads = {
         "auto": "a GGUF kept encoded read from its file blocks with 8-bit activations where "
         "it computes in int8, or when an 8-bit copy would need over a quarter of the "

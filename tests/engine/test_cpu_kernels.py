@@ -16,6 +16,7 @@ import pytest
 
 from pcd_tools.engine.host.blas import import_mlx
 from pcd_tools.engine.kernels import cpu_ops as K
+from pcd_tools.engine.kernels.paths import BITS, PATHS
 from pcd_tools.engine.passes import kv_parts as P
 from pcd_tools.schema import compile_schema
 from tests.conftest import make_tiny_model, tiny_decider
@@ -201,6 +202,7 @@ def test_native_kernels_build_where_they_can():
         assert lib is not None, note
         assert note.startswith("on (") and "softmax" in note
         assert lib.pcd_attention_simd_width() in (512, 256, 1)
+        assert lib.pcd_attention_simd_width() == BITS[lib.pcd_cpu_kernels_path(PATHS["auto"])]
     else:
         assert lib is None and note.startswith("off: ")
 
@@ -251,8 +253,8 @@ def test_native_is_used_and_numpy_is_the_fallback(lib, monkeypatch):
 
 def _paths(lib):
     """The SIMD code paths this CPU can run, widest first (the scalar one always)."""
-    best = lib.pcd_attention_simd_width()
-    return [p for p in (512, 256, 1) if p <= best]
+    names = ("avx512", "avx2", "scalar")
+    return [PATHS[n] for n in names if lib.pcd_cpu_kernels_path(PATHS[n]) == PATHS[n]]
 
 
 def _row(arr):
@@ -282,6 +284,8 @@ def test_softmax_row_on_every_code_path(lib, n, width):
             assert abs(total - want.sum()) <= 1e-6 * want.sum(), f"path {p}"
             assert np.all(row[:n][z < -87.0] == 0.0)
     assert lib.pcd_softmax_row(7, _row(x.copy()), None, n, width) == -1.0  # no such path
+    # a path these kernels are not built for
+    assert lib.pcd_softmax_row(PATHS["avxvnni"], _row(x.copy()), None, n, width) == -1.0
 
 
 def _attend(lib, path, q, k, v, mask, threads=1, block=K.BLOCK_ROWS, causal=0):

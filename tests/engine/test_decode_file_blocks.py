@@ -26,12 +26,13 @@ from gguf import GGMLQuantizationType as T  # noqa: E402
 
 from pcd_tools.engine.decode.native_steps import NativeDecoder  # noqa: E402
 from pcd_tools.engine.kernels.bindings import DecodeLin, load_decode_kernels  # noqa: E402
+from pcd_tools.engine.kernels.paths import PATHS as ALL_PATHS  # noqa: E402
 from tests.engine.test_qweights import encoded  # noqa: E402
 
 pytestmark = pytest.mark.engine
 
 TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
-PATHS = {"avx512": 512, "avx2": 256, "scalar": 1}
+PATHS = {n: ALL_PATHS[n] for n in ("avx512", "avx2", "scalar")}
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +191,11 @@ def test_a_tiny_encoded_model_decodes_from_its_blocks(tmp_path, arch, tied, type
 
 # --- 8-bit activations (integer dots), `compute="int8"` ---------------------------------
 
-IPATHS = {"scalar": 1, "avx2": 2, "avx512-vnni": 3}
+IPATHS = {
+    "scalar": ALL_PATHS["scalar"],
+    "avx2": ALL_PATHS["avx2"],
+    "avx512-vnni": ALL_PATHS["avx512vnni"],
+}
 
 
 def _quantized(lib, x, blk):

@@ -23,6 +23,7 @@ from pcd_tools.engine.decode.native_steps import (
     unsupported_reason,
 )
 from pcd_tools.engine.host.blas import import_mlx
+from pcd_tools.engine.kernels.paths import PATHS
 from pcd_tools.engine.passes.forward import Passes
 from pcd_tools.errors import DecodeUnavailableError, InvalidArgumentError
 from tests.conftest import make_tiny_model, tiny_decider
@@ -84,7 +85,7 @@ def _isas():
     from pcd_tools.engine.kernels.bindings import load_decode_kernels
 
     lib = load_decode_kernels()
-    return [n for n, p in (("avx512", 512), ("avx2", 256), ("scalar", 1)) if lib.pcd_decode_path(p)]
+    return [n for n in ("avx512", "avx2", "scalar") if lib.pcd_decode_path(PATHS[n])]
 
 
 def _on_8bit_grid(model):

@@ -26,6 +26,7 @@ if not (os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")):
     pytest.skip("no C compiler: the qgemm kernels cannot be built", allow_module_level=True)
 
 from pcd_tools.engine.kernels import qgemm  # noqa: E402
+from pcd_tools.engine.kernels.paths import PATHS  # noqa: E402
 
 TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 INT8_PATHS = [p for p in qgemm.available_paths() if p != "avx512bf16"]
@@ -448,7 +449,7 @@ def _quantize_both(x: np.ndarray, block: int) -> list[tuple[np.ndarray, ...]]:
     lib = qgemm.qgemm_library()
     rows, k = x.shape
     out = []
-    for simd in (0, 1):
+    for path in (PATHS["scalar"], PATHS["avx2"]):
         xq = np.full((rows, k), 99, np.int8)
         dx = np.full((rows, k // block), np.nan, np.float32)
         sums = (
@@ -458,7 +459,7 @@ def _quantize_both(x: np.ndarray, block: int) -> list[tuple[np.ndarray, ...]]:
         )
         fn = lib.pcd_qgemm_quantize_k_path if block == 256 else lib.pcd_qgemm_quantize_path
         rc = fn(
-            x.ctypes.data, k, rows, k, xq.ctypes.data, dx.ctypes.data, sums.ctypes.data, 2, simd
+            x.ctypes.data, k, rows, k, xq.ctypes.data, dx.ctypes.data, sums.ctypes.data, 2, path
         )
         assert rc == 0, rc
         out.append((xq, dx, sums))

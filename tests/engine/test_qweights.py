@@ -14,6 +14,7 @@ from gguf import GGML_QUANT_SIZES  # noqa: E402
 from gguf import GGMLQuantizationType as T  # noqa: E402
 
 from pcd_tools.engine.kernels.bindings import qweights_library  # noqa: E402
+from pcd_tools.engine.kernels.paths import PATHS  # noqa: E402
 from pcd_tools.engine.load import qlinear as qweights  # noqa: E402
 from pcd_tools.engine.load.gguf import load_gguf  # noqa: E402
 from pcd_tools.engine.load.qlinear import GGUFEmbedding, GGUFLinear, QTensor  # noqa: E402
@@ -68,22 +69,26 @@ def test_dequantize_is_bit_identical_to_gguf_py(name):
 
 @pytest.mark.parametrize("name", sorted(qweights.GGML_TYPES))
 def test_every_row_kernel_path_is_bit_identical_to_gguf_py(name):
-    """The portable `_generic` rows and each SIMD copy this CPU runs (`pcd_q_path`)."""
+    """The portable `_generic` rows and each SIMD copy this CPU runs (forced by path)."""
     lib = qweights_library()
-    raw = encoded(name, 24, 512, seed=3)
+    raw = np.ascontiguousarray(encoded(name, 24, 512, seed=3))
     want = gguf.quants.dequantize(raw, T[name]).reshape(24, 512).astype(np.float32)
-    auto = lib.pcd_q_path(0)
+    tid = qweights.GGML_TYPES[name][0]
     ran = []
-    try:
-        for path, isa in ((1, "generic"), (2, "avx2"), (3, "avx512")):
-            if lib.pcd_q_path(path) != path:
-                continue  # not built for, or not run by, this CPU
-            ran.append(isa)
-            got = QTensor(raw, name, 512).dequantize(threads=2)
-            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=isa)
-    finally:
-        assert lib.pcd_q_path(auto) == auto
-    assert ran[0] == "generic"
+    for isa in ("scalar", "avx2", "avx512"):
+        path = PATHS[isa]
+        if lib.pcd_q_path(path) != path:
+            continue  # not built for, or not run by, this CPU
+        ran.append(isa)
+        got = np.full((24, 512), np.nan, np.float32)
+        rc = lib.pcd_q_dequant_rows(
+            tid, raw.ctypes.data, raw.shape[1], 512, None, 0, 24, got.ctypes.data, 2, path
+        )
+        assert rc == 0, isa
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=isa)
+    assert ran[0] == "scalar"
+    assert lib.pcd_q_path(PATHS["auto"]) in [PATHS[i] for i in ran]
+    assert lib.pcd_q_path(PATHS["avxvnni"]) == 0  # a path the row kernels are not built for
 
 
 @pytest.mark.parametrize("name", sorted(qweights.GGML_TYPES))

@@ -61,10 +61,10 @@ from ...errors import DecodeUnavailableError, InvalidArgumentError, NativeBuildE
 from ..host.blas import import_mlx
 from ..host.build import fall_back
 from ..host.cgroups import available_memory
-from ..host.cpus import decode_isa
 from ..host.threads import ThreadTuner, decode_threads
 from ..kernels.bindings import DecodeLayer, DecodeLin, DecodeModel, DecodeRow
 from ..kernels.cpu_ops import rope_tables
+from ..kernels.paths import BITS, decode_isa
 from .parts import (
     QB,
     WEIGHTS,
@@ -185,8 +185,8 @@ class NativeDecoder:
         self.scheme = scheme
         t0 = time.perf_counter()
         self.lib = load_decode_kernels()
-        self.path = decode_isa(isa)
-        self.isa = int(self.lib.pcd_decode_path(self.path))
+        self.path = int(self.lib.pcd_decode_path(decode_isa(isa)))
+        self.isa = BITS.get(self.path, 0)
         if not self.isa:
             asked = isa if isa is not None else os.environ.get("PCD_DECODE_ISA")
             raise DecodeUnavailableError(

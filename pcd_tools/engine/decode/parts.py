@@ -4,8 +4,9 @@ The parts of `native_steps` that do not touch the native library: the float32 we
 linear and embedding layers (dequantized where MLX holds them quantized), whether a model
 can be decoded natively at all, which weights the steps read (`check_weights`: the GGUF
 file's blocks or an 8-bit copy) and what they multiply them by (`pick_activations`). The
-RoPE probe is `kernels.cpu_ops.rope_tables`; the decode ISA, thread count and tuner, and
-the memory probe live in `host/` (`cpus.decode_isa`, `threads`, `cgroups.available_memory`).
+RoPE probe is `kernels.cpu_ops.rope_tables` and the decode ISA `kernels.paths.decode_isa`;
+the thread count and tuner, and the memory probe live in `host/` (`threads`,
+`cgroups.available_memory`).
 """
 
 from __future__ import annotations

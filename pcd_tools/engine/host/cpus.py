@@ -45,7 +45,6 @@ __all__ = [
     "busy",
     "cgroup_quota",
     "cpu_budget",
-    "decode_isa",
     "request_threads",
     "runnable_others",
     "usable_cpus",
@@ -219,19 +218,3 @@ def request_threads(
     h = max(n, host or os.cpu_count() or n)
     held = int(o * n / h + 0.5)
     return max(1, n - held)
-
-
-_ISAS = {"auto": 0, "avx512": 512, "512": 512, "avx2": 256, "256": 256, "scalar": 1, "1": 1}
-
-
-def decode_isa(isa: str | int | None = None) -> int:
-    """The native decode's instruction set: `isa`, else `$PCD_DECODE_ISA` (`auto`, `avx512`,
-    `avx2`, `scalar`), as the library's path number (0 = pick at run time)."""
-    if isa is None:
-        isa = os.environ.get("PCD_DECODE_ISA", "auto")
-    key = str(isa).strip().lower()
-    if key not in _ISAS:
-        raise InvalidArgumentError(
-            f"decode ISA {isa!r} is not known; accepted: {sorted(set(_ISAS) - {'512', '256', '1'})}"
-        )
-    return _ISAS[key]

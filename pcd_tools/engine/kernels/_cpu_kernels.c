@@ -15,14 +15,22 @@
  *
  * SwiGLU is silu(gate) * x in one SIMD sweep.
  *
+ * Code paths: each kernel family (attention's scores / softmax / compaction / sums / PV,
+ * SwiGLU) is a table indexed by cpu_paths.h's path ids, the portable C reference at
+ * PCD_PATH_SCALAR and AVX2+FMA and AVX-512 bodies beside it; each entry point takes a
+ * path (PCD_PATH_AUTO, or one forced by tests) resolved by cpu_paths.h's rule, the one
+ * every C source of the engine follows.
+ *
  * Work is spread over `threads` POSIX threads (the caller's thread is one of them). Built
- * and loaded by pcd_tools.engine.cpu_kernels; the same math as mlx-lm's
+ * and loaded by pcd_tools.engine.kernels.bindings; the same math as mlx-lm's
  * scaled_dot_product_attention and swiglu, in float32.
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cpu_paths.h"
 
 typedef float (*softmax_row_t)(float *restrict, const float *restrict, int, int);
 typedef void (*scores_t)(const float *restrict, int64_t, const float *restrict, int64_t, int,
@@ -585,30 +593,28 @@ typedef struct {
     pv_rows_t pv_rows;
 } attn_path_t;
 
-/* The attention code path: `path` as for `pick_softmax_row`; width 0 if unavailable. */
-static attn_path_t pick_attention(int path) {
-    attn_path_t a = {0, 0, 0, 0, 0, 0};
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if ((path == 0 || path == 512) && __builtin_cpu_supports("avx512f")) {
-        attn_path_t w = {512, scores_avx2, softmax_row_avx512, compact_avx512, lane_sum_avx512, pv_rows_avx512};
-        return w;
-    }
-    if ((path == 0 || path == 256) && __builtin_cpu_supports("avx2") &&
-        __builtin_cpu_supports("fma")) {
-        attn_path_t w = {256, scores_avx2, softmax_row_avx2, compact_avx2, lane_sum_avx2, pv_rows_avx2};
-        return w;
-    }
+/* The attention kernels on each path (cpu_paths.h; width 0 where not built). */
+static const attn_path_t ATTENTION[PCD_N_PATHS] = {
+    [PCD_PATH_SCALAR] = {1, scores_scalar, softmax_row_scalar, compact_scalar, lane_sum_scalar,
+                         pv_rows_scalar},
+#if PCD_X86
+    [PCD_PATH_AVX2] = {256, scores_avx2, softmax_row_avx2, compact_avx2, lane_sum_avx2,
+                       pv_rows_avx2},
+    [PCD_PATH_AVX512] = {512, scores_avx2, softmax_row_avx512, compact_avx512, lane_sum_avx512,
+                         pv_rows_avx512},
 #endif
-    if (path == 0 || path == 1) {
-        attn_path_t w = {1, scores_scalar, softmax_row_scalar, compact_scalar, lane_sum_scalar, pv_rows_scalar};
-        return w;
-    }
-    return a;
+};
+
+/* The attention code path `path` resolves to (PCD_PATH_AUTO: the best this CPU has, or a
+ * path id to force, for tests): cpu_paths.h's rule; width 0 if unavailable. */
+static attn_path_t pick_attention(int path) {
+    static const attn_path_t none = {0, 0, 0, 0, 0, 0};
+    int p = pcd_path_pick(path, PCD_PATHS_BUILT(ATTENTION, .width));
+    return p ? ATTENTION[p] : none;
 }
 
-/* The softmax code path: `path` 0 for the best this CPU has, or 512, 256 or 1 to ask for
- * one (tests); NULL if the one asked for is not available here. */
+/* The softmax code path (as `pick_attention`); NULL if the one asked for is not available
+ * here. */
 static softmax_row_t pick_softmax_row(int path) { return pick_attention(path).softmax_row; }
 
 static void attention_task(void *ctx, int t, void *scratch) {
@@ -707,8 +713,8 @@ static int attention(int path, const float *q, int nparts, const float *const *k
     return run_parallel(attention_task, &jb, jb.ntasks, scratch, threads);
 }
 
-/* Keys in one part: `strides` holds 9 values (q, k, v); `path` 0 for the best code path
- * this CPU has, or 512, 256 or 1 to ask for one (tests). */
+/* Keys in one part: `strides` holds 9 values (q, k, v); `path` PCD_PATH_AUTO for the best
+ * code path this CPU has, or a path id to ask for one (tests). */
 int pcd_attention_path(int path, const float *q, const float *k, const float *v,
                        float *out, const int64_t *strides, const float *mask, int64_t m_sb, int b,
                        int h, int kh, int lq, int s, int d, float scale, int causal, int block,
@@ -719,11 +725,11 @@ int pcd_attention_path(int path, const float *q, const float *k, const float *v,
                      scale, causal, block, threads);
 }
 
-/* Attention on the best code path this CPU has (`pcd_attention_path` with path 0). */
+/* Attention on the best code path this CPU has (`pcd_attention_path`, PCD_PATH_AUTO). */
 int pcd_attention(const float *q, const float *k, const float *v, float *out,
                   const int64_t *strides, const float *mask, int64_t m_sb, int b, int h, int kh,
                   int lq, int s, int d, float scale, int causal, int block, int threads) {
-    return pcd_attention_path(0, q, k, v, out, strides, mask, m_sb, b, h, kh, lq, s, d, scale,
+    return pcd_attention_path(PCD_PATH_AUTO, q, k, v, out, strides, mask, m_sb, b, h, kh, lq, s, d, scale,
                               causal, block, threads);
 }
 
@@ -796,15 +802,18 @@ __attribute__((target("avx2,fma"))) static void swiglu_avx2(const float *restric
 
 typedef void (*swiglu_t)(const float *restrict, const float *restrict, float *restrict, int64_t);
 
-static swiglu_t pick_swiglu(int path) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if ((path == 0 || path == 512) && __builtin_cpu_supports("avx512f")) return swiglu_avx512;
-    if ((path == 0 || path == 256) && __builtin_cpu_supports("avx2") &&
-        __builtin_cpu_supports("fma"))
-        return swiglu_avx2;
+/* SwiGLU on each path (cpu_paths.h; 0 where not built). */
+static const swiglu_t SWIGLU[PCD_N_PATHS] = {
+    [PCD_PATH_SCALAR] = swiglu_scalar,
+#if PCD_X86
+    [PCD_PATH_AVX2] = swiglu_avx2,
+    [PCD_PATH_AVX512] = swiglu_avx512,
 #endif
-    return (path == 0 || path == 1) ? swiglu_scalar : 0;
+};
+
+static swiglu_t pick_swiglu(int path) {
+    int p = pcd_path_pick(path, PCD_PATHS_BUILT(SWIGLU, ));
+    return p ? SWIGLU[p] : 0;
 }
 
 #define SWIGLU_CHUNK 16384
@@ -825,8 +834,8 @@ static void swiglu_task(void *ctx, int t, void *scratch) {
 }
 
 /* out = silu(g) * x over n contiguous floats, on `threads` threads. `path` picks the code
- * path (0: the best this CPU has; 512, 256 or 1 to force one, for tests). Returns 0 on
- * success, 1 if the path is not available here. */
+ * path (PCD_PATH_AUTO: the best this CPU has; a path id to force one, for tests). Returns
+ * 0 on success, 1 if the path is not available here. */
 int pcd_swiglu(const float *g, const float *x, float *out, int64_t n, int threads, int path) {
     swiglu_t fn = pick_swiglu(path);
     if (!fn || n < 0) return 1;
@@ -835,10 +844,14 @@ int pcd_swiglu(const float *g, const float *x, float *out, int64_t n, int thread
     return ntasks ? run_parallel(swiglu_task, &jb, ntasks, 0, threads) : 0;
 }
 
-/* Which softmax code path this CPU gets: 512, 256 (AVX2) or 1 (scalar). For tests. */
+/* Which softmax code path this CPU gets, as its width: 512, 256 (AVX2) or 1 (scalar). */
 int pcd_attention_simd_width(void) {
-    return pick_attention(0).width;
+    return pick_attention(PCD_PATH_AUTO).width;
 }
+
+/* The path `path` (PCD_PATH_AUTO or a path id) resolves to for the attention and SwiGLU
+ * kernels (both are built for the same paths); 0 if not available here. */
+int pcd_cpu_kernels_path(int path) { return pcd_path_pick(path, PCD_PATHS_BUILT(ATTENTION, .width)); }
 
 /* One row through a code path (as `pick_softmax_row`), for tests; -1 if unavailable. */
 float pcd_softmax_row(int path, float *row, const float *madd, int n, int width) {

@@ -33,9 +33,12 @@
  * core that the OS takes away slows the step down by its share only. Waits spin briefly,
  * then sleep on a futex (pure spinning collapses when other processes hold the cores).
  *
- * Code paths: AVX-512, AVX2+FMA or portable C, picked at run time with
- * __builtin_cpu_supports (or forced, for tests), as in _cpu_kernels.c. A row's result
- * does not depend on the batch it is in (same arithmetic for every row).
+ * Code paths: AVX-512, AVX2+FMA or portable C (the reference), a table of kernels indexed
+ * by cpu_paths.h's path ids; the integer-dot file-block kernels are a table of their own
+ * (portable C, AVX2, AVX-512 VNNI), each float path taking the best that its instruction
+ * sets allow. Each entry point takes a path (PCD_PATH_AUTO, or one forced by tests)
+ * resolved by cpu_paths.h's rule, the one every C source of the engine follows. A row's
+ * result does not depend on the batch it is in (same arithmetic for every row).
  */
 #define _GNU_SOURCE
 #include <limits.h>
@@ -45,12 +48,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cpu_paths.h"
 #if defined(__linux__)
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
-#if defined(__x86_64__) || defined(__i386__)
+#if PCD_X86
 #include <immintrin.h>
 #define CPU_RELAX() _mm_pause()
 #define X86 1
@@ -1055,50 +1059,58 @@ ATTENTION_PATH(_256, T256)
 #endif
 ATTENTION_PATH(_c, )
 
-/* The kernels of a code path: 0 for the best this CPU has, or 512, 256 or 1 to ask for
- * one (tests). Returns 0 (and leaves *k alone) if the one asked for is not available. */
+/* The kernels of each code path (cpu_paths.h; .mv 0 where not built). row8 is filled in
+ * by `pick` from ROW8. */
+static const kern_t KERNELS[PCD_N_PATHS] = {
+    [PCD_PATH_SCALAR] = {mv_c, 0, scores_c, accum_c, softmax_c, 1},
+#if X86
+    [PCD_PATH_AVX2] = {mv_256, 0, scores_256, accum_256, softmax_256, 256},
+    [PCD_PATH_AVX512] = {mv_512, 0, scores_512, accum_512, softmax_512, 512},
+#endif
+};
+
+/* The integer-dot file-block kernels on each path (0 where not built); AVX-512 VNNI's
+ * on ymm. */
+static const row8_fn ROW8[PCD_N_PATHS] = {
+    [PCD_PATH_SCALAR] = row_file8_c,
+#if X86
+    [PCD_PATH_AVX2] = row_file8_avx2,
+    [PCD_PATH_AVX512VNNI] = row_file8_vnni512,
+#endif
+};
+
+/* The integer-dot kernels a code path may take: its own instruction sets and below. */
+static const unsigned ROW8_UNDER[PCD_N_PATHS] = {
+    [PCD_PATH_SCALAR] = PCD_PATH_BIT(PCD_PATH_SCALAR),
+    [PCD_PATH_AVX2] = PCD_PATH_BIT(PCD_PATH_SCALAR) | PCD_PATH_BIT(PCD_PATH_AVX2),
+    [PCD_PATH_AVX512] = PCD_PATH_BIT(PCD_PATH_SCALAR) | PCD_PATH_BIT(PCD_PATH_AVX2) |
+                        PCD_PATH_BIT(PCD_PATH_AVX512VNNI),
+};
+
+/* The code path `path` (PCD_PATH_AUTO for the best this CPU has, or a path id to ask for
+ * one: tests) resolves to by cpu_paths.h's rule, 0 if not available. */
+static int decode_path(int path) { return pcd_path_pick(path, PCD_PATHS_BUILT(KERNELS, .mv)); }
+
+/* The kernels of code path `path` (as decode_path), the integer-dot one the best of ROW8
+ * that the path may take. Returns 0 (and leaves *k alone) if the path is not available. */
 static int pick(int path, kern_t *k) {
     half_init();
-#if X86
-    __builtin_cpu_init();
-    int vnni512 = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
-    if ((path == 0 || path == 512) && __builtin_cpu_supports("avx512f")) {
-        row8_fn r8 = vnni512 ? row_file8_vnni512 : row_file8_avx2;
-        *k = (kern_t){mv_512, r8, scores_512, accum_512, softmax_512, 512};
-        return 1;
-    }
-    if ((path == 0 || path == 256) && __builtin_cpu_supports("avx2") &&
-        __builtin_cpu_supports("fma")) {
-        *k = (kern_t){mv_256, row_file8_avx2, scores_256, accum_256,
-                      softmax_256, 256};
-        return 1;
-    }
-#endif
-    if (path != 0 && path != 1) return 0;
-    *k = (kern_t){mv_c, row_file8_c, scores_c, accum_c, softmax_c, 1};
+    int p = decode_path(path);
+    if (!p) return 0;
+    *k = KERNELS[p];
+    k->row8 = ROW8[pcd_path_pick(PCD_PATH_AUTO, PCD_PATHS_BUILT(ROW8, ) & ROW8_UNDER[p])];
     return 1;
 }
 
-/* The integer-dot kernel `ipath` asks for (tests): 1 portable C, 2 AVX2, 3 AVX-512 VNNI
- * (on ymm); NULL where this CPU lacks it. */
+/* The integer-dot kernel `ipath` asks for (tests: a path id of ROW8); NULL where it is not
+ * built or this CPU lacks it. */
 static row8_fn pick_row8(int ipath) {
-    if (ipath == 1) return row_file8_c;
-#if X86
-    __builtin_cpu_init();
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (ipath == 2 && avx2) return row_file8_avx2;
-    if (ipath == 3 && avx2 && __builtin_cpu_supports("avx512vnni") &&
-        __builtin_cpu_supports("avx512vl"))
-        return row_file8_vnni512;
-#endif
-    return 0;
+    int p = pcd_path_pick(ipath, PCD_PATHS_BUILT(ROW8, ));
+    return p ? ROW8[p] : 0;
 }
 
-/* Which code path `path` gets here: 512, 256, 1, or 0 if not available. */
-int pcd_decode_path(int path) {
-    kern_t k;
-    return pick(path, &k) ? k.width : 0;
-}
+/* Which code path `path` gets here (a PCD_PATH_* id), or 0 if not available. */
+int pcd_decode_path(int path) { return decode_path(path); }
 
 /* --- waiting: spin, then sleep on a futex ------------------------------------------------ */
 

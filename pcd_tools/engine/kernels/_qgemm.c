@@ -28,16 +28,24 @@
  * bf16 route (AVX-512 BF16 only): activations rounded to bf16, the panel dequantized to
  * bf16, products with dpbf16_ps into float32.
  *
+ * Code paths: each kernel family (the int8 kernels, the K-quant row and column panels, the
+ * activation quantizers, the dequantizer) is a table indexed by cpu_paths.h's path ids,
+ * the portable C reference at PCD_PATH_SCALAR; each entry point takes a path
+ * (PCD_PATH_AUTO, or one forced: qgemm.py's `path=`, tests) resolved by cpu_paths.h's
+ * rule, the one every C source of the engine follows. bf16 mode runs on
+ * PCD_PATH_AVX512BF16 only.
+ *
  * Work: tasks are panels of NC columns, taken from an atomic counter by `threads` POSIX
  * threads (the caller's thread is one), as in _cpu_kernels.c. Built and loaded by
- * pcd_tools.engine.qgemm through native.compile_c.
+ * pcd_tools.engine.kernels.bindings.
  */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__x86_64__) || defined(__i386__)
+#include "cpu_paths.h"
+#if PCD_X86
 #include <immintrin.h>
 #define X86 1
 #else
@@ -50,9 +58,6 @@
 #define CB 2  /* columns per micro tile */
 
 #include "gguf_blocks.h"
-
-enum { PATH_AUTO = 0, PATH_SCALAR = 1, PATH_AVX2 = 2, PATH_AVXVNNI = 3, PATH_AVX512VNNI = 4,
-       PATH_AVX512BF16 = 5 };
 
 /* ---------------------------------------------------------------- blocks and decode */
 
@@ -293,13 +298,15 @@ QAVX2_T static void quantize_row_avx2(const float *x, int k, int8_t *xq, float *
 }
 #endif
 
-static int quantize_simd(void) {
+typedef void (*quantize_t)(const float *, int, int8_t *, float *, float *);
+
+/* The activation quantizers per 32 on each path (bit-identical). */
+static const quantize_t QUANTIZE[PCD_N_PATHS] = {
+    [PCD_PATH_SCALAR] = quantize_row,
 #if X86
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return 0;
+    [PCD_PATH_AVX2] = quantize_row_avx2,
 #endif
-}
+};
 
 typedef struct {
     const float *x;
@@ -307,7 +314,7 @@ typedef struct {
     int k, rows, per_task;
     int8_t *xq;
     float *dx, *xs;
-    int simd; /* 1: the AVX2 quantizer */
+    quantize_t fn;
 } qjob_t;
 
 static void quantize_task(void *ctx, int t, void *scratch) {
@@ -316,22 +323,19 @@ static void quantize_task(void *ctx, int t, void *scratch) {
     int nb = j->k / QB;
     int r1 = (t + 1) * j->per_task;
     if (r1 > j->rows) r1 = j->rows;
-    void (*fn)(const float *, int, int8_t *, float *, float *) = quantize_row;
-#if X86
-    if (j->simd) fn = quantize_row_avx2;
-#endif
     for (int r = t * j->per_task; r < r1; r++)
-        fn(j->x + (int64_t)r * j->ldx, j->k, j->xq + (int64_t)r * j->k, j->dx + (int64_t)r * nb,
+        j->fn(j->x + (int64_t)r * j->ldx, j->k, j->xq + (int64_t)r * j->k, j->dx + (int64_t)r * nb,
            j->xs + (int64_t)r * nb);
 }
 
-/* As pcd_qgemm_quantize, with the quantizer chosen: simd 1 the AVX2 one (3 if the CPU
- * lacks it), 0 the scalar one. */
+/* As pcd_qgemm_quantize, on quantizer path `path` (PCD_PATH_AUTO, or a path id to force:
+ * tests); 3 if it is not available here. */
 int pcd_qgemm_quantize_path(const float *x, int64_t ldx, int rows, int k, int8_t *xq,
-                            float *dx, float *xs, int threads, int simd) {
+                            float *dx, float *xs, int threads, int path) {
     if (k % QB) return 2;
-    if (simd && !quantize_simd()) return 3;
-    qjob_t j = {x, ldx, k, rows, 16, xq, dx, xs, simd};
+    path = pcd_path_pick(path, PCD_PATHS_BUILT(QUANTIZE, ));
+    if (!path) return 3;
+    qjob_t j = {x, ldx, k, rows, 16, xq, dx, xs, QUANTIZE[path]};
     int ntasks = (rows + 15) / 16;
     return ntasks ? run_parallel(quantize_task, &j, ntasks, 0, threads) : 0;
 }
@@ -341,7 +345,7 @@ int pcd_qgemm_quantize_path(const float *x, int64_t ldx, int rows, int k, int8_t
  * 0, 1 if threads failed, 2 if k is not a multiple of 32. */
 int pcd_qgemm_quantize(const float *x, int64_t ldx, int rows, int k, int8_t *xq, float *dx,
                        float *xs, int threads) {
-    return pcd_qgemm_quantize_path(x, ldx, rows, k, xq, dx, xs, threads, quantize_simd());
+    return pcd_qgemm_quantize_path(x, ldx, rows, k, xq, dx, xs, threads, PCD_PATH_AUTO);
 }
 
 /* ---------------------------------------------------------------- micro kernels */
@@ -955,37 +959,32 @@ static void gemm_col32_task(void *ctx, int t, void *scratch) {
     }
 }
 
-static int have(int path) {
-#if X86
-    __builtin_cpu_init();
-    switch (path) {
-    case PATH_SCALAR: return 1;
-    case PATH_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case PATH_AVXVNNI:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("avxvnni");
-    case PATH_AVX512VNNI:
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-               __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case PATH_AVX512BF16:
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
-               __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    }
-    return 0;
-#else
-    return path == PATH_SCALAR;
-#endif
-}
+/* The int8 kernels (32-block activations) on each path: the row decoder, the micro
+ * kernel (with a minimum and without: AVX2 has its own for types with a minimum), the
+ * column-panel kernel, and whether the minimum's pass is AVX2's. */
+typedef struct {
+    decode_t decode;
+    micro_t micro, micro_min;
+    col32_t col;
+    int vec_min;
+} int8_kern_t;
 
-/* 1 if this CPU runs `path` (PATH_*); PATH_AUTO: the int8 path auto picks. */
+static const int8_kern_t INT8[PCD_N_PATHS] = {
+    [PCD_PATH_SCALAR] = {decode_row_generic, micro_scalar, micro_scalar, col32_scalar, 0},
+#if X86
+    [PCD_PATH_AVX2] = {decode_row_avx2, micro_avx2, micro_avx2_u, col32_avx2, 1},
+    [PCD_PATH_AVXVNNI] = {decode_row_avx2, micro_avxvnni, micro_avxvnni, col32_avxvnni, 1},
+    [PCD_PATH_AVX512VNNI] = {decode_row_avx2, micro_avx512vnni, micro_avx512vnni, col32_vnni512,
+                             1},
+#endif
+};
+
+#define INT8_PATHS PCD_PATHS_BUILT(INT8, .decode)
+
+/* PCD_PATH_AUTO: the int8 path auto picks. A path id: itself if this CPU runs it and it is
+ * an int8 path or AVX-512 BF16 (the bf16 mode's), else 0. */
 int pcd_qgemm_has_path(int path) {
-    if (path != PATH_AUTO) return have(path);
-    if (have(PATH_AVX512VNNI)) return PATH_AVX512VNNI;
-    if (have(PATH_AVXVNNI)) return PATH_AVXVNNI;
-    if (have(PATH_AVX2)) return PATH_AVX2;
-    return PATH_SCALAR;
+    return pcd_path_pick(path, INT8_PATHS | PCD_PATH_BIT(PCD_PATH_AVX512BF16));
 }
 
 /* Bytes of scratch each thread needs for a panel of k. */
@@ -1002,35 +1001,30 @@ int pcd_qgemm_int8(int type, const uint8_t *w, int n, int k, const int8_t *xq, c
                    const float *xs, int rows, float *y, int64_t ldy, int path, int threads) {
     int elems, bb = pcd_qgemm_block(type, &elems);
     if (!bb || k % elems) return 2;
-    if (path == PATH_AUTO) path = pcd_qgemm_has_path(PATH_AUTO);
-    if (path == PATH_AVX512BF16 || !have(path)) return 3;
+    path = pcd_path_pick(path, INT8_PATHS);
+    if (!path) return 3;
+    const int8_kern_t *kn = &INT8[path];
     gjob_t j = {type, k, n, rows, w, (int64_t)(k / elems) * bb, xq, dx, xs, y, ldy,
-                decode_row_generic, micro_scalar, 0, col32_scalar};
-#if X86
-    if (path != PATH_SCALAR) {
-        j.decode = decode_row_avx2;
-        j.vec_min = 1;
-        j.micro = path == PATH_AVXVNNI ? micro_avxvnni : path == PATH_AVX512VNNI ? micro_avx512vnni
-                  : has_min(type) ? micro_avx2_u : micro_avx2;
-        j.col = path == PATH_AVXVNNI     ? col32_avxvnni
-                : path == PATH_AVX512VNNI ? col32_vnni512
-                                          : col32_avx2;
-    }
-#endif
+                kn->decode, has_min(type) ? kn->micro_min : kn->micro, kn->vec_min, kn->col};
     int ntasks = (n + NC - 1) / NC;
     return run_parallel(col32_type(type) ? gemm_col32_task : gemm_task, &j, ntasks, panel_bytes(k), threads);
 }
 
-/* Dequantize rows [r0, r1) into out (ld k), with the AVX2 decoder where the CPU has it. */
+typedef void (*dequantize_t)(int, const uint8_t *, int64_t, int, int, int, float *);
+
+/* The dequantizers on each path (bit-identical). */
+static const dequantize_t DEQUANTIZE[PCD_N_PATHS] = {
+    [PCD_PATH_SCALAR] = dequantize_generic,
+#if X86
+    [PCD_PATH_AVX2] = dequantize_avx2,
+#endif
+};
+
+/* Dequantize rows [r0, r1) into out (ld k), on the best dequantizer this CPU runs. */
 void pcd_qgemm_dequantize(int type, const uint8_t *w, int64_t rb, int k, int r0, int r1,
                           float *out) {
-#if X86
-    if (have(PATH_AVX2)) {
-        dequantize_avx2(type, w, rb, k, r0, r1, out);
-        return;
-    }
-#endif
-    dequantize_generic(type, w, rb, k, r0, r1, out);
+    DEQUANTIZE[pcd_path_pick(PCD_PATH_AUTO, PCD_PATHS_BUILT(DEQUANTIZE, ))](type, w, rb, k, r0,
+                                                                           r1, out);
 }
 
 /* ---------------------------------------------------------------- K-quant mode */
@@ -1144,6 +1138,16 @@ QAVX2_T static void quantize_row_k_avx2(const float *x, int k, int8_t *xq, float
 }
 #endif
 
+typedef void (*quantize_k_t)(const float *, int, int8_t *, float *, int16_t *);
+
+/* The activation quantizers per 256 on each path (bit-identical). */
+static const quantize_k_t QUANTIZE_K[PCD_N_PATHS] = {
+    [PCD_PATH_SCALAR] = quantize_row_k,
+#if X86
+    [PCD_PATH_AVX2] = quantize_row_k_avx2,
+#endif
+};
+
 typedef struct {
     const float *x;
     int64_t ldx;
@@ -1151,7 +1155,7 @@ typedef struct {
     int8_t *xq;
     float *dx;
     int16_t *bs16;
-    int simd; /* 1: the AVX2 quantizer */
+    quantize_k_t fn;
 } qkjob_t;
 
 static void quantize_k_task(void *ctx, int t, void *scratch) {
@@ -1159,22 +1163,18 @@ static void quantize_k_task(void *ctx, int t, void *scratch) {
     qkjob_t *j = (qkjob_t *)ctx;
     int r1 = (t + 1) * j->per_task;
     if (r1 > j->rows) r1 = j->rows;
-    void (*fn)(const float *, int, int8_t *, float *, int16_t *) = quantize_row_k;
-#if X86
-    if (j->simd) fn = quantize_row_k_avx2;
-#endif
     for (int r = t * j->per_task; r < r1; r++)
-        fn(j->x + (int64_t)r * j->ldx, j->k, j->xq + (int64_t)r * j->k,
+        j->fn(j->x + (int64_t)r * j->ldx, j->k, j->xq + (int64_t)r * j->k,
            j->dx + (int64_t)r * (j->k / SB), j->bs16 + (int64_t)r * (j->k / 16));
 }
 
-/* As pcd_qgemm_quantize_k, with the quantizer chosen: simd 1 the AVX2 one (3 if the CPU
- * lacks it), 0 the scalar one. */
+/* As pcd_qgemm_quantize_k, on quantizer path `path` (as pcd_qgemm_quantize_path). */
 int pcd_qgemm_quantize_k_path(const float *x, int64_t ldx, int rows, int k, int8_t *xq,
-                              float *dx, int16_t *bs16, int threads, int simd) {
+                              float *dx, int16_t *bs16, int threads, int path) {
     if (k % SB) return 2;
-    if (simd && !quantize_simd()) return 3;
-    qkjob_t j = {x, ldx, k, rows, 16, xq, dx, bs16, simd};
+    path = pcd_path_pick(path, PCD_PATHS_BUILT(QUANTIZE_K, ));
+    if (!path) return 3;
+    qkjob_t j = {x, ldx, k, rows, 16, xq, dx, bs16, QUANTIZE_K[path]};
     int ntasks = (rows + 15) / 16;
     return ntasks ? run_parallel(quantize_k_task, &j, ntasks, 0, threads) : 0;
 }
@@ -1184,7 +1184,7 @@ int pcd_qgemm_quantize_k_path(const float *x, int64_t ldx, int rows, int k, int8
  * failed, 2 if k is not a multiple of 256. */
 int pcd_qgemm_quantize_k(const float *x, int64_t ldx, int rows, int k, int8_t *xq, float *dx,
                          int16_t *bs16, int threads) {
-    return pcd_qgemm_quantize_k_path(x, ldx, rows, k, xq, dx, bs16, threads, quantize_simd());
+    return pcd_qgemm_quantize_k_path(x, ldx, rows, k, xq, dx, bs16, threads, PCD_PATH_AUTO);
 }
 
 /* K micro kernels: y[r * ldy + c] = tree8 of the lanes (no minimum), R x C tile. */
@@ -1633,6 +1633,19 @@ static void gemm_k_task(void *ctx, int t, void *scratch) {
     kmin_pass_scalar(j->xm, ni, j->rows, wm, nc, y0, j->ldy);
 }
 
+/* The K-quant row-panel kernels on each path: the decoder and the micro kernel. */
+static const struct {
+    decodek_t decode;
+    microk_t micro;
+} INT8_K[PCD_N_PATHS] = {
+    [PCD_PATH_SCALAR] = {decode_k_generic, microk_scalar},
+#if X86
+    [PCD_PATH_AVX2] = {decode_k_avx2, microk_avx2},
+    [PCD_PATH_AVXVNNI] = {decode_k_avx2, microk_avxvnni},
+    [PCD_PATH_AVX512VNNI] = {decode_k_avx2, microk_avx512},
+#endif
+};
+
 /* y = the K-quant matrix applied to activations from pcd_qgemm_quantize_k. Returns 0; 1
  * threads or memory failed; 2 not a K-quant type or k not a multiple of 256; 3 path
  * unavailable. */
@@ -1641,16 +1654,10 @@ int pcd_qgemm_int8_k(int type, const uint8_t *w, int n, int k, const int8_t *xq,
                      int path, int threads) {
     if ((type != GGUF_Q4_K && type != GGUF_Q5_K && type != GGUF_Q6_K) || k % SB) return 2;
     int bb = pcd_qgemm_block(type, 0);
-    if (path == PATH_AUTO) path = pcd_qgemm_has_path(PATH_AUTO);
-    if (path == PATH_AVX512BF16 || !have(path)) return 3;
+    path = pcd_path_pick(path, PCD_PATHS_BUILT(INT8_K, .decode));
+    if (!path) return 3;
     kjob_t j = {type, k, n, rows, w, (int64_t)(k / SB) * bb, xq, dx, bs16, y, ldy,
-                decode_k_generic, microk_scalar};
-#if X86
-    if (path != PATH_SCALAR) {
-        j.decode = decode_k_avx2;
-        j.micro = path == PATH_AVX2 ? microk_avx2 : path == PATH_AVXVNNI ? microk_avxvnni : microk_avx512;
-    }
-#endif
+                INT8_K[path].decode, INT8_K[path].micro};
     /* the minimum's activations: dx times the int sums per sub-block of lm */
     int lm = type == GGUF_Q6_K ? 16 : 32, ni = k / lm, ns = k / SB;
     float *xm = (float *)malloc(((size_t)rows * ni + 1) * sizeof(float));
@@ -1735,7 +1742,7 @@ int pcd_qgemm_bf16(int type, const uint8_t *w, int n, int k, const float *x, int
                    int rows, float *y, int64_t ldy, int threads) {
     int elems, bb = pcd_qgemm_block(type, &elems);
     if (!bb || k % elems) return 2;
-    if (!have(PATH_AVX512BF16)) return 3;
+    if (!pcd_path_runs(PCD_PATH_AVX512BF16)) return 3;
 #if X86
     uint16_t *xb = aligned_alloc(64, ((size_t)rows * k * 2 + 63) & ~(size_t)63);
     if (!xb) return 1;
@@ -1990,18 +1997,29 @@ static void gemm_kc_task(void *ctx, int t, void *scratch) {
     }
 }
 
-/* The column-panel K-quant kernel: path PATH_AVX512VNNI (vpdpbusd) or PATH_SCALAR (its
- * bit-identical twin). Returns 0; 1 threads failed; 2 not a K-quant type or k not a
+/* The column-panel K-quant kernels on each path: kc_avx512 (vpdpbusd, vec 1) or its
+ * bit-identical scalar twin (vec 0); `built` 0 where not built. */
+static const struct {
+    int built, vec;
+} KC_KERN[PCD_N_PATHS] = {
+    [PCD_PATH_SCALAR] = {1, 0},
+#if X86
+    [PCD_PATH_AVX512VNNI] = {1, 1},
+#endif
+};
+
+/* The column-panel K-quant kernel on `path` (PCD_PATH_AUTO: AVX-512 VNNI where this CPU
+ * runs it, else scalar). Returns 0; 1 threads failed; 2 not a K-quant type or k not a
  * multiple of 256; 3 path unavailable. */
 int pcd_qgemm_int8_kc(int type, const uint8_t *w, int n, int k, const int8_t *xq,
                       const float *dx, const int16_t *bs16, int rows, float *y, int64_t ldy,
                       int path, int threads) {
     if ((type != GGUF_Q4_K && type != GGUF_Q5_K && type != GGUF_Q6_K) || k % SB) return 2;
-    if (path == PATH_AUTO) path = have(PATH_AVX512VNNI) ? PATH_AVX512VNNI : PATH_SCALAR;
-    if ((path != PATH_AVX512VNNI && path != PATH_SCALAR) || !have(path)) return 3;
+    path = pcd_path_pick(path, PCD_PATHS_BUILT(KC_KERN, .built));
+    if (!path) return 3;
     int bb = pcd_qgemm_block(type, 0);
     kjob_t j = {.type = type, .k = k, .n = n, .rows = rows, .w = w, .rb = (int64_t)(k / SB) * bb,
                 .xq = xq, .dx = dx, .bs16 = bs16, .y = y, .ldy = ldy,
-                .L = type == GGUF_Q6_K ? 16 : 32, .vec = path == PATH_AVX512VNNI};
+                .L = type == GGUF_Q6_K ? 16 : 32, .vec = KC_KERN[path].vec};
     return run_parallel(gemm_kc_task, &j, (n + KC - 1) / KC, panel_kc_bytes(k), threads);
 }

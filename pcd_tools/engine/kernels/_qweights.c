@@ -13,18 +13,23 @@
  * exists at a time.
  *
  * The row loops are plain C that the compiler vectorises. Each type's row is one portable
- * body built three times: `_generic` (baseline x86-64 or the host's, the reference),
- * `_avx2` and `_avx512` (x86 only); a table per type holds the three, and the path is
- * chosen once, at the first call, from the running CPU (or forced with `pcd_q_path`, for
- * tests). Every copy runs the same float32 operations element by element, so all give
- * the same bits. Built and loaded by pcd_tools.engine.kernels.bindings.
+ * body built three times: `_generic` (baseline x86-64 or the host's, the reference, at
+ * PCD_PATH_SCALAR), `_avx2` and `_avx512` (x86 only), held in a table per type indexed
+ * by path; each call resolves its `path` argument (PCD_PATH_AUTO, or one forced by tests)
+ * with cpu_paths.h's rule, the one every C source of the engine follows. Every copy runs
+ * the same float32 operations element by element, so all give the same bits. Most types
+ * form each weight's quant where they convert it; Q8_0, Q2_K, Q4_K and Q5_K decode a
+ * block's quants with gguf_blocks.h first (whichever measured faster, per type). Built
+ * and loaded by pcd_tools.engine.kernels.bindings.
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#include "cpu_paths.h"
+
+#if PCD_X86 && defined(__GNUC__)
 #define X86 1
 #else
 #define X86 0
@@ -74,8 +79,9 @@ GGUF_INLINE void row_bf16(const uint8_t *restrict s, float *restrict y, int64_t 
     for (int64_t i = 0; i < k; i++) o[i] = (uint32_t)h[i] << 16;
 }
 
-/* The quantized types: each block decoded by gguf_blocks.h into int8 quants q and a scale
- * s (and minimum m) per group, then w = s * q (+ m) in float32, as gguf-py computes it. */
+/* The quantized types' weights are w = s * q (+ m) in float32, as gguf-py computes them,
+ * with gguf_blocks.h's scale s and minimum m per group. ROW_BLOCKS decodes each block's
+ * int8 quants q with gguf_blocks.h into a buffer first, then converts them. */
 #define ROW_BLOCKS(NAME, TYPE)                                                              \
     GGUF_INLINE void NAME(const uint8_t *restrict s, float *restrict y, int64_t k) {       \
         int per, bytes = gguf_block_bytes(TYPE, &per);                                     \
@@ -97,30 +103,105 @@ GGUF_INLINE void row_bf16(const uint8_t *restrict s, float *restrict y, int64_t 
         }                                                                                  \
     }
 
-ROW_BLOCKS(row_q4_0, GGUF_Q4_0)
-ROW_BLOCKS(row_q4_1, GGUF_Q4_1)
-ROW_BLOCKS(row_q5_0, GGUF_Q5_0)
-ROW_BLOCKS(row_q5_1, GGUF_Q5_1)
+/* Q8_0, Q2_K, Q4_K and Q5_K are fastest through the buffer (measured: Q4_K 8x faster
+ * than converting as it decodes). The others are faster decoded and converted in one
+ * loop (the buffer cost Q4_0, Q5_0, Q5_1 and Q6_K up to 4x): each weight's quant is
+ * formed where it is converted, the same values as gguf_blocks.h's decoders form and
+ * the same float32 products. */
 ROW_BLOCKS(row_q8_0, GGUF_Q8_0)
 ROW_BLOCKS(row_q2_k, GGUF_Q2_K)
-ROW_BLOCKS(row_q3_k, GGUF_Q3_K)
 ROW_BLOCKS(row_q4_k, GGUF_Q4_K)
 ROW_BLOCKS(row_q5_k, GGUF_Q5_K)
-ROW_BLOCKS(row_q6_k, GGUF_Q6_K)
+
+/* Q4_0, Q4_1, Q5_0 and Q5_1: the nibbles of qs (and a fifth bit from qh, 0 for Q4_0 and
+ * Q4_1), minus the type's offset; w = d q (+ m). */
+#define ROW_B32(NAME, TYPE)                                                                 \
+    GGUF_INLINE void NAME(const uint8_t *restrict s, float *restrict y, int64_t k) {       \
+        const int one = gguf_b32_min(TYPE), five = gguf_b32_fifth(TYPE);                  \
+        const int off = gguf_b32_off(TYPE);                                                \
+        int per, bytes = gguf_block_bytes(TYPE, &per);                                     \
+        for (int64_t b = 0; b < k / per; b++, s += bytes, y += per) {                      \
+            float d, m;                                                                    \
+            gguf_scales_b32(TYPE, s, &d, &m);                                              \
+            const uint8_t *qs = s + 2 + 2 * one + 4 * five;                                \
+            uint32_t h = 0;                                                                \
+            if (five)                                                                      \
+                memcpy(&h, s + 2 + 2 * one, 4);                                            \
+            else /* h = 0 hidden from the optimiser: GCC then vectorises Q4_0 and Q4_1 */  \
+                __asm__("" : "+r"(h)); /* as Q5's loop, 2.5x faster (measured) */          \
+            for (int j = 0; j < 16; j++) {                                                 \
+                int lo = (qs[j] & 15) | (int)(((h >> j) & 1) << 4);                        \
+                int hi = (qs[j] >> 4) | (int)(((h >> (j + 16)) & 1) << 4);                 \
+                if (one) {                                                                 \
+                    y[j] = d * (float)lo + m;                                              \
+                    y[j + 16] = d * (float)hi + m;                                         \
+                } else {                                                                   \
+                    y[j] = d * (float)(lo - off);                                          \
+                    y[j + 16] = d * (float)(hi - off);                                     \
+                }                                                                          \
+            }                                                                              \
+        }                                                                                  \
+    }
+
+ROW_B32(row_q4_0, GGUF_Q4_0)
+ROW_B32(row_q4_1, GGUF_Q4_1)
+ROW_B32(row_q5_0, GGUF_Q5_0)
+ROW_B32(row_q5_1, GGUF_Q5_1)
+
+/* Q3_K: 16 groups of 16; group g's 2-bit quants are bits 2 (g % 8 / 2) of qs[32 (g / 8)
+ * + 16 (g % 2) ..], its high bit (set: no - 4) bit g / 2 of hmask[16 (g % 2) ..]. */
+GGUF_INLINE void row_q3_k(const uint8_t *restrict s, float *restrict y, int64_t k) {
+    for (int64_t b = 0; b < k / GGUF_QK_K; b++, s += 110, y += GGUF_QK_K) {
+        const uint8_t *hm = s, *qs = s + 32, *scales = s + 96;
+        const float d = GGUF_FP16(s + 108);
+        for (int g = 0; g < 16; g++) {
+            /* gguf_scales_q3_k's scale g */
+            int lo = g < 8 ? scales[g] & 15 : scales[g - 8] >> 4;
+            int hi = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+            const float dl = d * (float)((lo | hi << 4) - 32);
+            const int shift = ((g % 8) / 2) * 2, off = (g % 2) * 16, hbit = g / 2;
+            const uint8_t *q = qs + (g / 8) * 32 + off, *h = hm + off;
+            for (int j = 0; j < 16; j++) {
+                int ql = (q[j] >> shift) & 3;
+                int qh = ((h[j] >> hbit) & 1) ^ 1;
+                y[g * 16 + j] = dl * (float)(ql - (qh << 2));
+            }
+        }
+    }
+}
+
+/* Q6_K: 8 runs of 32 (run r = 4 (r / 4) + quarter): the low nibbles of ql[64 (r / 4) +
+ * 32 (quarter % 2) ..] (shifted by 4 (quarter / 2)), the 2 bits 2 quarter of qh[32 (r /
+ * 4) ..], minus 32; its two halves take scales 2r and 2r + 1. */
+GGUF_INLINE void row_q6_k(const uint8_t *restrict s, float *restrict y, int64_t k) {
+    for (int64_t b = 0; b < k / GGUF_QK_K; b++, s += 210, y += GGUF_QK_K) {
+        float sc[16], mn[16];
+        gguf_scales_q6_k(s, sc, mn);
+        for (int r = 0; r < 8; r++) {
+            const int half = r / 4, quarter = r % 4;
+            const uint8_t *l = s + half * 64 + (quarter % 2) * 32, *h = s + 128 + half * 32;
+            const int lshift = (quarter / 2) * 4, hshift = quarter * 2;
+            const float d0 = sc[2 * r], d1 = sc[2 * r + 1];
+            for (int j = 0; j < 32; j++) {
+                int v = (((l[j] >> lshift) & 15) | (((h[j] >> hshift) & 3) << 4)) - 32;
+                y[r * 32 + j] = (j < 16 ? d0 : d1) * (float)v;
+            }
+        }
+    }
+}
 
 typedef void (*row_fn)(const uint8_t *restrict, float *restrict, int64_t);
 
-/* ---- the path, chosen once; one table of row kernels per type ----------------------- */
+/* ---- one table of row kernels per type, indexed by path (cpu_paths.h) --------------- */
 
-enum { PATH_AUTO = 0, PATH_GENERIC = 1, PATH_AVX2 = 2, PATH_AVX512 = 3, N_PATHS = 4 };
-
-/* NAME's copies: the portable reference and, on x86, AVX2 and AVX-512 builds of it. */
+/* NAME's copies: the portable reference (`_generic`, at PCD_PATH_SCALAR) and, on x86,
+ * AVX2 and AVX-512 builds of the same body. */
 #if X86
 #define ROW_COPIES(NAME)                                                                   \
     static void NAME##_generic(const uint8_t *restrict s, float *restrict y, int64_t k) {  \
         NAME(s, y, k);                                                                     \
     }                                                                                      \
-    __attribute__((target("avx2"))) static void NAME##_avx2(                               \
+    __attribute__((target("avx2,fma"))) static void NAME##_avx2(                           \
         const uint8_t *restrict s, float *restrict y, int64_t k) {                         \
         NAME(s, y, k);                                                                     \
     }                                                                                      \
@@ -128,13 +209,16 @@ enum { PATH_AUTO = 0, PATH_GENERIC = 1, PATH_AVX2 = 2, PATH_AVX512 = 3, N_PATHS 
         const uint8_t *restrict s, float *restrict y, int64_t k) {                         \
         NAME(s, y, k);                                                                     \
     }
-#define ROW_TABLE(TYPE, NAME) {TYPE, {0, NAME##_generic, NAME##_avx2, NAME##_avx512}}
+#define ROW_TABLE(TYPE, NAME)                                                              \
+    {TYPE,                                                                                 \
+     {[PCD_PATH_SCALAR] = NAME##_generic, [PCD_PATH_AVX2] = NAME##_avx2,                   \
+      [PCD_PATH_AVX512] = NAME##_avx512}}
 #else
 #define ROW_COPIES(NAME)                                                                   \
     static void NAME##_generic(const uint8_t *restrict s, float *restrict y, int64_t k) {  \
         NAME(s, y, k);                                                                     \
     }
-#define ROW_TABLE(TYPE, NAME) {TYPE, {0, NAME##_generic, 0, 0}}
+#define ROW_TABLE(TYPE, NAME) {TYPE, {[PCD_PATH_SCALAR] = NAME##_generic}}
 #endif
 
 ROW_COPIES(row_f32)
@@ -151,10 +235,10 @@ ROW_COPIES(row_q4_k)
 ROW_COPIES(row_q5_k)
 ROW_COPIES(row_q6_k)
 
-/* Per type, its row kernel on each path (indexed by PATH_*; 0 where not built). */
+/* Per type, its row kernel on each path (0 where not built). */
 static const struct {
     int type;
-    row_fn fn[N_PATHS];
+    row_fn fn[PCD_N_PATHS];
 } ROWS[] = {
     ROW_TABLE(GGUF_F32, row_f32),   ROW_TABLE(GGUF_F16, row_f16),   ROW_TABLE(GGUF_BF16, row_bf16),
     ROW_TABLE(GGUF_Q4_0, row_q4_0), ROW_TABLE(GGUF_Q4_1, row_q4_1), ROW_TABLE(GGUF_Q5_0, row_q5_0),
@@ -163,38 +247,17 @@ static const struct {
     ROW_TABLE(GGUF_Q6_K, row_q6_k),
 };
 
-/* Whether this CPU runs `path`'s copies. */
-static int path_runs(int path) {
-    switch (path) {
-    case PATH_GENERIC: return 1;
-#if X86
-    case PATH_AVX2: return __builtin_cpu_supports("avx2");
-    case PATH_AVX512: return __builtin_cpu_supports("avx512f");
-#endif
-    default: return 0;
-    }
-}
+/* The paths the row kernels are built for (every type the same). */
+#define ROW_PATHS PCD_PATHS_BUILT(ROWS[0].fn, )
 
-static int g_path; /* the path the row kernels take; 0 until the first call chooses it */
+/* The path `path` (PCD_PATH_AUTO or a PCD_PATH_* id) resolves to here; 0 if this CPU does
+ * not run it or it is not built. */
+int pcd_q_path(int path) { return pcd_path_pick(path, ROW_PATHS); }
 
-/* With PATH_AUTO: the path the row kernels take (the fastest this CPU runs, chosen once).
- * Otherwise force `path` (PATH_*) where this CPU runs it and return it, else return 0. */
-int pcd_q_path(int path) {
-    if (path == PATH_AUTO) {
-        int p = __atomic_load_n(&g_path, __ATOMIC_ACQUIRE);
-        if (p) return p;
-        p = path_runs(PATH_AVX512) ? PATH_AVX512 : path_runs(PATH_AVX2) ? PATH_AVX2 : PATH_GENERIC;
-        __atomic_store_n(&g_path, p, __ATOMIC_RELEASE);
-        return p;
-    }
-    if (path < 0 || path >= N_PATHS || !path_runs(path)) return 0;
-    __atomic_store_n(&g_path, path, __ATOMIC_RELEASE);
-    return path;
-}
-
-static row_fn row_for(int type) {
-    int path = pcd_q_path(PATH_AUTO);
-    for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++)
+/* The row kernel of `type` on `path` (as pcd_q_path); 0 for an unsupported type or path. */
+static row_fn row_for(int type, int path) {
+    path = pcd_q_path(path);
+    for (size_t i = 0; path && i < sizeof ROWS / sizeof ROWS[0]; i++)
         if (ROWS[i].type == type) return ROWS[i].fn[path];
     return 0;
 }
@@ -250,12 +313,13 @@ static void run_rows(rows_job *j, int threads) {
 }
 
 /* Dequantizes rows [r0, r0 + n) of a (rows, k) tensor (through `rows` when not NULL) into
- * out (n x k floats). Returns 0, or -1 for an unsupported type or a k that is not a
- * multiple of the block. */
+ * out (n x k floats), on `path` (PCD_PATH_AUTO, or one forced: tests). Returns 0, or -1
+ * for an unsupported type or path or a k that is not a multiple of the block. */
 int pcd_q_dequant_rows(int type, const uint8_t *src, int64_t row_bytes, int64_t k,
-                       const int32_t *rows, int64_t r0, int64_t n, float *out, int threads) {
+                       const int32_t *rows, int64_t r0, int64_t n, float *out, int threads,
+                       int path) {
     int per;
-    row_fn fn = row_for(type);
+    row_fn fn = row_for(type, path);
     if (!fn || !pcd_q_block(type, &per) || k % per) return -1;
     init_half();
     rows_job j = {fn, src, row_bytes, k, r0, n, rows, out, k, 1};
@@ -263,16 +327,16 @@ int pcd_q_dequant_rows(int type, const uint8_t *src, int64_t row_bytes, int64_t 
     return 0;
 }
 
-/* y (m x n_out, row stride ldy) = x (m x k) . W^T (+ bias), W the (n_out, k) quantized
- * matrix, one panel of `panel` rows of W at a time dequantized into scratch (panel x k
+/* y (m x n_out, row stride ldy) = x (m x k) . W^T (+ bias) on `path` (as in
+ * pcd_q_dequant_rows), W the (n_out, k) quantized matrix, one panel of `panel` rows of W at a time dequantized into scratch (panel x k
  * floats). A bias is copied into y first and the GEMM accumulates onto it (beta = 1), as
  * MLX's addmm does for a dense Linear with a bias: the same roundings. */
 int pcd_q_matmul(void *gemm, int type, const uint8_t *src, int64_t row_bytes,
                  const int32_t *rows, int64_t n_out, int64_t k, const float *x, int64_t m,
                  float *y, int64_t ldy, int64_t panel, float *scratch, int threads,
-                 const float *bias) {
+                 const float *bias, int path) {
     int per;
-    row_fn fn = row_for(type);
+    row_fn fn = row_for(type, path);
     if (!gemm || !fn || !pcd_q_block(type, &per) || k % per || panel < 1) return -1;
     init_half();
     sgemm_t sgemm = (sgemm_t)gemm;

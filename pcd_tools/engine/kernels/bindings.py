@@ -111,6 +111,8 @@ def load_cpu_kernels(fast_blas: bool) -> tuple[Any, str]:
     lib.pcd_attention_parts.argtypes += [ctypes.c_float, i32, i32, i32]
     lib.pcd_attention_parts.restype = i32
     lib.pcd_attention_simd_width.restype = i32
+    lib.pcd_cpu_kernels_path.argtypes = [i32]
+    lib.pcd_cpu_kernels_path.restype = i32
     lib.pcd_swiglu.argtypes = [p, p, p, i64, i32, i32]
     lib.pcd_swiglu.restype = i32
     lib.pcd_softmax_row.argtypes = [i32, p, p, i32, i32]
@@ -330,10 +332,10 @@ def qweights_library() -> Any:
                 _qweights_lib, _qweights_why = False, str(exc)
             else:
                 p, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
-                lib.pcd_q_dequant_rows.argtypes = [i32, p, i64, i64, p, i64, i64, p, i32]
+                lib.pcd_q_dequant_rows.argtypes = [i32, p, i64, i64, p, i64, i64, p, i32, i32]
                 lib.pcd_q_dequant_rows.restype = i32
                 lib.pcd_q_matmul.argtypes = [p, i32, p, i64, p, i64, i64, p, i64, p, i64, i64]
-                lib.pcd_q_matmul.argtypes += [p, i32, p]
+                lib.pcd_q_matmul.argtypes += [p, i32, p, i32]
                 lib.pcd_q_matmul.restype = i32
                 lib.pcd_q_path.argtypes = [i32]
                 lib.pcd_q_path.restype = i32

@@ -48,6 +48,7 @@ import numpy as np
 from ..._lazy import mlx_lm_module
 from ..host.blas import import_mlx
 from .bindings import cpu_kernels_library
+from .paths import PATHS
 
 mx = import_mlx()
 import mlx.nn as nn  # noqa: E402
@@ -237,7 +238,7 @@ def _native_sdpa(
     out = np.empty((b, h, lq, d), dtype=np.float32)
     m_sb = lq * s if madd is not None and madd.shape[0] > 1 else 0
     rc = lib.pcd_attention_parts(
-        0, qn.ctypes.data, n, (ctypes.c_void_p * n)(*(x.ctypes.data for x in kvn[0::2])),
+        PATHS["auto"], qn.ctypes.data, n, (ctypes.c_void_p * n)(*(x.ctypes.data for x in kvn[0::2])),
         (ctypes.c_void_p * n)(*(x.ctypes.data for x in kvn[1::2])),
         (ctypes.c_int * n)(*(int(x.shape[2]) for x in kvn[0::2])), out.ctypes.data,
         (ctypes.c_int64 * len(strides))(*strides), None if madd is None else madd.ctypes.data,
@@ -417,8 +418,9 @@ def swiglu(gate: Any, x: Any) -> Any:
     if lib is not None and gn.flags.c_contiguous and xn.flags.c_contiguous:
         res = np.empty(gn.shape, dtype=np.float32)
         threads = getattr(_state, "threads", 1)
+        auto = PATHS["auto"]
         if (
-            lib.pcd_swiglu(gn.ctypes.data, xn.ctypes.data, res.ctypes.data, gn.size, threads, 0)
+            lib.pcd_swiglu(gn.ctypes.data, xn.ctypes.data, res.ctypes.data, gn.size, threads, auto)
             == 0
         ):
             return mx.array(res)

@@ -92,6 +92,8 @@ import numpy as np
 from pcd_tools.errors import InvalidArgumentError, NativeBuildError
 
 from .bindings import qgemm_library
+from .gguf_types import GGUF_TYPES, K_QUANTS, block_of
+from .paths import PATHS as ALL_PATHS
 
 __all__ = [
     "GGML_TYPES",
@@ -103,34 +105,23 @@ __all__ = [
     "quantize_activations",
 ]
 
-#: GGML type ids (ggml.h) of the weight encodings these kernels read.
+#: GGML type ids (ggml.h, through gguf_types) of the weight encodings these kernels read.
 GGML_TYPES: dict[str, int] = {
-    "Q4_0": 2,
-    "Q4_1": 3,
-    "Q5_0": 6,
-    "Q5_1": 7,
-    "Q8_0": 8,
-    "Q4_K": 12,
-    "Q5_K": 13,
-    "Q6_K": 14,
+    n: GGUF_TYPES[n][0] for n in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", *K_QUANTS)
 }
 _NAMES = {v: k for k, v in GGML_TYPES.items()}
-_KQUANTS = (12, 13, 14)
-# (bytes, elements) of one block
-_BLOCKS = {2: (18, 32), 3: (20, 32), 6: (22, 32), 7: (24, 32), 8: (34, 32)}
-_BLOCKS.update({12: (144, 256), 13: (176, 256), 14: (210, 256)})
+_KQUANTS = tuple(GGML_TYPES[n] for n in K_QUANTS)
 
-#: kernel names and their ids in `_qgemm.c` (PATH_*)
+#: kernel names and their path ids (`cpu_paths.h`'s PCD_PATH_*, through kernels.paths)
 PATHS: dict[str, int] = {
-    "scalar": 1,
-    "avx2": 2,
-    "avxvnni": 3,
-    "avx512vnni": 4,
-    "avx512bf16": 5,
+    n: ALL_PATHS[n] for n in ("scalar", "avx2", "avxvnni", "avx512vnni", "avx512bf16")
 }
 _PATH_NAMES = {v: k for k, v in PATHS.items()}
 #: the column-panel K-quant kernels (activations per 256 only) and their C path ids
-COLUMN_PATHS: dict[str, int] = {"scalar-cols": 1, "avx512vnni-cols": 4}
+COLUMN_PATHS: dict[str, int] = {
+    "scalar-cols": ALL_PATHS["scalar"],
+    "avx512vnni-cols": ALL_PATHS["avx512vnni"],
+}
 _QB = 32
 
 
@@ -442,7 +433,7 @@ def prepare(raw: Any, ggml_type: int | str, shape: tuple[int, int]) -> Quantized
         n, k = (int(v) for v in shape)
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentError(f"shape must be (n, k); got {shape!r}") from exc
-    bb, be = _BLOCKS[tid]
+    bb, be = block_of(tid)
     name = _NAMES[tid]
     if n < 1 or k < 1 or k % be:
         raise InvalidArgumentError(

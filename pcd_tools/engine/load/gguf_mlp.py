@@ -24,6 +24,7 @@ import numpy as np
 
 from ..host.blas import import_mlx
 from ..kernels import cpu_ops as cpu_kernels
+from ..kernels.paths import PATHS
 from .qlinear import GGUFLinear, _as_numpy, _shared_activations, _threads
 
 mx = import_mlx()
@@ -96,7 +97,9 @@ class GGUFMLP(nn.Module):
         acts = _shared_activations(x, xn, up.weight, threads)
         u = up.weight.matmul(xn, threads, up.numpy_bias(), _buffer("up", (rows, n)), acts)
         h = _buffer("swiglu", (rows, n))
-        if lib.pcd_swiglu(g.ctypes.data, u.ctypes.data, h.ctypes.data, g.size, threads, 0):
+        if lib.pcd_swiglu(
+            g.ctypes.data, u.ctypes.data, h.ctypes.data, g.size, threads, PATHS["auto"]
+        ):
             raise RuntimeError("the native SwiGLU kernel failed")
         y = down.weight.matmul(h, threads, down.numpy_bias())
         return mx.array(y).reshape(*lead, down.weight.shape[0])

@@ -34,6 +34,8 @@ from pcd_tools.errors import InvalidArgumentError, NativeBuildError
 
 from ..host.blas import import_mlx, sgemm_address
 from ..kernels.bindings import qweights_error, qweights_library
+from ..kernels.gguf_types import GGUF_TYPES
+from ..kernels.paths import PATHS
 
 mx = import_mlx()
 import mlx.nn as nn  # noqa: E402
@@ -49,22 +51,9 @@ __all__ = [
     "set_compute",
 ]
 
-# ggml type name -> (type id, weights per block, bytes per block): what the kernel reads.
-GGML_TYPES: dict[str, tuple[int, int, int]] = {
-    "F32": (0, 1, 4),
-    "F16": (1, 1, 2),
-    "Q4_0": (2, 32, 18),
-    "Q4_1": (3, 32, 20),
-    "Q5_0": (6, 32, 22),
-    "Q5_1": (7, 32, 24),
-    "Q8_0": (8, 32, 34),
-    "Q2_K": (10, 256, 84),
-    "Q3_K": (11, 256, 110),
-    "Q4_K": (12, 256, 144),
-    "Q5_K": (13, 256, 176),
-    "Q6_K": (14, 256, 210),
-    "BF16": (30, 1, 2),
-}
+# ggml type name -> (type id, weights per block, bytes per block): what the kernel reads
+# (every type of gguf_types, the one table).
+GGML_TYPES: dict[str, tuple[int, int, int]] = GGUF_TYPES
 # Float32 bytes of one dequantized panel (the per-thread scratch). A matrix that fits is
 # multiplied in one GEMM call, as the dense path does: bit-identical results. Larger ones
 # (output heads, 7B MLPs) go in panels; OpenBLAS then blocks the GEMM differently and
@@ -176,6 +165,7 @@ class QTensor:
                 n,
                 out.ctypes.data,
                 max(1, threads),
+                PATHS["auto"],
             )
             if rc != 0:
                 raise ValueError(f"cannot dequantize a {self.type_name} tensor of {self.shape}")
@@ -225,6 +215,7 @@ class QTensor:
             scratch.ctypes.data,
             max(1, threads),
             _ptr(bias),
+            PATHS["auto"],
         )
         if rc != 0:
             raise ValueError(f"cannot multiply by a {self.type_name} tensor of {self.shape}")
