@@ -61,7 +61,7 @@ from pydantic import BaseModel, Field
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pcd_tools import Decider
-from pcd_tools.engine.host.cpus import usable_cpus
+from pcd_tools.engine.host.threads import thread_budget
 
 TICKETS = [
     "I was charged twice for my subscription this month, please refund one payment.",
@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.rounds < 3:
         p.error("--rounds must be at least 3")
-    threads = args.threads or usable_cpus()
+    threads = args.threads or thread_budget()
     os.environ["PCD_DECODE_THREADS"] = str(threads)
     decider = Decider.load(args.model, decode="int8")
     res = speed(decider, args)

@@ -41,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pcd_tools.engine.host.cpus import usable_cpus
+from pcd_tools.engine.host.threads import thread_budget
 
 PROBE = r"""
 #include <time.h>
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     path = Path(args.model) if Path(args.model).exists() else model_file(args.model)
     if path is None:
         raise SystemExit(f"no model {args.model!r}: a GGUF path, or one of 0.5b, 1.5b")
-    threads = args.threads or usable_cpus()
+    threads = args.threads or thread_budget()
     scen = load_scenarios()
     deciders = {m: Decider.load(str(path), compute=m) for m in args.modes}
     first = next(iter(deciders.values()))

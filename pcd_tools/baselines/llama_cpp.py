@@ -172,7 +172,8 @@ class LlamaCppPeer:
 
     Args:
         decider: The `Decider` (its GGUF path, tokenizer, prompt plan and window).
-        n_threads: llama.cpp's threads; default the CPUs this process may use.
+        n_threads: llama.cpp's threads; default the engine's thread budget
+            (`engine.host.threads.thread_budget`).
         n_ctx: llama.cpp's context (its KV cache is allocated for it at load); default
             the decider's context window.
 
@@ -196,10 +197,10 @@ class LlamaCppPeer:
             raise PeerUnavailableError(broken)
         import llama_cpp
 
-        from ..engine.host.cpus import usable_cpus
+        from ..engine.host.threads import thread_budget
 
         self.decider = decider
-        self.n_threads = n_threads or usable_cpus()
+        self.n_threads = n_threads or thread_budget()
         self.llama = llama_cpp.Llama(
             model_path=path,
             n_ctx=int(n_ctx or decider.engine.context_window),

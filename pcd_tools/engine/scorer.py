@@ -24,7 +24,7 @@ from ..prompt import Question
 from ..schema import Schema
 from .decode.native_steps import check_decode, decoder_for
 from .host.blas import import_mlx, set_blas_threads
-from .host.cpus import request_threads, usable_cpus
+from .host.threads import thread_budget
 from .kernels import cpu_ops as _kernels
 from .passes.forward import (
     PACKABLE,
@@ -40,7 +40,7 @@ from .passes.prefix_cache import PrefixCache
 from .passes.prune import Pruning, first_chunks, pruned_pass
 from .passes.trie import FieldTrie
 from .passes.waves import run_waves
-from .passes.workers import ALL_THREADS, ThreadFit, row_groups, run_on_workers
+from .passes.workers import ThreadFit, row_groups, run_on_workers
 
 if TYPE_CHECKING:
     import mlx.nn as nn
@@ -65,7 +65,7 @@ class Engine:
         add_bos: Whether the model expects a BOS token.
         pack_budget: Tokens per packed chunk (CPU); GPU runs one chunk.
         streams: CPU streams to spread chunks over (default 2, or 1 where this process
-            may use only one CPU: `cpus.usable_cpus`).
+            has a thread budget of one: `threads.thread_budget`).
         prefix_cache_size: Schema prefixes kept (LRU).
         prefix_cache_bytes: Byte budget for cached prefix K/V.
         stream_blas_threads: BLAS threads while several CPU streams run at once.
@@ -114,16 +114,16 @@ class Engine:
         self.passes = Passes(model, model_type)
         self.packable = self.passes.packable
         if streams is None:  # two halves of a pass, if this process may use two CPUs
-            streams = min(2, usable_cpus())
+            streams = min(2, thread_budget())
         self.n_streams = max(1, streams) if device == "cpu" else 1
         self._local = threading.local()
         self.default_mode: PassMode = "packed" if self.packable else "batched"
         self.stats = {"prefix_hits": 0, "prefix_misses": 0, "fewer_threads": 0}
-        # This request's threads and streams (`fit_threads`): fewer while other
-        # processes hold CPUs.
-        self.threads = ALL_THREADS
+        # This request's threads and streams (`fit_threads`): the thread budget
+        # (`host.threads`), fewer while other processes hold CPUs.
+        self.threads = thread_budget()
         self.streams_now = self.n_streams
-        self._fit = ThreadFit(ALL_THREADS, lambda cpus: request_threads(cpus))
+        self._fit = ThreadFit()
         if cpu_kernels is None:
             cpu_kernels = device == "cpu" and os.environ.get("PCD_CPU_KERNELS", "1") != "0"
         self.cpu_kernels = bool(cpu_kernels) and device == "cpu" and _kernels.install(model)
@@ -149,16 +149,16 @@ class Engine:
 
     def fit_threads(self) -> int:
         """Sizes BLAS threads and CPU streams for the request about to run (call it under
-        `lock`): all usable CPUs on a quiet machine; beside busy neighbours, all or the
-        CPUs they leave, whichever ran faster lately (`workers.ThreadFit`; `PCD_THREADS`
-        fixes the count). Counts the requests that ran on fewer in
+        `lock`): the thread budget (`threads.thread_budget`) on a quiet machine; beside
+        busy neighbours, the budget or the CPUs they leave of it, whichever ran faster
+        lately (`workers.ThreadFit`; `PCD_THREADS` fixes the count). Counts the requests that ran on fewer in
         `stats["fewer_threads"]`. Returns the thread count.
         """
         if self.device != "cpu":
             return self.threads
         n = self._fit.pick()
         self.threads, self.streams_now = n, min(self.n_streams, n)
-        if n < ALL_THREADS:
+        if n < self._fit.budget:
             self.stats["fewer_threads"] += 1
         set_blas_threads(n)
         return n

@@ -45,10 +45,13 @@ PROBLEM_COLUMN = "__pcd_problem"
 
 
 def size_threads(num_cpus: float) -> int:
-    """Sizes this process's BLAS and CPU-stream threads to its share of the machine.
+    """Sizes this process's threads to its share of the machine: the engine's thread
+    budget (`engine.host.threads.set_thread_budget`, which its passes, CPU streams, native
+    decode pool and kernels read; call it before loading a decider), the BLAS's threads,
+    and `OMP_NUM_THREADS` / `OPENBLAS_NUM_THREADS` / `MKL_NUM_THREADS`.
 
-    The engine otherwise runs its BLAS on every core of the machine, which oversubscribes
-    a node shared by several actors.
+    The engine otherwise runs on every CPU this process may use, which oversubscribes a
+    node shared by several actors.
 
     Args:
         num_cpus: The CPUs reserved for this process (rounded down, at least 1).
@@ -59,12 +62,10 @@ def size_threads(num_cpus: float) -> int:
     n = max(1, int(num_cpus))
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(n)
-    from pcd_tools.engine import scorer as _engine
     from pcd_tools.engine.host.blas import set_blas_threads
-    from pcd_tools.engine.passes import workers as _workers
+    from pcd_tools.engine.host.threads import set_thread_budget
 
-    _workers.ALL_THREADS = n
-    _engine.ALL_THREADS = n
+    set_thread_budget(n)
     set_blas_threads(n)
     return n
 

@@ -1,19 +1,16 @@
 """CPU sizing: the affinity mask, the cgroup quota (v2 and v1, from fake cgroup trees),
-PCD_THREADS; threads per request from the runnable neighbours; and the slow-BLAS warning
-worded for what was found (busy machine, bound but slow, or no fast BLAS)."""
+PCD_THREADS; the one thread budget every pool reads; threads per request from the runnable
+neighbours; and the slow-BLAS warning worded for what was found (busy machine, bound but
+slow, or no fast BLAS)."""
 
 from __future__ import annotations
 
 import pytest
 
+from pcd_tools.engine.host import threads
 from pcd_tools.engine.host.blas import BlasInfo, slow_blas_message
-from pcd_tools.engine.host.cpus import (
-    busy,
-    cgroup_quota,
-    cpu_budget,
-    request_threads,
-    runnable_others,
-)
+from pcd_tools.engine.host.cpus import busy, cgroup_quota, cpu_budget, runnable_others, usable_cpus
+from pcd_tools.engine.host.threads import request_threads
 from pcd_tools.errors import InvalidArgumentError
 
 pytestmark = pytest.mark.unit
@@ -179,3 +176,84 @@ def test_request_threads_is_fixed_by_pcd_threads_or_by_turning_it_off(adaptive, 
     assert request_threads(2, 5, 2, env=None) == 2
     with pytest.raises(InvalidArgumentError, match="PCD_THREADS"):
         request_threads(2, 5, 2, env="-1")
+
+
+@pytest.fixture
+def budget(monkeypatch):
+    """`threads.set_thread_budget`, put back after the test."""
+    monkeypatch.setattr(threads, "_budget", None)
+    monkeypatch.delenv("PCD_DECODE_THREADS", raising=False)
+    return threads.set_thread_budget
+
+
+def _readers():
+    """What each pool sizes itself by, when nothing else is asked for."""
+    from pcd_tools.engine.kernels import qgemm
+    from pcd_tools.engine.passes.workers import ThreadFit
+
+    return {
+        "budget": threads.thread_budget(),
+        "passes": ThreadFit().pick(),
+        "request": request_threads(),
+        "decode": threads.decode_threads(),
+        "qgemm": qgemm._threads(None),
+        "kernels": threads.kernel_threads(),
+    }
+
+
+def test_one_thread_budget_is_what_every_pool_reads(budget, monkeypatch):
+    monkeypatch.delenv("PCD_THREADS", raising=False)
+    monkeypatch.setenv("PCD_ADAPTIVE_THREADS", "0")
+    assert threads.thread_budget() == usable_cpus()
+    assert budget(1) == 1
+    assert set(_readers().values()) == {1}
+    assert budget(3) == 3
+    assert set(_readers().values()) == {3}
+    monkeypatch.setenv("PCD_DECODE_THREADS", "2")  # the decode pool's own count still wins
+    assert threads.decode_threads() == 2
+    assert threads.kernel_threads(5) == 5  # as does a kernel call's
+    assert budget(None) == usable_cpus()
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(InvalidArgumentError, match="thread budget"):
+            budget(bad)
+
+
+def test_pcd_threads_sets_the_budget_unless_one_is_set(budget, monkeypatch):
+    monkeypatch.setenv("PCD_ADAPTIVE_THREADS", "0")
+    monkeypatch.setenv("PCD_THREADS", "3")
+    assert set(_readers().values()) == {3}
+    budget(1)  # a budget set in code (ray's size_threads) is the process's share
+    assert set(_readers().values()) == {1}
+    budget(None)
+    monkeypatch.setenv("PCD_THREADS", "0")
+    with pytest.raises(InvalidArgumentError, match="PCD_THREADS='0' is not accepted"):
+        threads.thread_budget()
+
+
+def test_a_budget_set_after_an_engine_is_built_holds_for_its_next_pick(budget, monkeypatch):
+    from pcd_tools.engine.passes.workers import ThreadFit
+
+    monkeypatch.delenv("PCD_THREADS", raising=False)
+    budget(4)
+    fit = ThreadFit(suggest=lambda cpus: cpus)
+    assert fit.pick() == 4
+    budget(2)
+    assert (fit.pick(), fit.budget) == (2, 2)
+    monkeypatch.setattr(threads, "request_threads", lambda cpus: cpus - 1)
+    fit = ThreadFit()  # request_threads is looked up where it lives, at every pick
+    assert fit.pick() == 1 and fit.busy
+
+
+def test_ray_size_threads_sets_the_engine_budget(budget, monkeypatch):
+    from pcd_tools.engine.host import blas
+    from pcd_tools.ray.data import size_threads
+
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.setenv(var, "7")  # put back after the test
+    monkeypatch.delenv("PCD_THREADS", raising=False)
+    monkeypatch.setenv("PCD_ADAPTIVE_THREADS", "0")
+    set_blas: list[int] = []
+    monkeypatch.setattr(blas, "set_blas_threads", set_blas.append)
+    assert size_threads(1.5) == 1
+    assert set(_readers().values()) == {1}
+    assert set_blas == [1]

@@ -66,6 +66,7 @@ def test_a_request_beside_busy_neighbours_runs_on_fewer_threads_with_the_same_an
     tiny, monkeypatch
 ):
     import pcd_tools.engine.scorer as engine_mod
+    from pcd_tools.engine.host import threads
 
     schema = {
         "team": {"type": "enum", "choices": ["billing", "bill_disputes", "tech", "sales"]},
@@ -74,12 +75,13 @@ def test_a_request_beside_busy_neighbours_runs_on_fewer_threads_with_the_same_an
     contexts = [("refund please " * (1 + i % 5)) + str(i) for i in range(6)]
     engine = tiny.engine
     monkeypatch.setattr(engine, "n_streams", 2)
-    monkeypatch.setattr(engine_mod, "ALL_THREADS", 2)
+    monkeypatch.setattr(threads, "_budget", None)
+    threads.set_thread_budget(2)
     quiet = tiny.decide_many(schema, contexts)
     assert engine.threads == 2 and engine.streams_now == 2
 
     blas: list[int] = []
-    monkeypatch.setattr(engine_mod, "request_threads", lambda cpus: cpus - 1)
+    monkeypatch.setattr(threads, "request_threads", lambda cpus: cpus - 1)
     monkeypatch.setattr(engine_mod, "set_blas_threads", blas.append)
     workers = set()
     real_run = engine_mod.run_on_workers

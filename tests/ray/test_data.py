@@ -171,11 +171,13 @@ def test_size_threads_gives_the_engine_its_share_of_the_node(ray_session):
     def sized():
         import os
 
-        from pcd_tools.engine import scorer as engine
-        from pcd_tools.engine.passes import workers
+        from pcd_tools.engine.host.threads import decode_threads, thread_budget
+        from pcd_tools.engine.kernels import qgemm
+        from pcd_tools.engine.passes.workers import ThreadFit
         from pcd_tools.ray import size_threads
 
         n = size_threads(1.5)
-        return n, workers.ALL_THREADS, engine.ALL_THREADS, os.environ["OPENBLAS_NUM_THREADS"]
+        counts = thread_budget(), ThreadFit().cpus, decode_threads(), qgemm._threads(None)
+        return n, counts, os.environ["OPENBLAS_NUM_THREADS"]
 
-    assert ray_session.get(sized.remote()) == (1, 1, 1, "1")
+    assert ray_session.get(sized.remote()) == (1, (1, 1, 1, 1), "1")

@@ -33,8 +33,8 @@ float32 weights; MLX's CPU path is not built for one-row work). Here steps run n
 - **Batches**: one step takes B sequences, each at its own position over its own KV; the
   weights are read once for all of them (`decide_many` decodes its rows in lockstep). A
   row's logits do not depend on the batch around it.
-- **Threads**: a persistent pool of one thread per usable CPU (`cpus.usable_cpus`: the
-  affinity mask, less a cgroup quota), spinning briefly then sleeping on a futex. Each
+- **Threads**: a persistent pool of `threads.decode_threads()` threads (the thread budget:
+  the affinity mask, less a cgroup quota, or a budget set), spinning briefly then sleeping on a futex. Each
   step uses as many of them as have been fastest lately (`ThreadTuner`: where other
   processes hold the cores, one thread beats two); `PCD_DECODE_THREADS` fixes the count.
   **ISA**: AVX-512, AVX2+FMA or portable C, picked at run time;

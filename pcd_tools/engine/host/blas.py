@@ -207,10 +207,11 @@ def _bind(path: str, check: bool = False) -> tuple[str, Any, bool]:
     # 2 cores: the triage prefill's attention 381 -> 278 ms, and the baselines' decode
     # steps are no slower. A value the user set is kept.
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", str(OPENBLAS_THREAD_TIMEOUT))
-    # Its pool is sized when it loads: to this process's CPUs, not the host's cores.
-    from .cpus import usable_cpus
+    # Its pool is sized when it loads: to this process's thread budget (its CPUs, not the
+    # host's cores).
+    from .threads import thread_budget
 
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(usable_cpus()))
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(thread_budget()))
     try:
         lib = ctypes.CDLL(path, mode=local)
     except OSError as exc:

@@ -19,13 +19,15 @@ prefill 6x slower under contention).
 `busy()` reads the 1-minute load average against that count (busy from half of it), to
 tell a slow BLAS from a busy machine.
 
-`request_threads()` is the count for the request about to run: the budget, less the
-threads of other processes runnable right now (`runnable_others()`, the kernel's count
-of runnable tasks in `/proc/loadavg`, least of a few reads, scaled to this process's
-share of the host's CPUs). A pass is a few hundred BLAS calls, and each waits at its end
-for every thread it used; with more runnable threads than CPUs, each wait lasts until
-the scheduler gets round to the descheduled one (`workers.ThreadFit` measures which
-count is faster).
+`runnable_others()` counts the threads of other processes runnable right now (the
+kernel's count of runnable tasks in `/proc/loadavg`, least of a few reads). A pass is a
+few hundred BLAS calls, and each waits at its end for every thread it used; with more
+runnable threads than CPUs, each wait lasts until the scheduler gets round to the
+descheduled one, so `threads.request_threads` takes their share off the thread budget
+(`workers.ThreadFit` measures which count is faster).
+
+How many threads to run is decided in `threads.py` (`thread_budget`, which starts from
+`usable_cpus()`); this module only counts CPUs.
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ __all__ = [
     "busy",
     "cgroup_quota",
     "cpu_budget",
-    "request_threads",
     "runnable_others",
+    "threads_override",
     "usable_cpus",
 ]
 
@@ -77,8 +79,18 @@ class CpuBudget:
         return "affinity"
 
 
-def _override(env: str | None) -> int | None:
-    if env is None or not env.strip():
+def threads_override(env: str | bool | None = True) -> int | None:
+    """`PCD_THREADS` as an int, or None when unset or blank.
+
+    Args:
+        env: The value of `PCD_THREADS`; `True` reads the environment.
+
+    Raises:
+        InvalidArgumentError: for a `PCD_THREADS` that is not an int >= 1.
+    """
+    if env is True:
+        env = os.environ.get("PCD_THREADS")
+    if env is None or env is False or not env.strip():
         return None
     try:
         n = int(env)
@@ -114,7 +126,7 @@ def cpu_budget(
     else:
         n_aff = max(1, len(affinity))
     q = cgroup_quota() if quota is True else None if quota is None else float(quota)
-    over = _override(os.environ.get("PCD_THREADS") if env is True else env)  # type: ignore[arg-type]
+    over = threads_override(env)
     cpus = n_aff if q is None else max(1, min(n_aff, math.ceil(q - 1e-9)))
     if over is not None:
         cpus = over
@@ -186,35 +198,3 @@ def runnable_others(
             return 0
         least = n if least is None else min(least, n)
     return max(0, (least or 0) - 1)
-
-
-def request_threads(
-    cpus: int | None = None,
-    others: int | None = None,
-    host: int | None = None,
-    env: str | bool | None = True,
-) -> int:
-    """Threads for the pass about to run: `cpus` less the CPUs other processes hold now.
-
-    Other processes' runnable threads are counted host-wide; in a process limited to
-    `cpus` of the host's `host` CPUs, their share of ours is `others * cpus / host`,
-    rounded. The count is never below 1. With `PCD_THREADS` set, or
-    `PCD_ADAPTIVE_THREADS=0`, it is always `cpus`: the user chose.
-
-    Args:
-        cpus: The budget (`usable_cpus()` when None).
-        others: Runnable threads of other processes (`runnable_others()` when None).
-        host: The host's CPUs (`os.cpu_count()` when None).
-        env: `PCD_THREADS`; `True` reads the environment.
-
-    Raises:
-        InvalidArgumentError: for a `PCD_THREADS` that is not an int >= 1.
-    """
-    n = usable_cpus() if cpus is None else max(1, int(cpus))
-    fixed = _override(os.environ.get("PCD_THREADS") if env is True else env)  # type: ignore[arg-type]
-    if fixed is not None or n == 1 or os.environ.get("PCD_ADAPTIVE_THREADS", "1").strip() == "0":
-        return n
-    o = runnable_others() if others is None else max(0, int(others))
-    h = max(n, host or os.cpu_count() or n)
-    held = int(o * n / h + 0.5)
-    return max(1, n - held)

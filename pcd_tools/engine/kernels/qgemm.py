@@ -237,7 +237,7 @@ class QuantizedMatrix:
             mode: ``int8`` (activations quantized to 8 bits per block) or ``bf16``.
             path: Force one int8 kernel (a name from `available_paths`); None picks the
                 fastest this CPU has.
-            threads: Threads to use; None: `cpus.usable_cpus()`.
+            threads: Threads to use; None: the thread budget (`threads.thread_budget()`).
             act_block: int8 mode: values per activation scale, 32 (the default) or 256
                 (K-quants only: their integer sub-block scales then fold into the integer
                 sums and the float work is one step per 256 values, as llama.cpp's Q8_K
@@ -402,13 +402,9 @@ def _check_activations(
 
 
 def _threads(threads: int | None) -> int:
-    if threads is None:
-        from ..host.cpus import usable_cpus
+    from ..host.threads import kernel_threads
 
-        return usable_cpus()
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise InvalidArgumentError(f"threads must be an int >= 1 or None; got {threads!r}")
-    return threads
+    return kernel_threads(threads)
 
 
 def prepare(raw: Any, ggml_type: int | str, shape: tuple[int, int]) -> QuantizedMatrix:
@@ -463,7 +459,7 @@ def quantize_activations(
 
     Args:
         x: float32 ``[rows, k]``, k a multiple of `block`.
-        threads: Threads to use; None: `cpus.usable_cpus()`.
+        threads: Threads to use; None: the thread budget (`threads.thread_budget()`).
         block: Values per scale: 32 (Q8_0 style) or 256 (Q8_K style, for the K-quants).
 
     Returns:

@@ -33,6 +33,7 @@ import numpy as np
 from pcd_tools.errors import InvalidArgumentError, NativeBuildError
 
 from ..host.blas import import_mlx, sgemm_address
+from ..host.threads import thread_budget
 from ..kernels.bindings import qweights_error, qweights_library
 from ..kernels.gguf_types import GGUF_TYPES
 from ..kernels.paths import PATHS
@@ -94,7 +95,8 @@ def available() -> tuple[bool, str]:
 
 
 def _threads() -> int:
-    """Threads for dequantizing: the engine's for this request when its kernels are on."""
+    """Threads for dequantizing: the engine's count for this request (from the thread
+    budget, `host.threads`, handed over by `cpu_ops.active`) when its kernels are on."""
     from ..kernels import cpu_ops as cpu_kernels
 
     return int(getattr(cpu_kernels._state, "threads", 1)) if cpu_kernels._on() else 1
@@ -360,7 +362,7 @@ def _scratch(n: int) -> np.ndarray:
 
 def dequantize(tensor: QTensor, threads: int | None = None) -> np.ndarray:
     """The whole tensor as dense float32 (rows in model order)."""
-    return tensor.dequantize(threads=threads or os.cpu_count() or 1)
+    return tensor.dequantize(threads=threads or thread_budget())
 
 
 def _as_numpy(x: Any) -> np.ndarray:
@@ -470,7 +472,8 @@ def load_cpu_weights(
         row_orders: mlx-lm parameter name -> row order (llama's Q/K weights and biases).
         keep_encoded: Keep 2-D weights in the file's encoding (`QTensor`s over the
             memory-mapped file); False dequantizes them to dense float32.
-        threads: Threads for dequantizing (default: all CPUs).
+        threads: Threads for dequantizing (default: the thread budget,
+            `threads.thread_budget()`).
 
     Returns:
         Dense float32 MLX arrays by mlx-lm name (vectors, and matrices when not kept
@@ -478,7 +481,7 @@ def load_cpu_weights(
     """
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 
-    threads = threads or os.cpu_count() or 1
+    threads = threads or thread_budget()
     mm = np.memmap(path, np.uint8, "r")
     dense: dict[str, Any] = {}
     encoded: dict[str, QTensor] = {}

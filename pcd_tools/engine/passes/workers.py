@@ -14,51 +14,61 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from ..host import threads as _threads
 from ..host.blas import import_mlx, set_blas_threads
-from ..host.cpus import request_threads, usable_cpus
 from ..host.threads import ThreadTuner
 from ..kernels import cpu_ops as cpu_kernels
 
 mx = import_mlx()
 
-__all__ = ["ALL_THREADS", "ThreadFit", "row_groups", "run_on_workers"]
-
-# The CPUs this process may use (affinity mask, cgroup quota, PCD_THREADS), not the host's.
-ALL_THREADS = usable_cpus()
+__all__ = ["ThreadFit", "row_groups", "run_on_workers"]
 
 
 class ThreadFit:
-    """Threads for each request: every usable CPU on a quiet machine; beside busy
+    """Threads for each request: the whole thread budget on a quiet machine; beside busy
     neighbours, whichever of two counts has run fastest lately.
 
-    The two counts are every usable CPU and the CPUs the neighbours leave
-    (`cpus.request_threads`). Which is faster depends on the neighbour and the request:
-    beside a second PCD server on 2 CPUs, fraud's small warm request took 2.7 s on 2
-    threads and 1.3 s fitted (its threads and ours wait for each other at the end of
-    every BLAS call); beside two spinning processes, triage's 2 threads beat 1 (6.2 s
-    against 8.0 s). So each count is tried twice when neighbours appear, the faster by
-    median seconds per token of the last 5 busy requests is used, and the other is tried
-    again every 16th busy request: the native decode's `ThreadTuner`, over these two
-    counts.
-    `PCD_THREADS` or `PCD_ADAPTIVE_THREADS=0` fixes the count at `cpus`.
+    The two counts are the budget (`threads.thread_budget`) and the CPUs the neighbours
+    leave of it (`threads.request_threads`). Which is faster depends on the neighbour and
+    the request: beside a second PCD server on 2 CPUs, fraud's small warm request took
+    2.7 s on 2 threads and 1.3 s fitted (its threads and ours wait for each other at the
+    end of every BLAS call); beside two spinning processes, triage's 2 threads beat 1
+    (6.2 s against 8.0 s). So each count is tried twice when neighbours appear, the
+    faster by median seconds per token of the last 5 busy requests is used, and the other
+    is tried again every 16th busy request: the native decode's `ThreadTuner`, over these
+    two counts.
+    `PCD_THREADS` or `PCD_ADAPTIVE_THREADS=0` fixes the count at the budget.
 
     Args:
-        cpus: The usable CPUs.
-        suggest: Returns the CPUs the neighbours leave (`cpus.request_threads`).
+        cpus: A fixed budget; None reads `threads.thread_budget()` at every pick, so a
+            budget set later (`set_thread_budget`, ray's `size_threads`) holds.
+        suggest: Returns the CPUs the neighbours leave of a budget
+            (`threads.request_threads` when None, looked up at every pick).
     """
 
-    def __init__(self, cpus: int, suggest: Callable[[int], int] = request_threads):
-        self.cpus, self.suggest = cpus, suggest
-        self.tuner = ThreadTuner(cpus, fixed=False)
+    def __init__(self, cpus: int | None = None, suggest: Callable[[int], int] | None = None):
+        self._cpus, self._suggest = cpus, suggest
+        self.budget = self.cpus  # the budget the last pick used
+        self.tuner = ThreadTuner(self.budget, fixed=False)
         self.busy = False
+
+    @property
+    def cpus(self) -> int:
+        """The budget: the fixed one, else `threads.thread_budget()`."""
+        return _threads.thread_budget() if self._cpus is None else self._cpus
+
+    def suggest(self, cpus: int) -> int:
+        """The CPUs the neighbours leave of `cpus`."""
+        return (self._suggest or _threads.request_threads)(cpus)
 
     def pick(self) -> int:
         """The thread count for the request about to run."""
-        fewer = self.suggest(self.cpus) if self.cpus > 1 else self.cpus
-        self.busy = fewer < self.cpus
+        cpus = self.budget = self.tuner.n = self.cpus
+        fewer = self.suggest(cpus) if cpus > 1 else cpus
+        self.busy = fewer < cpus
         if not self.busy:
-            return self.cpus
-        return self.tuner.pick(1, (fewer, self.cpus))
+            return cpus
+        return self.tuner.pick(1, (fewer, cpus))
 
     def record(self, threads: int, seconds: float, tokens: int) -> None:
         """A request's wall time over the tokens it ran; kept only beside neighbours."""
@@ -123,7 +133,7 @@ def run_on_workers(
     *,
     kernels: bool,
     blas_threads: int,
-    after: int = ALL_THREADS,
+    after: int | None = None,
     every_size: bool = False,
 ) -> list[Any]:
     """Runs `jobs` at once on the shared pool of `n_workers` stream workers.
@@ -133,7 +143,8 @@ def run_on_workers(
         n_workers: Size of the pool (at most this many jobs run at once).
         kernels: Whether the jobs' model calls go through the CPU kernels.
         blas_threads: BLAS threads while the jobs run.
-        after: BLAS threads afterwards (the request's count; all usable CPUs by default).
+        after: BLAS threads afterwards (the request's count; the thread budget,
+            `threads.thread_budget()`, when None).
         every_size: The kernels take every call size (`cpu_kernels.active`).
 
     Returns:
@@ -150,7 +161,7 @@ def run_on_workers(
         futures = [pool.submit(run, job) for job in jobs]
         return [f.result() for f in futures]
     finally:
-        set_blas_threads(after)
+        set_blas_threads(_threads.thread_budget() if after is None else after)
 
 
 def row_groups(
