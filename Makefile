@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= dev,langchain,serve,bench,batch,ray,mcp
+EXTRAS ?= dev,langchain,serve,bench,batch,ray,mcp,taxonomies
 STAMP  := $(VENV)/.pcd-setup-$(shell echo "$(EXTRAS)" | tr ',' '-')
 # A second venv with the MCP SDK 2.x (the main one has 1.x, which langchain-mcp-adapters
 # pins): its own packages first, then the main venv's (pcd-tools and the rest) through a

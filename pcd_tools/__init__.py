@@ -15,7 +15,7 @@ from .errors import (
     PcdToolsError,
     SchemaError,
 )
-from .schema import FieldDefinition, StructuredSchema
+from .schema import FieldDefinition, Labels, StructuredSchema
 
 if TYPE_CHECKING:
     from .answers.result import Decision, FieldResult
@@ -30,6 +30,7 @@ __all__ = [
     "Decision",
     "FieldDefinition",
     "FieldResult",
+    "Labels",
     "ModelLoadError",
     "PcdToolsError",
     "SchemaError",

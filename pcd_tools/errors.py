@@ -22,6 +22,7 @@ __all__ = [
     "InvalidFieldNameError",
     "InvalidFieldOptionError",
     "InvalidJsonSchemaError",
+    "LabelSetTooLargeError",
     "ModelLoadError",
     "NativeBuildError",
     "NestingTooDeepError",
@@ -97,7 +98,14 @@ class UnknownKeyError(SchemaError):
 
 
 class TooManyChoicesError(SchemaError):
-    """An enum field declares more than 255 choices."""
+    """A field declares more values than it can take: a multi-label field or a scored int
+    range more than 255, a Decisions API question more than 255, or a single-choice field
+    whose token trie would not fit in memory (`LabelSetTooLargeError`)."""
+
+
+class LabelSetTooLargeError(TooManyChoicesError):
+    """A single-choice field's labels need more memory for their token trie than this
+    process can give them; the message has the numbers."""
 
 
 class TooFewChoicesError(SchemaError):

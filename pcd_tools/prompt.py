@@ -56,7 +56,41 @@ class TextTokenizer(Protocol):
     ) -> str | None: ...
 
 
+# A field with more values than this is not listed in the system turn: the prompt names
+# how many there are and shows the first few, and the token trie keeps the answer to the
+# allowed values whatever the prompt shows. Listing 5,010 region names would take 45,899
+# tokens, past most models' windows; at 599 time zones it was no more accurate than the
+# sample (BENCHMARKS.md, "Label sets beyond 255").
+LIST_LIMIT = 255
+LIST_SAMPLE = 5
+
+
+def _describe_tree(f: FieldSpec) -> str:
+    """A large taxonomy's line: how a path is written, and its top level."""
+    tree = f.tree
+    assert tree is not None
+    tops = []
+    for node in tree.top[: LIST_LIMIT if len(tree.top) <= LIST_LIMIT else LIST_SAMPLE]:
+        d = tree.description(node)
+        tops.append(f"{node} ({d})" if d else str(node))
+    more = "" if len(tree.top) <= LIST_LIMIT else f", ... ({len(tree.top):,} in all)"
+    null = ", or null" if f.optional else ""
+    return (
+        f"a path in a tree of {len(f.choices) - f.optional:,} labels, from the top level down "
+        f"to the most specific label, the levels joined by {tree.separator!r}{null}; the top "
+        f"level is one of: {', '.join(tops)}{more}"
+    )
+
+
 def _describe_choices(f: FieldSpec, order: Sequence[int] | None) -> str:
+    if f.tree is not None and len(f.choices) > LIST_LIMIT:
+        return _describe_tree(f)
+    if len(f.choices) > LIST_LIMIT:
+        shown = ", ".join(c.literal for c in f.choices[:LIST_SAMPLE])
+        return (
+            f"one of {len(f.choices):,} values, not all listed here; write the one that "
+            f"applies exactly as it is usually written (they look like: {shown}, ...)"
+        )
     idx = list(order) if order is not None else range(len(f.choices))
     parts = []
     for i in idx:

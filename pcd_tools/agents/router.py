@@ -47,7 +47,7 @@ from typing import Any, Literal
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import patch_config
 
-from ..answers.payload import decision_payload
+from ..answers.payload import decision_payload, shown_distribution
 from ..decide.orders import check_orders
 from ..decide.worker import call_model, run_on_worker
 from ..errors import InvalidArgumentError
@@ -179,7 +179,7 @@ class _Routing:
             raise InvalidArgumentError(
                 f"{self.field}={f.label!r} has no route and no default; routes: {list(self.routes)}."
             )
-        rec = self._record(f.label, f.probability, dict(f.distribution), reason, dest, None)
+        rec = self._record(f.label, f.probability, dict(shown_distribution(f)), reason, dest, None)
         if self.orders > 1:
             rec["flip_rate"] = f.flip_rate
         rec["confidence"] = d.confidence

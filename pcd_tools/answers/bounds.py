@@ -26,7 +26,31 @@ import numpy as np
 
 from .softmax import logsumexp
 
-__all__ = ["Bounded", "PartialScores", "bounded"]
+__all__ = ["Bounded", "PartialScores", "SearchReport", "bounded"]
+
+
+@dataclass(frozen=True)
+class SearchReport:
+    """What the pruned search of one question did for one context.
+
+    Args:
+        levels: Levels the request's search ran after its first pass (a fallback's
+            included).
+        read: Trie positions (internal nodes) whose logits it read.
+        positions: The trie's positions; `read / positions` is the share read.
+        fallback: Whether it ran out of levels uncertified and read the rest of the trie
+            (the exhaustive pass), so the answer is exact.
+    """
+
+    levels: int
+    read: int
+    positions: int
+    fallback: bool = False
+
+    @property
+    def share(self) -> float:
+        """The share of the trie's positions read."""
+        return self.read / self.positions if self.positions else 1.0
 
 
 @dataclass(frozen=True)
@@ -38,16 +62,19 @@ class PartialScores:
         frontier_logp: (G,) log-probability of each unexpanded prefix.
         frontier_members: Per prefix, the indices of the candidates under it; together
             they are exactly the unscored candidates.
+        search: What the search did (levels, positions read, a fallback), when known.
     """
 
     z: np.ndarray
     frontier_logp: np.ndarray
     frontier_members: tuple[np.ndarray, ...]
+    search: SearchReport | None = None
 
     @classmethod
-    def whole(cls, z: np.ndarray) -> PartialScores:
-        """A pruned field whose search happened to score every candidate."""
-        return cls(np.asarray(z, dtype=np.float64), np.zeros(0), ())
+    def whole(cls, z: np.ndarray, search: SearchReport | None = None) -> PartialScores:
+        """A pruned field whose search scored every candidate (it ended there, or fell
+        back to the exhaustive pass)."""
+        return cls(np.asarray(z, dtype=np.float64), np.zeros(0), (), search)
 
     @property
     def scored(self) -> np.ndarray:

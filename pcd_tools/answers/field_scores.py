@@ -92,4 +92,5 @@ def _pruned(
         certified=got.certified,
         unscored_mass=got.unscored_mass,
         probability_bounds=got.probability_bounds,
+        search=scores.search,
     )

@@ -20,6 +20,12 @@
   multi-label field gives each label's probability of applying);
 - `action` is `"review"` when any scored field's probability is below `threshold` (the rule
   of `Decider.as_tool` and `Cascade`: `Decision.low_confidence`), else `"act"`.
+
+A field of more than `DISTRIBUTION_LIMIT` candidates (a label set beyond 255) gives the
+`DISTRIBUTION_TOP` most probable in `distribution` and their count in `candidates`; a field
+read by pruned search adds `certified` and `search` (`{"read", "positions", "levels",
+"fallback"}`), and a taxonomy its `path` (`[{"value", "probability"}, ...]`, each level's
+probability given the levels above).
 """
 
 from __future__ import annotations
@@ -30,9 +36,21 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .result import Decision, FieldResult
 
-__all__ = ["ACTIONS", "decision_payload", "field_payload", "label_key"]
+__all__ = [
+    "ACTIONS",
+    "DISTRIBUTION_LIMIT",
+    "DISTRIBUTION_TOP",
+    "decision_payload",
+    "field_payload",
+    "label_key",
+    "large_field_extras",
+    "shown_distribution",
+]
 
 ACTIONS = ("act", "review")
+# A larger field's JSON distribution holds its most probable candidates only.
+DISTRIBUTION_LIMIT = 255
+DISTRIBUTION_TOP = 20
 
 
 def label_key(label: Any) -> str:
@@ -41,12 +59,44 @@ def label_key(label: Any) -> str:
     return label if isinstance(label, str) else json.dumps(label)
 
 
+def shown_distribution(f: FieldResult) -> dict[Any, float]:
+    """The distribution a JSON answer shows: every candidate's, or for a field of more
+    than `DISTRIBUTION_LIMIT` candidates the `DISTRIBUTION_TOP` most probable (ties:
+    declared order) that have any probability."""
+    if len(f.distribution) <= DISTRIBUTION_LIMIT:
+        return f.distribution
+    return {k: p for k, p in f.top_choices[:DISTRIBUTION_TOP] if p > 0.0}
+
+
+def large_field_extras(f: FieldResult) -> dict[str, Any]:
+    """What a JSON answer adds for a large, pruned or taxonomy field (see the module
+    docstring); empty for any other field."""
+    out: dict[str, Any] = {}
+    if len(f.distribution) > DISTRIBUTION_LIMIT:
+        out["candidates"] = len(f.distribution)
+    if f.certified is not None:
+        out["certified"] = bool(f.certified)
+    if f.search is not None:
+        s = f.search
+        out["search"] = {
+            "read": s.read,
+            "positions": s.positions,
+            "levels": s.levels,
+            "fallback": s.fallback,
+        }
+    if f.path is not None:
+        out["path"] = [{"value": st.value, "probability": float(st.probability)} for st in f.path]
+    return out
+
+
 def field_payload(f: FieldResult) -> dict[str, Any]:
-    """One field's answer: `{"value", "probability", "distribution"}` (JSON-safe)."""
+    """One field's answer: `{"value", "probability", "distribution"}` (JSON-safe), with
+    `large_field_extras` where they apply."""
     return {
         "value": f.label,
         "probability": None if f.probability is None else float(f.probability),
-        "distribution": {label_key(k): float(p) for k, p in f.distribution.items()},
+        "distribution": {label_key(k): float(p) for k, p in shown_distribution(f).items()},
+        **large_field_extras(f),
     }
 
 

@@ -10,7 +10,9 @@ import numpy as np
 
 from ..prompt import Segment
 from ..schema import FieldSpec
+from .bounds import SearchReport
 from .conformal import ConformalScores, NoConformalScoresError
+from .taxonomy import PathStep, taxonomy_path
 
 if TYPE_CHECKING:
     pass
@@ -20,6 +22,7 @@ __all__ = [
     "Decision",
     "FieldResult",
     "LabelFreeChoice",
+    "PathStep",
     "Segment",
     "choose_labels",
 ]
@@ -67,6 +70,14 @@ class FieldResult:
             unscored candidates can hold; None otherwise.
         probability_bounds: For a pruned field, (lower, upper) bounds of the answer's
             true probability (the exhaustive pass's); `probability` is the upper one.
+        search: For a pruned field, what its search did (`SearchReport`): the levels,
+            the trie positions read and their share, and whether it fell back to the
+            exhaustive pass (out of levels uncertified; the answer is then exact and
+            `certified` is True). None for a field scored whole.
+        path: For a taxonomy (`Labels` with parents), the answer's path from the top
+            level down, each level with its probability given the levels above
+            (`PathStep`); they multiply to `probability`. For a pruned field the masses
+            are over the scored leaves. None for other fields.
         scoring: How this field's candidate scores were computed: `"full"`,
             `"constrained"` or `"pmi"`. Under `decide(..., scoring="auto")` (the default)
             it is `"constrained"` for a large field read by certified pruning and
@@ -91,6 +102,8 @@ class FieldResult:
     certified: bool | None = None
     unscored_mass: float | None = None
     probability_bounds: tuple[float, float] | None = None
+    search: SearchReport | None = None
+    path: tuple[PathStep, ...] | None = None
     scoring: str | None = None
     conformal: ConformalScores | None = field(default=None, repr=False, compare=False)
 
@@ -184,7 +197,17 @@ class FieldResult:
             distribution={c.label: float(q) for c, q in zip(spec.choices, probs)},
             log_scores=tuple(float(z) for z in log_scores),
             spec=spec,
+            path=taxonomy_path(spec, np.asarray(probs), best) if spec.tree else None,
         )
+
+    def unsure_level(self, threshold: float) -> int | None:
+        """For a taxonomy answer, the first level (0 = top) whose probability given the
+        levels above is below `threshold`: where the model got unsure, so a cascade can
+        escalate from there. None when every level clears it (or not a taxonomy)."""
+        for i, step in enumerate(self.path or ()):
+            if step.probability < threshold:
+                return i
+        return None
 
     @classmethod
     def from_labels(cls, spec: FieldSpec, p_yes: np.ndarray, log_odds: Any) -> FieldResult:

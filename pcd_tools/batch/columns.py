@@ -205,7 +205,7 @@ def decide_texts(
     texts: Sequence[Any],
     *,
     temperature: float = 1.0,
-    scoring: str = "full",
+    scoring: str = "auto",
     batch_size: int = 32,
     allow_empty: bool = False,
     on_rows: Callable[[int], None] | None = None,
@@ -223,7 +223,8 @@ def decide_texts(
         schema: Any accepted schema form.
         texts: The rows' texts (any values; `BadRow` for unreadable rows).
         temperature: Softmax temperature (> 0).
-        scoring: `"full"` or `"constrained"`.
+        scoring: `"auto"` (the default: a large field by certified pruned search, the
+            others `"full"`), `"full"` or `"constrained"`.
         batch_size: Contexts per engine batch.
         allow_empty: Decide on empty or whitespace-only texts instead of failing them.
         on_rows: Called with the number of rows finished, after the checks and after

@@ -238,7 +238,7 @@ def run_batch(
     text_column: str = "text",
     id_column: str | None = None,
     temperature: float = 1.0,
-    scoring: str = "full",
+    scoring: str = "auto",
     batch_size: int = 32,
     chunk_rows: int = 256,
     allow_empty: bool = False,
@@ -264,7 +264,8 @@ def run_batch(
         id_column: The input column that identifies a row; default `id` when the input
             has one, else the 0-based row number (written as `row`).
         temperature: Softmax temperature (> 0).
-        scoring: `"full"` or `"constrained"`.
+        scoring: `"auto"` (the default: a large field by certified pruned search, the
+            others `"full"`), `"full"` or `"constrained"`.
         batch_size: Contexts per engine batch.
         chunk_rows: Rows per committed chunk (the most a kill can cost).
         allow_empty: Decide on empty or whitespace-only texts instead of failing them.

@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the column that identifies a row (default: `id` if present, else the row number)",
     )
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--scoring", choices=["full", "constrained", "pmi"], default="full")
+    parser.add_argument("--scoring", choices=["auto", "full", "constrained", "pmi"], default="auto")
     parser.add_argument(
         "--batch-size", type=int, default=32, help="contexts per model batch (default %(default)s)"
     )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..answers.bounds import PartialScores
+from ..answers.bounds import PartialScores, SearchReport
 from ..answers.joint import answers
 from ..answers.result import BatchTiming, Decision
 from ..answers.waves import WaveAnswers, has_waves
@@ -146,10 +146,18 @@ def _log_scores(
         logz = correction(asked, logz)
     if pruning is not None:
         logz = [
-            PartialScores.whole(z) if isinstance(z, np.ndarray) and pruning.select(q, trie) else z
-            for q, trie, z in zip(asked, tries, logz)
+            _with_search(z, pruning.report(e), pruning.select(q, trie))
+            for q, trie, z, e in zip(asked, tries, logz, batch.edge_logp[i])
         ]
     return list(asked), logz, sides
+
+
+def _with_search(z: Any, search: SearchReport | None, selected: bool) -> Any:
+    """A pruned question's scores as `PartialScores` carrying its search's report (also
+    when the search scored every candidate); any other question's as they are."""
+    if isinstance(z, np.ndarray):
+        return PartialScores.whole(z, search) if selected else z
+    return replace(z, search=search) if isinstance(z, PartialScores) else z
 
 
 def _pruning(

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ..answers.payload import decision_payload, label_key
 from ..errors import PcdToolsError, SchemaError
-from ..schema import MAX_CHOICES, Schema, compile_schema
+from ..schema import Schema, compile_schema
 from ._sdk import CallToolResult, Context, TextContent, ToolAnnotations, ToolError
 
 __all__ = [
@@ -76,6 +76,28 @@ def tool_name(schema: Schema) -> str:
 # --- output models ---------------------------------------------------------------------
 
 
+class SearchOut(BaseModel):
+    """What a pruned search read."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    read: int = Field(description="Trie positions whose logits were read.")
+    positions: int = Field(description="The field's trie positions in all.")
+    levels: int = Field(description="Levels the search ran after its first pass.")
+    fallback: bool = Field(
+        description="Whether it ran out of levels uncertified and read the whole trie."
+    )
+
+
+class PathOut(BaseModel):
+    """One level of a taxonomy answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: Any = Field(description="The label at this level.")
+    probability: float = Field(description="Its probability given the levels above.")
+
+
 class FieldAnswer(BaseModel):
     """One field's answer."""
 
@@ -87,7 +109,24 @@ class FieldAnswer(BaseModel):
     )
     distribution: dict[str, float] = Field(
         description="Every allowed value's probability, keyed by its JSON text (a multi-label "
-        "field: each label's probability of applying); empty for a generated field."
+        "field: each label's probability of applying; a field of more than 255 values: its "
+        "20 most probable); empty for a generated field."
+    )
+    candidates: int | None = Field(
+        default=None, description="For a field of more than 255 values: how many it has."
+    )
+    certified: bool | None = Field(
+        default=None,
+        description="For a field read by certified pruned search: whether the answer is "
+        "provably the most probable value.",
+    )
+    search: SearchOut | None = Field(
+        default=None, description="For a field read by pruned search: what it read."
+    )
+    path: list[PathOut] | None = Field(
+        default=None,
+        description="For a taxonomy: the answer's path from the top level, each level with "
+        "its probability given the levels above (they multiply to the answer's).",
     )
 
 
@@ -345,7 +384,7 @@ CLASSIFY_DOC = (
     "Classify a text into exactly one of the given labels, by scoring each label with a "
     "local language model (never generating text). Returns the most probable label, its "
     "probability, every label's probability, and action: 'review' when the probability is "
-    "below {threshold:g}, else 'act'. Give {min}-{max} distinct labels; `question` says what "
+    "below {threshold:g}, else 'act'. Give {min} or more distinct labels (thousands are fine); `question` says what "
     "to judge (default: which label fits the text)."
 )
 YES_NO_DOC = (
@@ -361,11 +400,8 @@ def _labels(raw: Any) -> tuple[str, ...]:
     labels = tuple(raw)
     if len(labels) < MIN_LABELS:
         raise ToolInputError(
-            f"labels has {len(labels)} item(s); accepted: {MIN_LABELS} to {MAX_CHOICES} labels."
-        )
-    if len(labels) > MAX_CHOICES:
-        raise ToolInputError(
-            f"labels has {len(labels)} items; accepted: {MIN_LABELS} to {MAX_CHOICES} labels."
+            f"labels has {len(labels)} item(s); accepted: {MIN_LABELS} or more labels (a large "
+            "set is scored exactly by certified pruned search)."
         )
     empty = [i for i, x in enumerate(labels) if not x.strip()]
     if empty:
@@ -441,7 +477,7 @@ def generic_tools(
 
     labels_arg = Annotated[
         list[str],
-        Field(description=f"The allowed labels, {MIN_LABELS} to {MAX_CHOICES}, distinct."),
+        Field(description=f"The allowed labels, {MIN_LABELS} or more, distinct."),
     ]
     question_arg = Annotated[
         str | None, Field(description="What to judge, e.g. 'Which team owns this ticket?'")
@@ -470,7 +506,7 @@ def generic_tools(
         ],
         Annotated[CallToolResult, YesNoResult],
     )
-    kw = {"threshold": threshold, "min": MIN_LABELS, "max": MAX_CHOICES}
+    kw = {"threshold": threshold, "min": MIN_LABELS}
     return [
         ToolSpec("classify", CLASSIFY_DOC.format(**kw), classify, "Classify a text"),
         ToolSpec("yes_no", YES_NO_DOC.format(**kw), yes_no, "Yes/no question about a text"),

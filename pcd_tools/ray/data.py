@@ -137,7 +137,8 @@ class DecideBatch:
         num_cpus: The actor's CPUs; its BLAS and stream threads follow.
         batch_size: Contexts per engine batch.
         temperature: Softmax temperature.
-        scoring: `"full"` or `"constrained"`.
+        scoring: `"auto"` (the default: a large field by certified pruned search, the
+            others `"full"`), `"full"` or `"constrained"`.
         allow_empty: Decide on empty texts instead of failing them.
     """
 
@@ -151,7 +152,7 @@ class DecideBatch:
         num_cpus: float = 1.0,
         batch_size: int = 32,
         temperature: float = 1.0,
-        scoring: str = "full",
+        scoring: str = "auto",
         allow_empty: bool = False,
     ):
         self.decider = load_decider(model, calibration, size_threads(num_cpus))
@@ -249,7 +250,7 @@ def decide_dataset(
     batch_size: int = 32,
     num_cpus_per_actor: float = 2.0,
     temperature: float = 1.0,
-    scoring: str = "full",
+    scoring: str = "auto",
     allow_empty: bool = False,
 ) -> ray.data.Dataset:
     """Decides every row of a Ray dataset on a pool of model actors.
@@ -275,7 +276,8 @@ def decide_dataset(
         batch_size: Rows per actor call (and per engine batch).
         num_cpus_per_actor: CPUs each actor reserves; its BLAS and stream threads follow.
         temperature: Softmax temperature (> 0).
-        scoring: `"full"` or `"constrained"`.
+        scoring: `"auto"` (the default: a large field by certified pruned search, the
+            others `"full"`), `"full"` or `"constrained"`.
         allow_empty: Decide on empty or whitespace-only texts instead of failing them.
 
     Returns:

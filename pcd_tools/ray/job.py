@@ -101,7 +101,7 @@ def run_batch(
     text_column: str = "text",
     id_column: str | None = None,
     temperature: float = 1.0,
-    scoring: str = "full",
+    scoring: str = "auto",
     batch_size: int = 32,
     chunk_rows: int = 256,
     allow_empty: bool = False,
@@ -128,7 +128,8 @@ def run_batch(
         text_column: As for `pcd_tools.batch.run_batch`.
         id_column: As for `pcd_tools.batch.run_batch`.
         temperature: Softmax temperature (> 0).
-        scoring: `"full"` or `"constrained"`.
+        scoring: `"auto"` (the default: a large field by certified pruned search, the
+            others `"full"`), `"full"` or `"constrained"`.
         batch_size: Rows per actor call.
         chunk_rows: Rows per committed chunk.
         allow_empty: Decide on empty texts instead of failing them.

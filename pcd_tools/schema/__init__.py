@@ -42,7 +42,8 @@ from .compile import compile_schema
 from .decisions_port import decisions_request
 from .dict_form import FieldDefinition, StructuredSchema
 from .examples import with_examples
-from .spec import MAX_CHOICES, Choice, Example, FieldSpec, Generation, Schema
+from .labels import Labels, TaxonomyCycleError
+from .spec import MAX_CHOICES, Choice, Example, FieldSpec, Generation, Schema, Taxonomy
 
 __all__ = [
     "MAX_CHOICES",
@@ -51,8 +52,11 @@ __all__ = [
     "FieldDefinition",
     "FieldSpec",
     "Generation",
+    "Labels",
     "Schema",
     "StructuredSchema",
+    "Taxonomy",
+    "TaxonomyCycleError",
     "compile_schema",
     "decisions_request",
     "with_examples",

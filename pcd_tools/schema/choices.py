@@ -17,11 +17,18 @@ from ..errors import (
     TooFewChoicesError,
     TooManyChoicesError,
 )
-from .spec import MAX_CHOICES, MIN_CHOICES, NOT_STATED, Choice, _literal_text, _where
+from .spec import MIN_CHOICES, NOT_STATED, Choice, _literal_text, _where
 
 
-def _enum_choices(model: str, name: str, raw: Sequence[Any], given: str) -> list[Choice]:
-    """Validates raw choice values (str or int) and returns `Choice`s (no descriptions yet)."""
+def _enum_choices(
+    model: str, name: str, raw: Sequence[Any], given: str, *, limit: int | None = None
+) -> list[Choice]:
+    """Validates raw choice values (str or int) and returns `Choice`s (no descriptions yet).
+
+    A single-choice field takes any number of values (its token trie scores them exactly;
+    the only bound is memory, checked when the trie is built: `passes.trie`). `limit` caps
+    the count where each value costs a question of its own (a multi-label field's labels).
+    """
     out: list[Choice] = []
     seen: set[str] = set()
     for v in raw:
@@ -52,16 +59,18 @@ def _enum_choices(model: str, name: str, raw: Sequence[Any], given: str) -> list
         seen.add(lit)
         out.append(Choice(value=v, literal=lit, label=label))
     n = len(out)
-    if n > MAX_CHOICES:
+    if limit is not None and n > limit:
         raise TooManyChoicesError(
-            _too_many_message(_where(model, name), [c.label for c in out], given),
+            _too_many_message(_where(model, name), [c.label for c in out], given, limit),
             model=model,
             field=name,
         )
     if n < MIN_CHOICES:
         raise TooFewChoicesError(
-            f"{_where(model, name)}: {n} choice(s) given in {given}; accepted: "
-            f"{MIN_CHOICES} to {MAX_CHOICES} choices per field.",
+            f"{_where(model, name)}: {n} choice(s) given in {given}; accepted: at least "
+            f"{MIN_CHOICES} choice"
+            + (f" and at most {limit}" if limit is not None else "")
+            + " per field.",
             model=model,
             field=name,
         )
@@ -72,7 +81,7 @@ _EXAMPLES = 5
 _EXAMPLE_CHARS = 30
 
 
-def _too_many_message(where: str, labels: Sequence[Any], given: str) -> str:
+def _too_many_message(where: str, labels: Sequence[Any], given: str, limit: int) -> str:
     """The `TooManyChoicesError` message: count, limit and advice first, then a few values.
 
     `given` may be a long annotation (`Literal['a', 'b', ...]`); only its head is kept, so
@@ -85,9 +94,10 @@ def _too_many_message(where: str, labels: Sequence[Any], given: str) -> str:
         shown.append(r if len(r) <= _EXAMPLE_CHARS else r[: _EXAMPLE_CHARS - 3] + "...")
     rest = len(labels) - len(shown)
     return (
-        f"{where}: {len(labels)} choices given in {source}; accepted: {MIN_CHOICES} to "
-        f"{MAX_CHOICES} choices per field. Split the field into a coarse field and a fine "
-        "field (e.g. a category, then a subcategory), or use a cascade. The values start: "
+        f"{where}: {len(labels)} labels given in {source}; accepted: {MIN_CHOICES} to "
+        f"{limit} labels in a multi-label field (each label is a yes/no question of its "
+        "own). A single-choice field (`Literal`, `Enum`) takes any number of values. The "
+        "values start: "
         f"{', '.join(shown)}{f' ... and {rest} more' if rest else ''}."
     )
 

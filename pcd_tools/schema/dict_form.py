@@ -19,7 +19,7 @@ from .choices import _enum_choices
 from .examples import with_wrapper_examples
 from .json_schema import compile_json_schema, is_json_schema
 from .models import _check_name, _from_model
-from .spec import Schema, _where
+from .spec import MAX_CHOICES, Schema, _where
 
 __all__ = ["FieldDefinition", "StructuredSchema"]
 
@@ -337,7 +337,9 @@ def _from_definitions(name: str, instructions: str, defs: list[FieldDefinition])
                     model=name,
                     field=d.name,
                 )
-            _enum_choices(name, d.name, list(d.choices), f"choices {_short(d.choices)}")
+            _enum_choices(
+                name, d.name, list(d.choices), f"choices {_short(d.choices)}", limit=MAX_CHOICES
+            )
             tp = list[Literal[tuple(d.choices)]]  # type: ignore[misc]
         elif d.field_type == "enum" and d.choices is None and d.choices_by:
             tp = str  # the choices are every value `choices_by` names

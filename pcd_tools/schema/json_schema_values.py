@@ -25,10 +25,8 @@ from pydantic import Field as PydField
 from ..errors import (
     InvalidJsonSchemaError,
     NestingTooDeepError,
-    TooManyChoicesError,
     UnsupportedSchemaKeywordError,
 )
-from .choices import _too_many_message
 from .spec import MAX_CHOICES, MIN_CHOICES
 
 __all__ = [
@@ -54,6 +52,7 @@ PCD_KEYS = (
     "choice_descriptions",
     "max_new_tokens",
     "pruning",
+    "taxonomy",
 )
 """The `json_schema_extra` keys PCD reads, carried over from a property."""
 
@@ -208,9 +207,6 @@ def values_type(vals: list[Any], at: At, types: list[str], nullable: bool, kw: s
         seen.add(json.dumps(v))
     if not vals:
         raise at.no(kw, "a field that can only be null")
-    if len(vals) > MAX_CHOICES:
-        msg = _too_many_message(at.where, vals, f"`{kw}`")
-        raise TooManyChoicesError(msg, model=at.model, field=at.fld or None)
     two_bools = len(vals) == 2 and all(isinstance(v, bool) for v in vals)
     tp: Any = bool if two_bools else Literal[tuple(vals)]
     return tp | None if optional else tp

@@ -33,6 +33,7 @@ from .conditional import resolve_choices_by, union_of
 from .dependencies import parse_depends_on, resolve_dependencies, waves
 from .examples import model_config_examples, with_examples
 from .generated import check_layout, generation_for
+from .labels import taxonomy_choices
 from .multilabel import label_type, multilabel_field
 from .nested import MAX_DEPTH, is_model
 from .ranges import int_range_choices
@@ -235,6 +236,9 @@ def _model_fields(
             tp = named | None if optional else named
         kind, choices, optional = _compile_annotation(model, path, tp, info.metadata)
         choices = _with_descriptions(model, path, choices, extra.get("choice_descriptions"))  # type: ignore[arg-type]
+        tree = None
+        if "taxonomy" in extra:
+            choices, tree = taxonomy_choices(model, path, choices, extra["taxonomy"])
         if optional:
             choices.append(_null_choice())
         desc = (info.description or docs.get(name) or "").strip()
@@ -249,6 +253,7 @@ def _model_fields(
                 ordered,
                 depends_on=deps,
                 pruning=pruning,  # type: ignore[arg-type]
+                tree=tree,
             )
         )
     return fields

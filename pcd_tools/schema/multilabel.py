@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from ..errors import InvalidFieldOptionError, UnsupportedFieldError
 from .choices import _enum_choices, _with_descriptions
-from .spec import FieldSpec, _where
+from .spec import MAX_CHOICES, FieldSpec, _where
 
 __all__ = ["CONTAINERS", "label_type", "multilabel_field"]
 
@@ -58,7 +58,7 @@ def multilabel_field(
             model=model,
             field=path,
         )
-    choices = _enum_choices(model, path, raw, given)
+    choices = _enum_choices(model, path, raw, given, limit=MAX_CHOICES)
     choices = _with_descriptions(model, path, choices, extra.get("choice_descriptions"))
     threshold = extra.get("threshold", 0.5)
     if (

@@ -29,15 +29,60 @@ __all__ = [
     "FieldSpec",
     "Generation",
     "Schema",
+    "Taxonomy",
     "iter_labels",
     "python_type",
 ]
 
+# A single-choice field (`Literal`, `Enum`, a JSON `enum`) takes any number of values: its
+# token trie scores them exactly, and certified pruning reads a large one in a fraction of
+# its positions. 255 bounds what costs a question (or a candidate listed by value) per
+# value: a multi-label field's labels and a scored int range (a wider one is generated);
+# OpenAI's Decisions API keeps its own 2-255 contract (`serve.decisions_request`).
 MAX_CHOICES = 255
 # One allowed value is a field like any other: scored in the pass, with probability 1 by
 # definition (PCD's probabilities are relative to the allowed values). See the README.
 MIN_CHOICES = 1
 NOT_STATED = "not stated in the text"
+
+
+@dataclass(frozen=True)
+class Taxonomy:
+    """A field's candidates as the leaves of a tree of labels.
+
+    Args:
+        separator: What joins the levels of a path in the written answer.
+        paths: Per candidate (in the field's order), its nodes from the top level down,
+            the leaf last; `()` for the `null` candidate of an optional field.
+        top: The top-level nodes, in first-seen order.
+        descriptions: `(node, text)` for the internal nodes that have one (shown in the
+            prompt beside the top level).
+    """
+
+    separator: str
+    paths: tuple[tuple[Any, ...], ...]
+    top: tuple[Any, ...]
+    descriptions: tuple[tuple[Any, str], ...] = ()
+
+    @property
+    def depth(self) -> int:
+        """The most levels a path has."""
+        return max((len(p) for p in self.paths), default=0)
+
+    def description(self, node: Any) -> str | None:
+        """An internal node's description, if it has one."""
+        for n, d in self.descriptions:
+            if n == node:
+                return d
+        return None
+
+    def to_spec(self) -> dict[str, Any]:
+        """What of the tree reaches the prompt beyond the candidates' own texts."""
+        return {
+            "separator": self.separator,
+            "top": list(self.top),
+            **({"descriptions": [list(d) for d in self.descriptions]} if self.descriptions else {}),
+        }
 
 
 @dataclass(frozen=True)
@@ -161,6 +206,9 @@ class FieldSpec:
         branch: For a field of a discriminated union's branch: `(discriminator field,
             index of the branch's value)`; the field is named `path[<value>].name`.
         generation: For a generated field, how its value is written.
+        tree: For a taxonomy (`json_schema_extra={"taxonomy": ...}`, as `Labels` builds
+            it), the tree its candidates are the leaves of; each candidate is written as
+            its path (`pcd_tools.schema.labels`).
         pruning: How the field is scored (`json_schema_extra={"pruning": ...}`): `"auto"`
             (by pruned search when its candidate trie is large and the request allows
             it), `"on"` or `"off"` (always whole); see `pcd_tools.engine.passes.prune`. Not part
@@ -182,6 +230,7 @@ class FieldSpec:
     branch: tuple[str, int] | None = None
     generation: Generation | None = None
     pruning: Literal["auto", "on", "off"] = "auto"
+    tree: Taxonomy | None = None
 
     @property
     def generated(self) -> bool:
@@ -311,6 +360,7 @@ class Schema:
                         else {}
                     ),
                     **({"branch": list(f.branch)} if f.branch else {}),
+                    **({"tree": f.tree.to_spec()} if f.tree else {}),
                     **({"generation": _set_keys(dict(vars(f.generation)))} if f.generation else {}),
                 }
                 for f in self.fields

@@ -268,8 +268,11 @@ def choices(raw: Any, where: str) -> tuple[list[str | bool], list[list[Any]]]:
         )
     if len(raw) > MAX_CHOICES:
         raise bad(
-            f"{at} has {len(raw)} choices; accepted: {API_MIN_CHOICES} to {MAX_CHOICES}. "
-            "Split it into a coarse and a fine question.",
+            f"{at} has {len(raw)} choices; the Decisions API accepts {API_MIN_CHOICES} to "
+            f"{MAX_CHOICES} choices per question, and this route keeps that contract (the "
+            "SDKs enforce it). pcd_tools' Python API, /v1/decide and MCP tools take a field "
+            "of any size, scored exactly by certified pruned search; or split it into a "
+            "coarse and a fine question.",
             at,
             "too_many_choices",
         )

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from ..answers.payload import DISTRIBUTION_LIMIT, large_field_extras, shown_distribution
 from .errors import ApiError
 from .openai_chat import ChatRequest
 
@@ -81,9 +82,10 @@ class Completion:
         """The field's distribution (for a multi-label field: each label's probability of
         applying); at temperature 0, the limit: probability 1 on the answer."""
         if self.req.temperature != 0:
-            return dict(f.distribution)
+            return dict(shown_distribution(f))
         chosen = f.label if f.labels is not None else [f.label]
-        return {k: (1.0 if k in chosen else 0.0) for k in f.distribution}
+        keys = f.distribution if len(f.distribution) <= DISTRIBUTION_LIMIT else chosen
+        return {k: (1.0 if k in chosen else 0.0) for k in keys}
 
     def extension(self) -> dict[str, Any]:
         """The `pcd` object of `choices[0]`."""
@@ -108,6 +110,7 @@ class Completion:
                 entry["certified"] = f.certified  # a pruned field (`pruning`)
                 entry["probability_bounds"] = [round(b, 6) for b in f.probability_bounds]
                 entry["unscored_mass"] = round(f.unscored_mass, 6)
+            entry.update({k: v for k, v in large_field_extras(f).items() if k != "certified"})
             fields[name] = entry
         probs = [e["probability"] for e in fields.values() if e["probability"] is not None]
         return {

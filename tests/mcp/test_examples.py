@@ -38,7 +38,8 @@ def test_mcp_client_example(sdk: int) -> None:
     assert out[5].startswith("classify: ") and out[6].startswith("yes_no: ")
     assert out[7] == (
         "bad input: True Error executing tool classify: labels has 1 item(s); "
-        "accepted: 2 to 255 labels."
+        "accepted: 2 or more labels (a large set is scored exactly by certified pruned "
+        "search)."
     )
 
 

@@ -603,8 +603,13 @@ def test_a_shared_def_is_parsed_once_and_counted_at_each_use():
 
 
 def test_choice_limits_are_the_usual_ones():
-    with pytest.raises(TooManyChoicesError, match="300 choices"):
-        compile_json_schema(_obj(x={"enum": [f"v{i}" for i in range(300)]}))
+    assert (
+        compile_json_schema(_obj(x={"enum": [f"v{i}" for i in range(300)]})).field("x").cardinality
+        == 300
+    )
+    items = {"type": "array", "items": {"enum": [f"v{i}" for i in range(300)]}}
+    with pytest.raises(TooManyChoicesError, match="300 labels"):
+        compile_json_schema(_obj(x=items))
     assert compile_json_schema(_obj(x={"const": "only"})).field("x").labels == ["only"]
     with pytest.raises(InvalidJsonSchemaError, match=r"`enum` is not a non-empty list"):
         compile_json_schema(_obj(x={"enum": []}))

@@ -17,6 +17,7 @@ EXPECTED_ALL = [
     "Decision",
     "FieldDefinition",
     "FieldResult",
+    "Labels",
     "ModelLoadError",
     "PcdToolsError",
     "SchemaError",

@@ -306,7 +306,14 @@ class Passes:
         found, caches, s = self._after(plan, kv, [p] * b, ch, rows)
         mx.eval([x for c in caches for x in c.evaluate(s + stem)])
         kept = [c.kept(s) for c in caches]
-        return found, kept, ([c.kept(s + stem) for c in caches] if stem else None)
+        kept_stem = [c.kept(s + stem) for c in caches] if stem else None
+        # The parts a later pass reads in place (`kv_parts`: slices of what was just
+        # evaluated, zero-copy) are made ready here, on this thread's stream: a stream
+        # worker that ran a lazy slice made here would find no such stream in its thread.
+        mx.eval(
+            [x for k, v in (*kept, *(kept_stem or ())) for part in kv_parts(k, v) for x in part]
+        )
+        return found, kept, kept_stem
 
     def _after(
         self, plan: Plan, kv: LayerKV, valid: list[int], ch: Chunk, stems: list[list[int]]

@@ -12,10 +12,12 @@ prompt has. Pruned scoring reads only what can change the answer:
    (an unsure model), the level reads them all and the search ends.
 3. A prefix whose probability is not above the best complete candidate's is never
    expanded: the candidates under it hold at most its probability, so none can win.
-4. The search stops when no prefix can win (the answer is certified), or after
-   `max_levels` levels. A context with no candidate scored whole by then follows its
-   most probable prefix down, one more level at a time, until one is: every answer is a
-   scored candidate, certified or not.
+4. The search stops when no prefix can win (the answer is certified; with `top_k`, no
+   prefix can beat the k-th best scored candidate, so the k best are certified in
+   order), or after `max_levels` levels. A context still uncertified then falls back to
+   the exhaustive pass: one more level reads every position of its trie not yet read,
+   so its answer is exact, and the search's report says it fell back
+   (`SearchReport.fallback`). An answer is never uncertified because the budget ran out.
 
 What was scored, and the prefixes that bound the rest, become `PartialScores`
 (`FieldTrie.scores`); `pcd_tools.answers.bounds` turns them into the answer, its probability
@@ -25,11 +27,12 @@ bounds and the `certified` flag.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
+from ...answers.bounds import SearchReport
 from ...prompt import Question
 from ...schema import Schema
 from .pack import Chunk, Edges, Plan, make_chunks
@@ -39,6 +42,7 @@ __all__ = [
     "AUTO_NODES",
     "PruneMode",
     "Pruning",
+    "SearchReport",
     "auto_constrained",
     "expansions",
     "first_chunks",
@@ -72,14 +76,18 @@ class Pruning:
             1,423 nodes, where levels of 192 read 198 (1.1 s against 1.65 s a request).
         subtree_nodes: A kept prefix with at most this many internal nodes below it
             (itself included) is expanded whole in one level.
-        max_levels: Levels after the first pass; a field still open after them is
-            answered uncertified (after the levels that complete its best candidate).
+        max_levels: Levels after the first pass; a context still uncertified after them
+            reads the rest of its trie in one more level (the exhaustive fallback).
         finish_share: Once a candidate is scored, when the subtrees that may still win
             hold at least this share of the nodes not yet read (or fit in one level), the
             next level reads them all and the search ends: pruning further would save
             less than its extra passes cost.
         first_nodes: The first pass reads a pruned root's children with the root when
             they are fewer than this.
+        top_k: The search runs until this many best candidates are certified, in order
+            (1: the answer alone).
+        searches: What each pruned question's search did, filled by `pruned_pass`: per
+            returned edge array (by `id`), its `SearchReport`. The request's own.
     """
 
     select: Callable[[Question, FieldTrie], bool]
@@ -90,6 +98,12 @@ class Pruning:
     max_levels: int = 12
     finish_share: float = 0.5
     first_nodes: int = 192
+    top_k: int = 1
+    searches: dict[int, SearchReport] = field(default_factory=dict, repr=False, compare=False)
+
+    def report(self, edge_logp: np.ndarray) -> SearchReport | None:
+        """The search report of an edge array `pruned_pass` returned, if it was pruned."""
+        return self.searches.get(id(edge_logp))
 
     def constrained_for(self, trie: FieldTrie) -> bool:
         """Whether a pruned question with this trie is scored constrained: always under
@@ -192,7 +206,9 @@ def expansions(trie: FieldTrie, edge_logp: np.ndarray, pruning: Pruning, quota: 
         return set()
     z = trie.cand_logp(lp)
     done = z[~np.isnan(z)]
-    best = float(done.max()) if len(done) else -np.inf
+    k = max(1, pruning.top_k)
+    # the k-th best scored candidate: a prefix below it cannot change the top k
+    best = float(np.partition(done, len(done) - k)[len(done) - k]) if len(done) >= k else -np.inf
     pre = trie.prefix_logp(lp)[front]
     open_ = pre >= best  # a prefix at exactly the best could still tie it
     below_open = [trie.subtree_nodes[int(n)] for n in front[open_]]
@@ -217,6 +233,7 @@ def search(
     acc: list[np.ndarray],
     run_level: Callable[[dict[int, list[int]]], None],
     pruning: Pruning,
+    fell_back: set[tuple[int, int]] | None = None,
 ) -> int:
     """Expands the pruned fields level by level until each context's answers are
     certified or the levels run out; returns the levels run.
@@ -228,21 +245,24 @@ def search(
             first pass filled the pruned fields' root edges. `run_level` fills more.
         run_level: Evaluates the given nodes of each field for every context.
         pruning: The request's pruning.
+        fell_back: Collects (question, context) of the searches that fell back to the
+            exhaustive pass.
     """
     levels = 0
-    finishing = False  # after max_levels: only until every context has an answer
     while True:
-        if levels >= pruning.max_levels:
-            finishing = True
+        fallback = levels >= pruning.max_levels
         want: dict[int, list[int]] = {}
         for fi in pruned:
             rows = acc[fi].shape[0]
             quota = max(pruning.subtree_nodes, pruning.level_nodes // max(1, rows))
             nodes: set[int] = set()
             for r in range(rows):
-                if finishing and _answered(tries[fi], acc[fi][r]):
-                    continue
-                nodes |= expansions(tries[fi], acc[fi][r], pruning, 1 if finishing else quota)
+                more = expansions(tries[fi], acc[fi][r], pruning, 1 if fallback else quota)
+                if more and fallback:  # out of levels, uncertified: read the rest
+                    more = set(_unread(tries[fi], acc[fi][r]).tolist())
+                    if fell_back is not None:
+                        fell_back.add((fi, r))
+                nodes |= more
             if nodes:
                 want[fi] = sorted(nodes)
         if not want:
@@ -251,9 +271,11 @@ def search(
         levels += 1
 
 
-def _answered(trie: FieldTrie, edge_logp: np.ndarray) -> bool:
-    """Whether some candidate of the field is scored whole."""
-    return bool((~np.isnan(trie.cand_logp(edge_logp))).any())
+def _unread(trie: FieldTrie, edge_logp: np.ndarray) -> np.ndarray:
+    """The trie's positions whose logits were not read for this context."""
+    read = np.zeros(trie.n_nodes, dtype=bool)
+    read[trie.edge_node[~np.isnan(edge_logp)]] = True
+    return np.nonzero(~read)[0]
 
 
 # Runs chunks on the engine's stream workers: their scored edges, and the passes that
@@ -324,7 +346,8 @@ def pruned_pass(
         run(first_chunks(plan, pruned, pack_budget=pack_budget, streams=streams, pruning=pruning))
     else:
         take(first_done)
-    search(
+    fell_back: set[tuple[int, int]] = set()
+    levels = search(
         tries,
         pruned,
         acc,
@@ -338,11 +361,20 @@ def pruned_pass(
             )
         ),
         pruning,
+        fell_back,
     )
     whole = [fi for fi in range(len(tries)) if fi not in set(pruned)]
     if any(np.isnan(acc[fi]).any() for fi in whole):  # pragma: no cover - a packing bug
         raise RuntimeError("internal error: a trie edge was not evaluated")
-    return [[acc[fi][r] for fi in range(len(tries))] for r in range(rows)], passes
+    out = [[acc[fi][r] for fi in range(len(tries))] for r in range(rows)]
+    for fi in pruned:
+        t = tries[fi]
+        for r in range(rows):
+            read = t.n_nodes - len(_unread(t, acc[fi][r]))
+            pruning.searches[id(out[r][fi])] = SearchReport(
+                levels, read, t.n_nodes, (fi, r) in fell_back
+            )
+    return out, passes
 
 
 def _top(trie: FieldTrie, pruning: Pruning) -> list[int]:

@@ -1,0 +1,154 @@
+"""Fields beyond 255 values on the tiny model: exact against one prompt per candidate,
+certified by default, the search's report and its exhaustive fallback, taxonomies."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Literal
+
+import numpy as np
+import pytest
+from pydantic import BaseModel, Field
+
+from pcd_tools import Labels
+from pcd_tools.answers.payload import DISTRIBUTION_TOP, decision_payload
+from pcd_tools.engine.passes.prune import Pruning, search
+from pcd_tools.schema import compile_schema
+from tests.engine.test_properties import decider  # the tiny model, numpy kernels off
+from tests.oracle import oracle_log_scores, softmax
+from tests.unit.test_pruning_bounds import random_field
+
+pytestmark = pytest.mark.engine
+
+# 400 distinct codes of 2-4 bytes (the tiny model's tokens are bytes)
+CODES = tuple(f"{a}{b}{c}" for a in "abcdefghij" for b in "klmnopqrst" for c in "uvwx")[:400]
+CONTEXT = "a context about codes"
+
+
+class Coded(BaseModel):
+    """Pick the code."""
+
+    code: Literal[CODES] = Field(description="the code")  # type: ignore[valid-type]
+
+
+def test_a_400_value_field_equals_one_prompt_per_candidate():
+    d = decider().decide(Coded, CONTEXT, scoring="full", pruning="off")
+    f = d.fields["code"]
+    assert f.search is None and f.certified is None
+    want = oracle_log_scores(decider(), compile_schema(Coded), CONTEXT, "code")
+    np.testing.assert_allclose(np.array(f.log_scores), want, atol=1e-4)
+    np.testing.assert_allclose(list(f.distribution.values()), softmax(want), atol=1e-4)
+
+
+def test_the_default_reads_a_large_field_certified_and_says_what_it_read():
+    auto = decider().decide(Coded, CONTEXT)  # scoring="auto", pruning="auto"
+    whole = decider().decide(Coded, CONTEXT, pruning="off")
+    fa, fw = auto.fields["code"], whole.fields["code"]
+    assert fa.scoring == "constrained" == fw.scoring
+    assert fa.certified is True and fa.label == fw.label
+    assert fa.search is not None and 0 < fa.search.read <= fa.search.positions
+    assert fa.search.positions == decider().engine.plan(compile_schema(Coded)).tries[0].n_nodes
+    assert fa.search.share == fa.search.read / fa.search.positions
+    lo, hi = fa.probability_bounds
+    assert lo - 1e-6 <= fw.probability <= hi + 1e-6
+    seen = np.isfinite(fa.log_scores)
+    np.testing.assert_allclose(
+        np.array(fa.log_scores)[seen], np.array(fw.log_scores)[seen], rtol=1e-5, atol=1e-4
+    )
+
+
+def test_out_of_levels_the_search_falls_back_to_the_exhaustive_pass():
+    # A flat field (the model is unsure everywhere) and no levels: the first uncertified
+    # context reads the rest of its trie in one more level; its answer is exact.
+    trie, edge = random_field(11, 300, 4, 1.0)
+    acc = [np.full((1, len(edge)), np.nan)]
+    root = trie.edge_node == 0
+    acc[0][0, root] = edge[root]
+
+    def run_level(want):
+        for fi, nodes in want.items():
+            sel = np.isin(trie.edge_node, nodes)
+            acc[fi][0, sel] = edge[sel]
+
+    fell = set()
+    levels = search([trie], [0], acc, run_level, Pruning(lambda q, t: True, max_levels=0), fell)
+    assert fell == {(0, 0)} and levels == 1
+    assert not np.isnan(acc[0]).any()  # every position read
+    z = trie.cand_logp(acc[0][0])
+    assert int(np.argmax(z)) == int(np.argmax(trie.score(edge)))
+
+
+def test_the_fallback_is_reported_through_the_decider(monkeypatch):
+    import dataclasses
+
+    from pcd_tools.decide import methods
+
+    real = methods.pruning_for
+
+    def no_levels(*a, **kw):  # no levels, and a first pass that reads the root alone
+        p = real(*a, **kw)
+        return p if p is None else dataclasses.replace(p, max_levels=0, first_nodes=1)
+
+    monkeypatch.setattr(methods, "pruning_for", no_levels)
+    d = decider().decide(Coded, CONTEXT)
+    f = d.fields["code"]
+    whole = decider().decide(Coded, CONTEXT, pruning="off").fields["code"]
+    assert f.search.fallback and f.search.read == f.search.positions
+    assert f.certified is True and f.label == whole.label
+    np.testing.assert_allclose(f.log_scores, whole.log_scores, rtol=1e-5, atol=1e-4)
+
+
+def test_top_k_certifies_the_k_best_in_order():
+    trie, edge = random_field(5, 600, 4, 0.05)
+    exact = trie.score(edge)
+    for k in (1, 3):
+        acc = [np.full((1, len(edge)), np.nan)]
+        root = trie.edge_node == 0
+        acc[0][0, root] = edge[root]
+
+        def run_level(want, acc=acc):
+            for fi, nodes in want.items():
+                sel = np.isin(trie.edge_node, nodes)
+                acc[fi][0, sel] = edge[sel]
+
+        search([trie], [0], acc, run_level, Pruning(lambda q, t: True, max_levels=50, top_k=k))
+        z = trie.cand_logp(acc[0][0])
+        got = np.argsort(-np.where(np.isnan(z), -np.inf, z), kind="stable")[:k]
+        assert list(got) == list(np.argsort(-exact, kind="stable")[:k])
+
+
+def test_a_taxonomy_path_multiplies_to_the_leafs_probability():
+    values, parents = [], {}
+    for top in "PQR":
+        values.append(top)
+        for mid in "stu":
+            values.append(top + mid)
+            parents[top + mid] = top
+            for leaf in "vwxyz":
+                values.append(top + mid + leaf)
+                parents[top + mid + leaf] = top + mid
+    labels = Labels(tuple(values), parents=parents)
+
+    class Tax(BaseModel):
+        t: labels.type = Field(description="the class")  # type: ignore[name-defined]
+
+    for pruning in ("off", "on"):
+        f = decider().decide(Tax, CONTEXT, scoring="full", pruning=pruning).fields["t"]
+        assert [s.value for s in f.path] == [f.label[0], f.label[:2], f.label]
+        assert math.isclose(math.prod(s.probability for s in f.path), f.probability, rel_tol=1e-9)
+        assert math.isclose(f.path[-1].reached, f.probability, rel_tol=1e-9)
+        dist = f.distribution
+        top_mass = sum(p for k, p in dist.items() if k[0] == f.label[0])
+        assert math.isclose(f.path[0].probability, top_mass / sum(dist.values()), rel_tol=1e-9)
+        level = f.unsure_level(1.0)
+        assert level is not None and f.unsure_level(0.0) is None
+
+
+def test_the_json_answer_of_a_large_field_is_short_and_says_what_was_read():
+    d = decider().decide(Coded, CONTEXT)
+    out = decision_payload(d, 0.5)["fields"]["code"]
+    json.dumps(out)
+    assert out["candidates"] == 400 and len(out["distribution"]) <= DISTRIBUTION_TOP
+    assert out["value"] in out["distribution"] and out["certified"] is True
+    assert set(out["search"]) == {"read", "positions", "levels", "fallback"}
