@@ -53,6 +53,7 @@ PYTHON_BLOCKS = {
     "docs/server.md": 3,
     "docs/mcp.md": 2,
     "docs/scale-out.md": 1,
+    "docs/labels.md": 2,
 }
 RUN_ELSEWHERE = {"ray-data": "tests/ray/test_readme_scale_out.py"}
 RUN_HERE: set[str] = set()
@@ -98,7 +99,7 @@ def test_block_names_are_unique_and_every_name_a_test_runs_is_in_a_document():
     counts = Counter(b.name for b in all_named_blocks())
     assert [n for n, k in counts.items() if k > 1] == []
     assert sorted((RUN_HERE | set(RUN_ELSEWHERE)) - set(counts)) == []
-    assert sum(PYTHON_BLOCKS.values()) == sum(len(fences(doc)) for doc in DOCUMENTS) == 19
+    assert sum(PYTHON_BLOCKS.values()) == sum(len(fences(doc)) for doc in DOCUMENTS) == 21
 
 
 def test_printed_numbers_match_to_float_noise_and_nothing_more():
@@ -148,6 +149,20 @@ def test_schemas_section_runs_as_written(real):
     assert len(checked) == 4
     table = ns["d"].joint[("category", "subcategory")]
     assert sum(table.values()) == pytest.approx(1.0)
+
+
+@runs("labels-zones", "labels-taxonomy")
+def test_labels_guide_runs_as_written(real):
+    ns: dict[str, Any] = {"__name__": "readme", "decider": real}
+    assert len(run_checked("labels-zones", ns)) == 2
+    f = ns["f"]
+    assert f.search.fallback is False and f.probability_bounds[0] <= f.probability
+    assert len(run_checked("labels-taxonomy", ns)) == 3
+    f = ns["f"]
+    assert (
+        abs(f.path[0].probability * f.path[1].probability * f.path[2].probability - f.probability)
+        < 1e-9
+    )
 
 
 @runs("schemas-free-text")

@@ -152,3 +152,20 @@ def test_the_json_answer_of_a_large_field_is_short_and_says_what_was_read():
     assert out["candidates"] == 400 and len(out["distribution"]) <= DISTRIBUTION_TOP
     assert out["value"] in out["distribution"] and out["certified"] is True
     assert set(out["search"]) == {"read", "positions", "levels", "fallback"}
+
+
+def test_a_field_may_depend_on_a_large_field_and_be_one():
+    class Chain(BaseModel):
+        """Pick two codes."""
+
+        first: Literal[CODES] = Field(description="the first code")  # type: ignore[valid-type]
+        second: Literal[CODES] = Field(  # type: ignore[valid-type]
+            description="the second code", json_schema_extra={"depends_on": ["first"]}
+        )
+
+    d = decider().decide(Chain, CONTEXT)
+    whole = decider().decide(Chain, CONTEXT, pruning="off")
+    for name in ("first", "second"):
+        f = d.fields[name]
+        assert f.certified is True and f.label == whole.fields[name].label, name
+        assert f.search is not None and f.search.read <= f.search.positions
