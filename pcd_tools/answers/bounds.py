@@ -26,7 +26,7 @@ import numpy as np
 
 from .softmax import logsumexp
 
-__all__ = ["Bounded", "PartialScores", "SearchReport", "bounded"]
+__all__ = ["Bounded", "PartialScores", "SearchReport", "bounded", "log_weights"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,40 @@ class Bounded:
     unscored_mass: float
 
 
+def log_weights(
+    scores: PartialScores,
+    temperature: float,
+    *,
+    scale: float = 1.0,
+    bias: np.ndarray | None = None,
+) -> tuple[np.ndarray, list[tuple[float, np.ndarray]], list[float]]:
+    """The log weights `s_c = a z_c + b_c` of the scored candidates (`-inf` for the
+    unscored), and per unexpanded prefix the log bound of its candidates' summed weights
+    with its members, and the log bound of its best single one.
+
+    Raises:
+        ValueError: if no candidate was scored (the search always scores one).
+    """
+    z = np.asarray(scores.z, dtype=np.float64)
+    seen = ~np.isnan(z)
+    if not seen.any():
+        raise ValueError("a pruned field has no scored candidate")
+    b = np.zeros_like(z) if bias is None else np.asarray(bias, dtype=np.float64) / temperature
+    a = scale / temperature
+    s = np.full_like(z, -np.inf)
+    s[seen] = a * z[seen] + b[seen]
+    # Per prefix: the bound of its candidates' summed exp(s), and of the best single one.
+    groups: list[tuple[float, np.ndarray]] = []
+    group_max: list[float] = []
+    for u, members in zip(scores.frontier_logp, scores.frontier_members):
+        if not len(members):
+            continue
+        top_b = float(b[members].max())
+        group_max.append(a * float(u) + top_b)
+        groups.append((group_max[-1] + max(0.0, 1.0 - a) * np.log(len(members)), members))
+    return s, groups, group_max
+
+
 def bounded(
     scores: PartialScores,
     temperature: float,
@@ -121,26 +155,13 @@ def bounded(
     Raises:
         ValueError: if no candidate was scored (the search always scores one).
     """
-    z = np.asarray(scores.z, dtype=np.float64)
-    seen = ~np.isnan(z)
-    if not seen.any():
-        raise ValueError("a pruned field has no scored candidate")
-    b = np.zeros_like(z) if bias is None else np.asarray(bias, dtype=np.float64) / temperature
-    a = scale / temperature
-    s = np.full_like(z, -np.inf)
-    s[seen] = a * z[seen] + b[seen]
+    s, groups, group_max = log_weights(scores, temperature, scale=scale, bias=bias)
+    seen = np.isfinite(s)
     log_s = logsumexp(s[seen])
     best = int(np.argmax(s))  # NaN-free: unscored are -inf; argmax keeps the first tie
-    probs = np.zeros_like(z)
+    probs = np.zeros_like(s)
     probs[seen] = np.exp(s[seen] - log_s)
-    # Per prefix: the bound of its candidates' summed exp(s), and of the best single one.
-    group_sum, group_max = [], []
-    for u, members in zip(scores.frontier_logp, scores.frontier_members):
-        if not len(members):
-            continue
-        top_b = float(b[members].max())
-        group_max.append(a * float(u) + top_b)
-        group_sum.append(group_max[-1] + max(0.0, 1.0 - a) * np.log(len(members)))
+    group_sum = [g for g, _ in groups]
     if not group_sum:
         return Bounded(probs, best, True, (float(probs[best]),) * 2, 0.0)
     log_u = logsumexp(np.array(group_sum))

@@ -11,9 +11,10 @@ import numpy as np
 
 from ..prompt import Question
 from ..schema import Schema
-from .bounds import PartialScores, bounded
+from .bounds import PartialScores, bounded, log_weights
 from .result import FieldResult
 from .softmax import softmax
+from .taxonomy import top_down, tree_index
 
 __all__ = ["conditional_probs", "field_results"]
 
@@ -86,10 +87,14 @@ def _pruned(
             bias = np.asarray(b, dtype=np.float64)
     got = bounded(scores, temperature, scale=scale, bias=bias)
     z = np.where(np.isnan(scores.z), -np.inf, scores.z)
-    res = FieldResult.from_probs(spec, got.probs, z, best=got.best)
+    best, certified = got.best, got.certified
+    if spec.tree is not None and spec.tree.decide == "path":  # level by level, bounded
+        s, groups, _ = log_weights(scores, temperature, scale=scale, bias=bias)
+        best, certified, _ = top_down(tree_index(spec.tree), s, groups)
+    res = FieldResult.from_probs(spec, got.probs, z, best=best)
     return replace(
         res,
-        certified=got.certified,
+        certified=certified,
         unscored_mass=got.unscored_mass,
         probability_bounds=got.probability_bounds,
         search=scores.search,

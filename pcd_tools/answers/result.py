@@ -12,7 +12,7 @@ from ..prompt import Segment
 from ..schema import FieldSpec
 from .bounds import SearchReport
 from .conformal import ConformalScores, NoConformalScoresError
-from .taxonomy import PathStep, taxonomy_path
+from .taxonomy import PathStep, taxonomy_path, top_down, tree_index
 
 if TYPE_CHECKING:
     pass
@@ -186,7 +186,11 @@ class FieldResult:
         cls, spec: FieldSpec, probs: np.ndarray, log_scores: Any, best: int | None = None
     ) -> FieldResult:
         """The answer with the highest probability (ties: the first declared candidate),
-        or the candidate `best` (a joint answer)."""
+        or the candidate `best` (a joint answer); a taxonomy decided level by level takes
+        its most probable node at each level (`answers.taxonomy.top_down`)."""
+        if best is None and spec.tree is not None and spec.tree.decide == "path":
+            with np.errstate(divide="ignore"):
+                best = top_down(tree_index(spec.tree), np.log(np.asarray(probs, float)))[0]
         best = int(np.argmax(probs)) if best is None else best
         choice = spec.choices[best]
         return cls(

@@ -1,20 +1,30 @@
-"""A taxonomy answer's path: each level's probability given the levels above it.
+"""Taxonomy answers: decided level by level, and each level's probability.
 
 A taxonomy field's candidates are a tree's leaves, written as their paths
 (`pcd_tools.schema.labels`). A node's probability is the mass of the leaves under it, so
-the conditional probabilities along the answer's path telescope to the leaf's own.
+the conditional probabilities along a path telescope to its leaf's own.
+
+**Level by level** (`Taxonomy.decide == "path"`, the default): the answer takes the most
+probable top-level node, then the most probable child of it, and so on down to a leaf;
+`"leaf"` takes the most probable leaf over the whole tree instead. With some leaves
+unscored (a pruned search), each node's mass lies between the sum of its scored leaves and
+that plus the bounds of the unread prefixes that reach into it (`top_down`); a level is
+certified when its chosen node's lower bound beats every sibling's upper bound.
 """
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..schema import FieldSpec
+from ..schema.spec import Taxonomy
 
-__all__ = ["PathStep", "taxonomy_path"]
+__all__ = ["PathStep", "TreeIndex", "taxonomy_path", "top_down", "tree_index"]
 
 
 @dataclass(frozen=True)
@@ -52,3 +62,95 @@ def taxonomy_path(spec: FieldSpec, probs: np.ndarray, best: int) -> tuple[PathSt
         steps.append(PathStep(node, mass / above if above > 0 else 0.0, mass))
         above = mass
     return tuple(steps)
+
+
+@dataclass(frozen=True)
+class TreeIndex:
+    """A taxonomy's nodes as sets of candidates.
+
+    Args:
+        children: Per node (its path prefix; `()` the root), its child nodes in order.
+        members: Per node, the candidate indices under it (a leaf: itself).
+        leaf: Per leaf node (a whole path), its candidate index.
+    """
+
+    children: dict[tuple[Any, ...], list[tuple[Any, ...]]]
+    members: dict[tuple[Any, ...], np.ndarray]
+    leaf: dict[tuple[Any, ...], int]
+
+
+_INDEXES: dict[int, tuple[Any, TreeIndex]] = {}
+
+
+def tree_index(tree: Taxonomy) -> TreeIndex:
+    """The index of `tree`, built once per tree object."""
+    hit = _INDEXES.get(id(tree))
+    if hit is not None and hit[0]() is tree:
+        return hit[1]
+    children: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {(): []}
+    members: dict[tuple[Any, ...], list[int]] = {(): []}
+    leaf: dict[tuple[Any, ...], int] = {}
+    for c, path in enumerate(tree.paths):
+        if not path:  # an optional field's null: under no node
+            continue
+        members[()].append(c)
+        for d in range(1, len(path) + 1):
+            node = tuple(path[:d])
+            if node not in members:
+                members[node] = []
+                children[node] = []
+                children[tuple(path[: d - 1])].append(node)
+            members[node].append(c)
+        leaf[tuple(path)] = c
+    index = TreeIndex(children, {k: np.array(v, dtype=np.int64) for k, v in members.items()}, leaf)
+    key = id(tree)
+
+    def gone(ref: Any, key: int = key) -> None:
+        hit = _INDEXES.get(key)
+        if hit is not None and hit[0] is ref:
+            del _INDEXES[key]
+
+    _INDEXES[key] = (weakref.ref(tree, gone), index)
+    return index
+
+
+def top_down(
+    index: TreeIndex,
+    log_w: np.ndarray,
+    groups: Sequence[tuple[float, np.ndarray]] = (),
+) -> tuple[int, bool, tuple[Any, ...] | None]:
+    """The leaf chosen level by level, whether every level is certified, and the first
+    node whose level is not (None when all are).
+
+    Args:
+        index: The taxonomy's index.
+        log_w: Per candidate, its log weight (`-inf` where unscored); a node's mass is the
+            sum of its candidates' weights.
+        groups: `(log bound, members)` of each unread prefix: the total weight its
+            candidates can hold.
+
+    Ties go to the first child in order.
+    """
+    finite = log_w[np.isfinite(log_w)]
+    top = float(finite.max()) if len(finite) else 0.0
+    top = max([top, *(float(g) for g, _ in groups)])
+    w = np.where(np.isfinite(log_w), np.exp(log_w - top), 0.0)
+    node: tuple[Any, ...] = ()
+    unsure: tuple[Any, ...] | None = None
+    while node not in index.leaf:
+        kids = index.children[node]
+        lo = np.array([w[index.members[k]].sum() for k in kids])
+        best = int(np.argmax(lo))
+        if unsure is None and len(kids) > 1 and groups:
+            which = np.full(len(w), -1, dtype=np.int64)
+            for j, k in enumerate(kids):
+                which[index.members[k]] = j
+            hi = lo.copy()
+            for g, mem in groups:
+                for j in np.unique(which[mem]):
+                    if j >= 0:
+                        hi[j] += float(np.exp(g - top))
+            if any(hi[j] >= lo[best] for j in range(len(kids)) if j != best):
+                unsure = kids[best]
+        node = kids[best]
+    return index.leaf[node], unsure is None, unsure

@@ -16,7 +16,7 @@ along the path multiply to the leaf's.
 A taxonomy travels in the field's `json_schema_extra` as plain JSON::
 
     {"taxonomy": {"parents": [[child, parent], ...], "separator": " > ",
-                  "top": [top-level labels, in order],
+                  "top": [top-level labels, in order], "decide": "path" | "leaf",
                   "descriptions": [[node, text], ...]}}
 
 so a Pydantic model that uses one still has a JSON schema.
@@ -77,6 +77,14 @@ def taxonomy_choices(
         raise SchemaError(
             f"{where}: json_schema_extra['taxonomy'] is {raw!r}; accepted: "
             '{"parents": [[child, parent], ...], "separator": " > "} (as Labels builds it).',
+            model=model,
+            field=name,
+        )
+    decide = raw.get("decide", "path")
+    if decide not in ("path", "leaf"):
+        raise SchemaError(
+            f"{where}: taxonomy decide={decide!r}; accepted: 'path' (level by level, the "
+            "default) or 'leaf' (the most probable leaf of the whole tree).",
             model=model,
             field=name,
         )
@@ -184,7 +192,7 @@ def taxonomy_choices(
                 field=name,
             )
         top = {k: top[k] for k in keys}
-    return out, Taxonomy(sep, tuple(paths), tuple(top.values()), tuple(descs))
+    return out, Taxonomy(sep, tuple(paths), tuple(top.values()), tuple(descs), decide)
 
 
 @dataclass(frozen=True)
@@ -205,12 +213,15 @@ class Labels:
         descriptions: Label -> description (shown to the model where the label is listed).
         parents: Label -> its parent label; empty for a flat set.
         separator: What joins the levels of a taxonomy's written path.
+        decide: How a taxonomy is answered: `"path"` (level by level, the default) or
+            `"leaf"` (the most probable leaf of the whole tree).
     """
 
     values: tuple[Any, ...]
     descriptions: Mapping[Any, str] = field(default_factory=dict)
     parents: Mapping[Any, Any] = field(default_factory=dict)
     separator: str = SEPARATOR
+    decide: str = "path"
 
     def __post_init__(self) -> None:
         vals = tuple(self.values)
@@ -292,6 +303,7 @@ class Labels:
             extra["taxonomy"] = {
                 "parents": [[c, p] for c, p in self.parents.items() if p is not None],
                 "separator": self.separator,
+                "decide": self.decide,
                 "top": [
                     v for v in self.values if self.parents.get(v) is None and v not in leaf_set
                 ],
@@ -319,6 +331,7 @@ class Labels:
         description: str = "description",
         parent: str = "parent",
         separator: str = SEPARATOR,
+        decide: str = "path",
     ) -> Labels:
         """Reads labels from a CSV file (a header row naming the columns) or a JSON file
         (a list of objects, or of plain values).
@@ -330,6 +343,7 @@ class Labels:
             parent: The column of parent labels; optional, empty for a top-level label.
                 With parents the labels are a taxonomy and the answers are its leaves.
             separator: What joins a taxonomy's levels in the written path.
+            decide: How a taxonomy is answered (see `Labels`).
 
         Raises:
             InvalidChoiceError: when the file cannot be read as labels (no such column,
@@ -367,7 +381,7 @@ class Labels:
             raise InvalidChoiceError(
                 f"Labels.from_file: {p.name} has extension {suffix!r}; accepted: .csv or .json."
             )
-        return cls._from_rows(rows, value, description, parent, separator, p.name)
+        return cls._from_rows(rows, value, description, parent, separator, p.name, decide)
 
     @classmethod
     def _from_rows(
@@ -378,6 +392,7 @@ class Labels:
         parent: str,
         separator: str,
         source: str,
+        decide: str = "path",
     ) -> Labels:
         values: list[Any] = []
         descs: dict[Any, str] = {}
@@ -403,4 +418,4 @@ class Labels:
         # a CSV's parents are text: match them to int values written the same
         by_text = {str(v): v for v in values}
         parents = {c: by_text.get(str(u), u) for c, u in parents.items()}
-        return cls(tuple(values), descs, parents, separator)
+        return cls(tuple(values), descs, parents, separator, decide)

@@ -57,12 +57,16 @@ class Taxonomy:
         top: The top-level nodes, in first-seen order.
         descriptions: `(node, text)` for the internal nodes that have one (shown in the
             prompt beside the top level).
+        decide: `"path"` (level by level: the most probable top-level node, then the
+            most probable child of it, down to a leaf) or `"leaf"` (the most probable
+            leaf of the whole tree). Not part of the prompt.
     """
 
     separator: str
     paths: tuple[tuple[Any, ...], ...]
     top: tuple[Any, ...]
     descriptions: tuple[tuple[Any, str], ...] = ()
+    decide: Literal["path", "leaf"] = "path"
 
     @property
     def depth(self) -> int:

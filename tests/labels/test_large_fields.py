@@ -169,3 +169,52 @@ def test_a_field_may_depend_on_a_large_field_and_be_one():
         f = d.fields[name]
         assert f.certified is True and f.label == whole.fields[name].label, name
         assert f.search is not None and f.search.read <= f.search.positions
+
+
+def _tree(tops: str, mids: str, leaves: str, decide: str = "path") -> Labels:
+    values, parents = [], {}
+    for top in tops:
+        values.append(top)
+        for mid in mids:
+            values.append(top + mid)
+            parents[top + mid] = top
+            for leaf in leaves:
+                values.append(top + mid + leaf)
+                parents[top + mid + leaf] = top + mid
+    return Labels(tuple(values), parents=parents, decide=decide)
+
+
+@pytest.mark.parametrize("scoring", ["full", "constrained"])
+def test_a_taxonomy_is_decided_level_by_level_and_certified_when_pruned(scoring):
+    labels = _tree("PQRSTUVW", "abcdefgh", "mnopqrst")  # 512 leaves
+
+    class Tax(BaseModel):
+        t: labels.type = Field(description="the class")  # type: ignore[name-defined]
+
+    for context in ("first text", "a second, rather different text"):
+        whole = decider().decide(Tax, context, scoring=scoring, pruning="off").fields["t"]
+        pruned = decider().decide(Tax, context, scoring=scoring, pruning="on").fields["t"]
+        # level by level: at each level the child with the most mass under the chosen node
+        node, dist = "", whole.distribution
+        for depth in range(3):
+            kids = sorted({k[: depth + 1] for k in dist if k.startswith(node)})
+            mass = {k: sum(p for lab, p in dist.items() if lab.startswith(k)) for k in kids}
+            node = max(kids, key=lambda k: (mass[k], -kids.index(k)))
+        assert whole.label == node
+        assert pruned.certified is True and pruned.label == whole.label
+        if scoring == "constrained":  # full scoring's prefix bounds are loose: it may fall back
+            assert not pruned.search.fallback
+            assert pruned.search.read < pruned.search.positions / 2, pruned.search
+
+
+def test_decide_leaf_takes_the_most_probable_leaf():
+    for decide in ("leaf", "path"):
+        labels = _tree("PQR", "stu", "vwxyz", decide)
+
+        class Tax(BaseModel):
+            t: labels.type = Field(description="the class")  # type: ignore[name-defined]
+
+        f = decider().decide(Tax, CONTEXT, scoring="full").fields["t"]
+        if decide == "leaf":
+            assert f.label == max(f.distribution, key=f.distribution.get)
+        assert math.isclose(math.prod(s.probability for s in f.path), f.probability, rel_tol=1e-9)

@@ -33,6 +33,7 @@ from typing import Literal
 import numpy as np
 
 from ...answers.bounds import SearchReport
+from ...answers.taxonomy import TreeIndex, top_down, tree_index
 from ...prompt import Question
 from ...schema import Schema
 from .pack import Chunk, Edges, Plan, make_chunks
@@ -227,6 +228,38 @@ def expansions(trie: FieldTrie, edge_logp: np.ndarray, pruning: Pruning, quota: 
     return chosen
 
 
+def tree_expansions(
+    trie: FieldTrie, edge_logp: np.ndarray, pruning: Pruning, quota: int, index: TreeIndex
+) -> set[int]:
+    """`expansions` for a taxonomy decided level by level: empty once every level's
+    choice is certified (its node's scored mass beats each sibling's scored mass plus the
+    bounds of the unread prefixes reaching into it); else the unread prefixes inside the
+    first uncertified level's parent, most probable first, up to about `quota` nodes."""
+    lp = trie.edge_scores(edge_logp, constrained=pruning.constrained_for(trie))
+    front = trie.frontier(lp)
+    if not len(front):
+        return set()
+    z = trie.cand_logp(lp)
+    pre = trie.prefix_logp(lp)[front]
+    groups = [(float(u), trie.node_members[int(n)]) for u, n in zip(pre, front)]
+    _, certified, unsure = top_down(index, np.where(np.isnan(z), -np.inf, z), groups)
+    if certified or unsure is None:
+        return set()
+    inside = np.zeros(len(trie.cand_edges), dtype=bool)
+    inside[index.members[unsure[:-1]]] = True
+    chosen: set[int] = set()
+    for i in np.argsort(-pre, kind="stable"):
+        if not inside[groups[i][1]].any():
+            continue
+        below = trie.subtree_nodes[int(front[i])]
+        chosen.update(
+            int(x) for x in (below if len(below) <= pruning.subtree_nodes else [front[i]])
+        )
+        if len(chosen) >= quota:
+            break
+    return chosen
+
+
 def search(
     tries: Sequence[FieldTrie],
     pruned: Sequence[int],
@@ -234,6 +267,7 @@ def search(
     run_level: Callable[[dict[int, list[int]]], None],
     pruning: Pruning,
     fell_back: set[tuple[int, int]] | None = None,
+    trees: dict[int, TreeIndex] | None = None,
 ) -> int:
     """Expands the pruned fields level by level until each context's answers are
     certified or the levels run out; returns the levels run.
@@ -247,7 +281,10 @@ def search(
         pruning: The request's pruning.
         fell_back: Collects (question, context) of the searches that fell back to the
             exhaustive pass.
+        trees: Per pruned question that is a taxonomy decided level by level, its
+            index: its search stops when each level is certified (`tree_expansions`).
     """
+    trees = trees or {}
     levels = 0
     while True:
         fallback = levels >= pruning.max_levels
@@ -257,7 +294,12 @@ def search(
             quota = max(pruning.subtree_nodes, pruning.level_nodes // max(1, rows))
             nodes: set[int] = set()
             for r in range(rows):
-                more = expansions(tries[fi], acc[fi][r], pruning, 1 if fallback else quota)
+                q = 1 if fallback else quota
+                more = (
+                    tree_expansions(tries[fi], acc[fi][r], pruning, q, trees[fi])
+                    if fi in trees
+                    else expansions(tries[fi], acc[fi][r], pruning, q)
+                )
                 if more and fallback:  # out of levels, uncertified: read the rest
                     more = set(_unread(tries[fi], acc[fi][r]).tolist())
                     if fell_back is not None:
@@ -362,6 +404,7 @@ def pruned_pass(
         ),
         pruning,
         fell_back,
+        _trees(plan, pruned),
     )
     whole = [fi for fi in range(len(tries)) if fi not in set(pruned)]
     if any(np.isnan(acc[fi]).any() for fi in whole):  # pragma: no cover - a packing bug
@@ -375,6 +418,16 @@ def pruned_pass(
                 levels, read, t.n_nodes, (fi, r) in fell_back
             )
     return out, passes
+
+
+def _trees(plan: Plan, pruned: Sequence[int]) -> dict[int, TreeIndex]:
+    """The pruned questions of `plan` that ask a taxonomy decided level by level."""
+    out: dict[int, TreeIndex] = {}
+    for fi in pruned:
+        tree = plan.schema.field(plan.questions[fi].field).tree if plan.questions else None
+        if tree is not None and tree.decide == "path":
+            out[fi] = tree_index(tree)
+    return out
 
 
 def _top(trie: FieldTrie, pruning: Pruning) -> list[int]:
