@@ -42,6 +42,7 @@ __all__ = [
     "field_conformal",
     "nonconformity",
     "prediction_set_indices",
+    "pruned_conformal",
 ]
 
 # The nonconformity scores a calibration file may name: `lac` is `1 - p(true label)`.
@@ -171,6 +172,39 @@ def conformal_entry(probs: Any, gold: Any) -> dict[str, Any]:
     probabilities (temperature 1) on the calibration items and their `(n,)` gold indices."""
     s = np.sort(nonconformity(probs, gold))
     return {"score": "lac", "n": len(s), "scores": [round(float(x), 9) for x in s]}
+
+
+def pruned_conformal(calibration: Any, name: str, scores: Any) -> ConformalScores | None:
+    """`field_conformal` for a field read by pruned search (`bounds.PartialScores`): each
+    candidate's probability is its upper bound (a scored one's share of the scored mass; an
+    unscored one's, the most its prefix lets it hold beside the scored mass), so the set
+    holds every answer the exhaustive pass's set holds, and perhaps a few more: its
+    coverage is at least the exhaustive set's."""
+    entry = (getattr(calibration, "conformal", None) or {}).get(name)
+    if entry is None:
+        return None
+    from .bounds import log_weights  # bounds imports nothing of this module's
+
+    bias = calibration.biases.get(name)
+    s, _, _ = log_weights(
+        scores,
+        1.0,
+        scale=1.0 / calibration.temperature(name),
+        bias=None if bias is None else np.asarray(bias, dtype=np.float64),
+    )
+    seen = np.isfinite(s)
+    top = float(s[seen].max())
+    scored = float(np.exp(s[seen] - top).sum())
+    upper = np.where(seen, np.exp(s - top) / scored, 0.0)
+    a = 1.0 / calibration.temperature(name)
+    b = np.zeros(len(s)) if bias is None else np.asarray(bias, dtype=np.float64)
+    for u, members in zip(scores.frontier_logp, scores.frontier_members):
+        if len(members):  # one unscored candidate holds at most exp(a u + b) of the weight
+            x = np.exp(a * float(u) + b[members] - top)
+            upper[members] = x / (scored + x)
+    return ConformalScores(
+        name, tuple(entry["scores"]), tuple(float(x) for x in upper), entry["score"]
+    )
 
 
 def field_conformal(calibration: Any, name: str, log_scores: Any) -> ConformalScores | None:

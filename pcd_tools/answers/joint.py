@@ -18,7 +18,7 @@ import numpy as np
 from ..prompt import Question
 from ..schema import Schema
 from .bounds import PartialScores
-from .conformal import field_conformal
+from .conformal import field_conformal, pruned_conformal
 from .field_scores import conditional_probs, field_results
 from .result import FieldResult
 
@@ -57,8 +57,14 @@ def answers(
     fields = field_results(schema, simple_q, simple_z, temperature, calibration)
     if getattr(calibration, "conformal", None):
         for q, z in zip(simple_q, simple_z):
-            whole = q.label is None and q.choices is None and not isinstance(z, PartialScores)
-            conf = field_conformal(calibration, q.field, z) if whole else None
+            single = q.label is None and q.choices is None
+            conf = (
+                None
+                if not single
+                else pruned_conformal(calibration, q.field, z)
+                if isinstance(z, PartialScores)
+                else field_conformal(calibration, q.field, z)
+            )
             if conf is not None:
                 fields[q.field] = replace(fields[q.field], conformal=conf)
     tables: Joint = {}

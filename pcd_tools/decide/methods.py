@@ -155,7 +155,8 @@ class Method:
         and every other field full. It stays `"auto"` unless:
 
         - the decider has a fitted calibration: its temperatures and biases were fitted
-          on one scoring's scores, so `"auto"` is the scoring it was fitted with;
+          on one scoring's scores, so `"auto"` is the scoring it was fitted with (which
+          may be `"auto"` itself: large fields constrained, the others full);
         - the correction is contextual calibration: it cannot prune, and its content-free
           scores are on one side for every field, so `"auto"` is `"full"`.
 
@@ -181,7 +182,7 @@ class Method:
         side = scoring
         if scoring == "auto" and calibration is not None:
             fitted = getattr(calibration, "scoring", "full")
-            side = fitted if fitted in ("full", "constrained", PMI.name) else "full"
+            side = fitted if fitted in ("auto", "full", "constrained", PMI.name) else "full"
             if fitted == PMI.name and label_free is CONTEXTUAL:  # refused by the calibration
                 side = "full"
         elif scoring == "auto" and label_free is CONTEXTUAL:

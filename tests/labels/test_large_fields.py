@@ -218,3 +218,29 @@ def test_decide_leaf_takes_the_most_probable_leaf():
         if decide == "leaf":
             assert f.label == max(f.distribution, key=f.distribution.get)
         assert math.isclose(math.prod(s.probability for s in f.path), f.probability, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("q", [0.2, 0.6, 0.9, 0.99])
+def test_a_pruned_fields_prediction_set_holds_the_exhaustive_one(q):
+    from pcd_tools.answers.calibration import Calibration
+
+    schema = compile_schema(Coded)
+    cal = Calibration(
+        model_id=decider().model_id,
+        schema_name=schema.name,
+        schema_fingerprint=schema.fingerprint(),
+        temperatures={"code": 1.3},
+        scoring="auto",
+        conformal={"code": {"score": "lac", "n": 19, "scores": [q] * 19}},
+    )
+    calibrated = decider().with_calibration(cal)
+    pruned = calibrated.decide(Coded, CONTEXT).fields["code"]
+    whole = calibrated.decide(Coded, CONTEXT, pruning="off").fields["code"]
+    assert pruned.search is not None and whole.search is None
+    got, want = pruned.prediction_set(0.9), whole.prediction_set(0.9)
+    assert set(want) <= set(got), (want, got)
+    assert got[0] == pruned.label and want[0] == whole.label
+    # every answer it adds could hold 1 - q: its upper bound says so
+    p_whole = dict(zip(whole.spec.labels, whole.conformal.probs))
+    extra = set(got) - set(want)
+    assert all(p_whole[x] < 1 - q + 1e-9 for x in extra)
