@@ -93,6 +93,9 @@ class Bounded:
         certified: Whether the answer is provably the argmax over every candidate.
         probability_bounds: (lower, upper) bounds of the answer's true probability.
         unscored_mass: Upper bound of the total probability of the unscored candidates.
+        certified_top: How many of the most probable candidates are certified, in order:
+            the scored ones that beat every unscored candidate's best possible score (all
+            of them when nothing is unscored).
     """
 
     probs: np.ndarray
@@ -100,6 +103,7 @@ class Bounded:
     certified: bool
     probability_bounds: tuple[float, float]
     unscored_mass: float
+    certified_top: int = 0
 
 
 def log_weights(
@@ -163,7 +167,7 @@ def bounded(
     probs[seen] = np.exp(s[seen] - log_s)
     group_sum = [g for g, _ in groups]
     if not group_sum:
-        return Bounded(probs, best, True, (float(probs[best]),) * 2, 0.0)
+        return Bounded(probs, best, True, (float(probs[best]),) * 2, 0.0, int(seen.sum()))
     log_u = logsumexp(np.array(group_sum))
     log_all = np.logaddexp(log_s, log_u)
     return Bounded(
@@ -172,4 +176,5 @@ def bounded(
         certified=bool(s[best] > max(group_max)),
         probability_bounds=(float(np.exp(s[best] - log_all)), float(probs[best])),
         unscored_mass=float(min(1.0, np.exp(log_u - log_all))),
+        certified_top=int((s > max(group_max)).sum()),
     )

@@ -98,4 +98,5 @@ def _pruned(
         unscored_mass=got.unscored_mass,
         probability_bounds=got.probability_bounds,
         search=scores.search,
+        certified_top=got.certified_top,
     )

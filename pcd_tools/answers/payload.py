@@ -23,7 +23,8 @@
 
 A field of more than `DISTRIBUTION_LIMIT` candidates (a label set beyond 255) gives the
 `DISTRIBUTION_TOP` most probable in `distribution` and their count in `candidates`; a field
-read by pruned search adds `certified` and `search` (`{"read", "positions", "levels",
+read by pruned search adds `certified`, `certified_top` (how many of its most probable
+answers are certified, in order) and `search` (`{"read", "positions", "levels",
 "fallback"}`), and a taxonomy its `path` (`[{"value", "probability"}, ...]`, each level's
 probability given the levels above).
 """
@@ -76,6 +77,8 @@ def large_field_extras(f: FieldResult) -> dict[str, Any]:
         out["candidates"] = len(f.distribution)
     if f.certified is not None:
         out["certified"] = bool(f.certified)
+    if f.certified_top is not None:
+        out["certified_top"] = int(f.certified_top)
     if f.search is not None:
         s = f.search
         out["search"] = {

@@ -70,6 +70,10 @@ class FieldResult:
             unscored candidates can hold; None otherwise.
         probability_bounds: For a pruned field, (lower, upper) bounds of the answer's
             true probability (the exhaustive pass's); `probability` is the upper one.
+        certified_top: For a pruned field, how many of its most probable answers are
+            certified, in order (`top_choices[:certified_top]` equal the exhaustive
+            pass's ranking); the search certifies at least the answer unless `certified`
+            is False. None for a field scored whole (every rank is exact).
         search: For a pruned field, what its search did (`SearchReport`): the levels,
             the trie positions read and their share, and whether it fell back to the
             exhaustive pass (out of levels uncertified; the answer is then exact and
@@ -102,6 +106,7 @@ class FieldResult:
     certified: bool | None = None
     unscored_mass: float | None = None
     probability_bounds: tuple[float, float] | None = None
+    certified_top: int | None = None
     search: SearchReport | None = None
     path: tuple[PathStep, ...] | None = None
     scoring: str | None = None

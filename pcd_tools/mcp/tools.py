@@ -120,6 +120,11 @@ class FieldAnswer(BaseModel):
         description="For a field read by certified pruned search: whether the answer is "
         "provably the most probable value.",
     )
+    certified_top: int | None = Field(
+        default=None,
+        description="For a field read by pruned search: how many of its most probable "
+        "values are certified, in order.",
+    )
     search: SearchOut | None = Field(
         default=None, description="For a field read by pruned search: what it read."
     )

@@ -244,3 +244,14 @@ def test_a_pruned_fields_prediction_set_holds_the_exhaustive_one(q):
     p_whole = dict(zip(whole.spec.labels, whole.conformal.probs))
     extra = set(got) - set(want)
     assert all(p_whole[x] < 1 - q + 1e-9 for x in extra)
+
+
+def test_the_certified_top_ranks_equal_the_exhaustive_ranking():
+    for context in (CONTEXT, "another context", "codes codes codes"):
+        pruned = decider().decide(Coded, context).fields["code"]
+        whole = decider().decide(Coded, context, pruning="off").fields["code"]
+        k = pruned.certified_top
+        assert pruned.certified and k >= 1 and whole.certified_top is None
+        assert [c for c, _ in pruned.top_choices[:k]] == [c for c, _ in whole.top_choices[:k]]
+        if k < len(CODES):  # the next rank is not vouched for: an unread label may beat it
+            assert pruned.unscored_mass > 0
