@@ -236,6 +236,13 @@ def _pass_rates(decider: Any, compiled: Any, out: dict[str, Any]) -> dict[str, A
         "fields_gflops_per_s": fields / 1e6 / out["suffix_eval_ms"],
     }
     keys["fields_vs_prefill_rate"] = keys["fields_gflops_per_s"] / keys["prefill_gflops_per_s"]
+    if getattr(decider.loaded, "compute", None) == "int8" and engine.device == "cpu":
+        from ..engine.kernels.peak import int8_peak
+
+        peak = int8_peak()  # measured once per process
+        if peak is not None:  # the share of the CPU's int8 peak the prefill ran at
+            keys["int8_peak_gops_per_s"] = peak.all_threads
+            keys["prefill_peak_share"] = keys["prefill_gflops_per_s"] / peak.all_threads
     return keys
 
 

@@ -1,7 +1,7 @@
 """`pcd models --doctor`: what this machine runs, gathered in one place.
 
 The device and MLX, the BLAS bound into MLX and its measured rate, the native CPU
-kernels, the compute modes a GGUF file can run in and the int8 kernel, what decodes
+kernels, the compute modes a GGUF file can run in, the int8 kernel and its measured peak, what decodes
 generated fields (`decode_status`), the CPU budget, and every slower path taken with its
 reason (`fallbacks`: the native libraries that fell back in this process, and those the
 doctor found off).
@@ -23,6 +23,7 @@ from .host.threads import decode_threads
 from .kernels import qgemm
 from .kernels.bindings import cpu_kernels_library, load_decode_kernels
 from .kernels.paths import decode_isa, path_name
+from .kernels.peak import int8_peak
 
 __all__ = ["decode_status", "doctor"]
 
@@ -49,6 +50,7 @@ def doctor() -> dict[str, Any]:
         "native_kernels": kernels,
         "compute_modes": modes,
         "int8_kernel": int8,
+        "int8_peak": _peak_text(dev.device),
         "compute_auto": (
             f"int8 for a K-quant GGUF kept encoded, or any kept encoded with 256 MiB of "
             f"matrices or more (the {int8} kernels), else float32"
@@ -64,6 +66,17 @@ def doctor() -> dict[str, Any]:
     }
     out["fallbacks"] = _fallbacks(out, fallbacks()) or "none"
     return out
+
+
+def _peak_text(device: str) -> str:
+    """The measured int8 peak (`kernels.peak`), the ceiling of a prefill's int8 products."""
+    if device != "cpu":
+        return "not measured: not a CPU device"
+    try:
+        peak = int8_peak()
+    except NativeBuildError as e:
+        return f"not measured: {e}"
+    return peak.text() if peak is not None else "not measured: the int8 kernels run portable C here"
 
 
 def _budget_text() -> str:

@@ -71,7 +71,7 @@ def test_offsets_pmi_subtracts_the_empty_context_and_contextual_the_mean_prior()
         ("pmi", "contextual", "none", None, Method("full", PMI)),
         ("auto", "none", None, "constrained", Method("constrained", RAW)),  # as fitted
         ("auto", "none", None, "pmi", Method("full", PMI)),
-        ("auto", "none", None, "auto", Method("full", RAW)),
+        ("auto", "none", None, "auto", Method("auto", RAW)),  # fitted under auto: auto
         ("full", "none", None, "constrained", Method("full", RAW)),  # asked for wins
     ],
 )

@@ -2023,3 +2023,95 @@ int pcd_qgemm_int8_kc(int type, const uint8_t *w, int n, int k, const int8_t *xq
                 .L = type == GGUF_Q6_K ? 16 : 32, .vec = KC_KERN[path].vec};
     return run_parallel(gemm_kc_task, &j, (n + KC - 1) / KC, panel_kc_bytes(k), threads);
 }
+
+/* --- The int8 peak probe (`pcd models --doctor`, `pcd bench`) ----------------------------
+ * A loop of dot-product instructions and nothing else, on 12 independent accumulators (the
+ * latency of one is hidden behind the others): the most int8 multiply-adds one thread can
+ * issue on a path. AVX-512 VNNI: vpdpbusd on zmm, 64 multiply-adds each; AVX-VNNI: the same
+ * on ymm, 32; AVX2: vpmaddubsw + vpmaddwd + vpaddd, 32 per three instructions. The portable
+ * path is not measured. Returns the int8 operations (2 per multiply-add) the loop ran, 0
+ * where the path is not run here. `seed` keeps the compiler from folding the loop. */
+#if X86
+/* Twelve named accumulators, each started at its own value (equal chains would be computed
+ * once), stepped by inline assembly: with the intrinsics GCC copied every accumulator each
+ * iteration (the loop then measured its register moves). */
+#define PEAK_CHAINS 12
+#define PEAK_DECL(T, SET) T c0 = SET(0), c1 = SET(1), c2 = SET(2), c3 = SET(3), c4 = SET(4), \
+    c5 = SET(5), c6 = SET(6), c7 = SET(7), c8 = SET(8), c9 = SET(9), c10 = SET(10), c11 = SET(11)
+#define PEAK_STEP(OP) OP(c0); OP(c1); OP(c2); OP(c3); OP(c4); OP(c5); OP(c6); OP(c7); OP(c8); \
+    OP(c9); OP(c10); OP(c11)
+#define PEAK_SUM(ADD) ADD(ADD(ADD(ADD(c0, c1), ADD(c2, c3)), ADD(ADD(c4, c5), ADD(c6, c7))), \
+    ADD(ADD(c8, c9), ADD(c10, c11)))
+
+VNNI512_T static int64_t peak_avx512vnni(int64_t iters, int seed, int32_t *sink) {
+    __m512i a = _mm512_set1_epi8((char)(seed | 1)), b = _mm512_set1_epi8((char)(seed + 2));
+    PEAK_DECL(__m512i, _mm512_set1_epi32);
+#define DP512(c) __asm__("vpdpbusd %2, %1, %0" : "+v"(c) : "v"(a), "v"(b))
+    for (int64_t i = 0; i < iters; i++) {
+        PEAK_STEP(DP512);
+    }
+    *sink = _mm512_reduce_add_epi32(PEAK_SUM(_mm512_add_epi32));
+    return iters * PEAK_CHAINS * 64 * 2;
+}
+
+VNNI256_T static int64_t peak_avxvnni(int64_t iters, int seed, int32_t *sink) {
+    __m256i a = _mm256_set1_epi8((char)(seed | 1)), b = _mm256_set1_epi8((char)(seed + 2));
+    PEAK_DECL(__m256i, _mm256_set1_epi32);
+#define DPVNNI(c) __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(c) : "x"(a), "x"(b))
+    for (int64_t i = 0; i < iters; i++) {
+        PEAK_STEP(DPVNNI);
+    }
+    int32_t out[8];
+    _mm256_storeu_si256((__m256i *)out, PEAK_SUM(_mm256_add_epi32));
+    *sink = out[0] + out[7];
+    return iters * PEAK_CHAINS * 32 * 2;
+}
+
+/* AVX2: eight chains (each needs a temporary among the 16 registers). */
+AVX2_T static int64_t peak_avx2(int64_t iters, int seed, int32_t *sink) {
+    __m256i a = _mm256_set1_epi8((char)(seed | 1)), b = _mm256_set1_epi8((char)(seed + 2));
+    __m256i ones = _mm256_set1_epi16(1);
+    __m256i c0 = _mm256_set1_epi32(0), c1 = _mm256_set1_epi32(1), c2 = _mm256_set1_epi32(2),
+            c3 = _mm256_set1_epi32(3), c4 = _mm256_set1_epi32(4), c5 = _mm256_set1_epi32(5),
+            c6 = _mm256_set1_epi32(6), c7 = _mm256_set1_epi32(7);
+#define MAD2(c)                                                                            \
+    do {                                                                                   \
+        __m256i t_;                                                                        \
+        __asm__("vpmaddubsw %3, %2, %1\n\tvpmaddwd %4, %1, %1\n\tvpaddd %1, %0, %0"           \
+                : "+x"(c), "=&x"(t_)                                                       \
+                : "x"(a), "x"(b), "x"(ones));                                              \
+    } while (0)
+    for (int64_t i = 0; i < iters; i++) {
+        MAD2(c0); MAD2(c1); MAD2(c2); MAD2(c3); MAD2(c4); MAD2(c5); MAD2(c6); MAD2(c7);
+    }
+    __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(c0, c1), _mm256_add_epi32(c2, c3)),
+                                  _mm256_add_epi32(_mm256_add_epi32(c4, c5), _mm256_add_epi32(c6, c7)));
+    int32_t out[8];
+    _mm256_storeu_si256((__m256i *)out, s8);
+    *sink = out[0] + out[7];
+    return iters * 8 * 32 * 2;
+}
+#endif
+
+typedef int64_t (*peak_fn)(int64_t, int, int32_t *);
+static const struct {
+    peak_fn fn;
+} PEAK[PCD_N_PATHS] = {
+#if X86
+    [PCD_PATH_AVX2] = {peak_avx2},
+    [PCD_PATH_AVXVNNI] = {peak_avxvnni},
+    [PCD_PATH_AVX512VNNI] = {peak_avx512vnni},
+#endif
+};
+
+/* Runs the probe for `iters` iterations on `path` (PCD_PATH_AUTO: the int8 path auto
+ * picks); the int8 operations it ran, 0 where the path has no probe or does not run here.
+ * Its result lands in *sink. */
+int64_t pcd_int8_peak(int path, int64_t iters, int seed, int32_t *sink) {
+    path = pcd_path_pick(path, PCD_PATHS_BUILT(PEAK, .fn));
+    if (!path || iters < 1) return 0;
+    return PEAK[path].fn(iters, seed, sink);
+}
+
+/* The path `pcd_int8_peak` measures for `path` (0: none). */
+int pcd_int8_peak_path(int path) { return pcd_path_pick(path, PCD_PATHS_BUILT(PEAK, .fn)); }

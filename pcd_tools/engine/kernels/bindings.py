@@ -283,6 +283,10 @@ def qgemm_library() -> Any:
         lib.pcd_qgemm_block.restype = i32
         lib.pcd_qgemm_has_path.argtypes = [i32]
         lib.pcd_qgemm_has_path.restype = i32
+        lib.pcd_int8_peak.argtypes = [i32, i64, i32, p]
+        lib.pcd_int8_peak.restype = i64
+        lib.pcd_int8_peak_path.argtypes = [i32]
+        lib.pcd_int8_peak_path.restype = i32
         lib.pcd_qgemm_quantize.argtypes = [p, i64, i32, i32, p, p, p, i32]
         lib.pcd_qgemm_quantize.restype = i32
         lib.pcd_qgemm_int8.argtypes = [i32, p, i32, i32, p, p, p, i32, p, i64, i32, i32]
