@@ -17,12 +17,18 @@ Four tables, one model per run (the embedded SmolLM2-135M or a GGUF file):
    descriptions with their 6-digit code: leaf and top-level accuracy, certified share,
    positions read, warm time, one example's path.
 
-Usage:
+Usage (the runs of docs/labels-benchmarks.md):
 
-    python benchmarks/labels.py --model embedded --rounds 5 --peer \
-        --json benchmarks/results/labels-135m.json
+    python benchmarks/labels.py --model embedded --rounds 5 --zone-exhaustive 4 --peer \
+        --peer-rounds 1 --peer-contexts 3 --listing-n 50 --taxonomy-n 10 --json labels-135m.json
     python benchmarks/labels.py --model ~/.cache/pcd-tools/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
-        --rounds 3 --peer --contexts 4 --exhaustive 0 --json benchmarks/results/labels-1.5b.json
+        --only size --only peer --only listing --rounds 3 --contexts 4 --zone-exhaustive 1 \
+        --peer-rounds 1 --peer-contexts 2 --listing-n 40 --json labels-1.5b.json
+
+`--exhaustive N` also runs the exhaustive pass over the 5,010 labels for N contexts: on
+2 cores that is many minutes and gigabytes per context (the whole trie is one packed
+chunk), so it is off by default; the pruned answers are checked against the exhaustive
+pass on the 255-label field (every context) and on the 599 time zones instead.
 """
 
 from __future__ import annotations
@@ -381,12 +387,14 @@ def size_table(decider: Any, args: argparse.Namespace) -> dict[str, Any]:
             )
     zones = compile_schema(zone_schema("ZoneCheck"))
     for ctx, _gold in zone_contexts(args.zone_exhaustive):
-        _, d = one(decider, zones, ctx)
-        _, w = one(decider, zones, ctx, pruning="off")
+        pruned_ms, d = one(decider, zones, ctx)
+        ms, w = one(decider, zones, ctx, pruning="off")
         f, g = d.fields["timezone"], w.fields["timezone"]
         lo, hi = f.probability_bounds
         exh.setdefault("zones", []).append(
             {
+                "ms": ms,
+                "pruned_ms": pruned_ms,
                 "value": f.value,
                 "same": f.value == g.value,
                 "certified": f.certified,
@@ -516,10 +524,9 @@ def taxonomy_table(decider: Any, args: argparse.Namespace) -> dict[str, Any]:
         field_model("Company", "industry", labels.type, "The company's NAICS 2022 industry")
     )
     build_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    first_ms, _ = one(decider, schema, COMPANIES[0][0])
+    companies = COMPANIES[args.taxonomy_skip :][: args.taxonomy_n]
+    first_ms, _ = one(decider, schema, companies[0][0])
     rows = []
-    companies = COMPANIES[: args.taxonomy_n]
     for r in range(args.taxonomy_rounds):
         for text, gold in companies:
             ms, d = one(decider, schema, text)
@@ -649,7 +656,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--contexts", type=int, default=len(REGION_CONTEXTS))
     p.add_argument(
-        "--exhaustive", type=int, default=2, help="contexts checked exhaustively at 5,010"
+        "--exhaustive", type=int, default=0, help="contexts checked exhaustively at 5,010"
     )
     p.add_argument(
         "--zone-exhaustive", type=int, default=4, help="zone contexts checked exhaustively"
@@ -660,6 +667,7 @@ def main() -> None:
     p.add_argument("--listing-n", type=int, default=len(ZONES))
     p.add_argument("--taxonomy-rounds", type=int, default=1)
     p.add_argument("--taxonomy-n", type=int, default=len(COMPANIES))
+    p.add_argument("--taxonomy-skip", type=int, default=0, help="start at this company")
     p.add_argument(
         "--only", action="append", choices=["size", "memory", "peer", "listing", "taxonomy"]
     )
