@@ -26,7 +26,7 @@ import numpy as np
 
 from .softmax import logsumexp
 
-__all__ = ["Bounded", "PartialScores", "SearchReport", "bounded", "log_weights"]
+__all__ = ["Bounded", "PartialScores", "SearchReport", "bounded", "log_weights", "prefix_floors"]
 
 
 @dataclass(frozen=True)
@@ -63,18 +63,22 @@ class PartialScores:
         frontier_members: Per prefix, the indices of the candidates under it; together
             they are exactly the unscored candidates.
         search: What the search did (levels, positions read, a fallback), when known.
+        exact_prefixes: Whether each prefix's probability is exactly its candidates'
+            total (`scoring="constrained"`: every node's distribution is over its allowed
+            children), not only a bound of it (full-vocabulary scoring).
     """
 
     z: np.ndarray
     frontier_logp: np.ndarray
     frontier_members: tuple[np.ndarray, ...]
     search: SearchReport | None = None
+    exact_prefixes: bool = False
 
     @classmethod
     def whole(cls, z: np.ndarray, search: SearchReport | None = None) -> PartialScores:
         """A pruned field whose search scored every candidate (it ended there, or fell
         back to the exhaustive pass)."""
-        return cls(np.asarray(z, dtype=np.float64), np.zeros(0), (), search)
+        return cls(np.asarray(z, dtype=np.float64), np.zeros(0), (), search, True)
 
     @property
     def scored(self) -> np.ndarray:
@@ -115,7 +119,8 @@ def log_weights(
 ) -> tuple[np.ndarray, list[tuple[float, np.ndarray]], list[float]]:
     """The log weights `s_c = a z_c + b_c` of the scored candidates (`-inf` for the
     unscored), and per unexpanded prefix the log bound of its candidates' summed weights
-    with its members, and the log bound of its best single one.
+    with its members, and the log bound of its best single one (`prefix_floors` gives
+    the lower bounds of the sums where the prefixes' probabilities are exact).
 
     Raises:
         ValueError: if no candidate was scored (the search always scores one).
@@ -138,6 +143,31 @@ def log_weights(
         group_max.append(a * float(u) + top_b)
         groups.append((group_max[-1] + max(0.0, 1.0 - a) * np.log(len(members)), members))
     return s, groups, group_max
+
+
+def prefix_floors(
+    scores: PartialScores,
+    temperature: float,
+    *,
+    scale: float = 1.0,
+    bias: np.ndarray | None = None,
+) -> list[float]:
+    """Per unexpanded prefix (as `log_weights` lists them), a log lower bound of its
+    candidates' summed weights: `-inf` unless the prefix's probability `u` is exactly
+    their total (`exact_prefixes`). Then `sum_c exp(a z_c) >= n^min(0, 1 - a) exp(a u)`
+    (the power mean: equality at a = 1), and each weight's bias is at least the least."""
+    a = scale / temperature
+    b = None if bias is None else np.asarray(bias, dtype=np.float64) / temperature
+    out: list[float] = []
+    for u, members in zip(scores.frontier_logp, scores.frontier_members):
+        if not len(members):
+            continue
+        if not scores.exact_prefixes:
+            out.append(-np.inf)
+            continue
+        least = 0.0 if b is None else float(b[members].min())
+        out.append(a * float(u) + least + min(0.0, 1.0 - a) * np.log(len(members)))
+    return out
 
 
 def bounded(

@@ -11,10 +11,10 @@ import numpy as np
 
 from ..prompt import Question
 from ..schema import Schema
-from .bounds import PartialScores, bounded, log_weights
+from .bounds import PartialScores, bounded, log_weights, prefix_floors
 from .result import FieldResult
 from .softmax import softmax
-from .taxonomy import top_down, tree_index
+from .taxonomy import taxonomy_path, top_down, tree_index
 
 __all__ = ["conditional_probs", "field_results"]
 
@@ -87,13 +87,28 @@ def _pruned(
             bias = np.asarray(b, dtype=np.float64)
     got = bounded(scores, temperature, scale=scale, bias=bias)
     z = np.where(np.isnan(scores.z), -np.inf, scores.z)
-    best, certified = got.best, got.certified
-    if spec.tree is not None and spec.tree.decide == "path":  # level by level, bounded
+    best, certified, path = got.best, got.certified, None
+    if spec.tree is not None:
         s, groups, _ = log_weights(scores, temperature, scale=scale, bias=bias)
-        best, certified, _ = top_down(tree_index(spec.tree), s, groups)
+        floors = prefix_floors(scores, temperature, scale=scale, bias=bias)
+        if spec.tree.decide == "path":  # level by level, bounded
+            bounds = [(g, f, m) for (g, m), f in zip(groups, floors)]
+            best, certified, _ = top_down(tree_index(spec.tree), s, bounds)
+            if not np.isfinite(s[best]):  # a leaf never read: the best read one, unsure
+                best, certified = got.best, False
+        # the path counts each unread prefix's floor too, spread over its members (exact
+        # for a node that holds the whole prefix: its candidates' total is known)
+        seen = np.isfinite(s)
+        log_s = float(np.log(np.exp(s[seen] - s[seen].max()).sum()) + s[seen].max())
+        mass = got.probs.copy()
+        for (_, members), f in zip(groups, floors):
+            if np.isfinite(f):
+                mass[members] += np.exp(f - log_s) / len(members)
+        path = taxonomy_path(spec, mass, best)
     res = FieldResult.from_probs(spec, got.probs, z, best=best)
     return replace(
         res,
+        path=path if path is not None else res.path,
         certified=certified,
         unscored_mass=got.unscored_mass,
         probability_bounds=got.probability_bounds,

@@ -80,8 +80,11 @@ class FieldResult:
             `certified` is True). None for a field scored whole.
         path: For a taxonomy (`Labels` with parents), the answer's path from the top
             level down, each level with its probability given the levels above
-            (`PathStep`); they multiply to `probability`. For a pruned field the masses
-            are over the scored leaves. None for other fields.
+            (`PathStep`); they multiply to `probability`. For a pruned field each level's
+            mass also counts the unread prefixes inside it where their totals are exact
+            (constrained scoring), so the levels show where the model got unsure even
+            where little was read, and they multiply to the answer's probability among
+            all the mass (`probability_bounds[0]` at temperature 1). None for other fields.
         scoring: How this field's candidate scores were computed: `"full"`,
             `"constrained"` or `"pmi"`. Under `decide(..., scoring="auto")` (the default)
             it is `"constrained"` for a large field read by certified pruning and

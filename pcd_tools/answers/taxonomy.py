@@ -51,7 +51,7 @@ def taxonomy_path(spec: FieldSpec, probs: np.ndarray, best: int) -> tuple[PathSt
     assert tree is not None
     path = tree.paths[best]
     steps: list[PathStep] = []
-    above = float(np.sum(probs))
+    above = total = float(np.sum(probs))
     members = np.arange(len(probs))
     for depth, node in enumerate(path):
         members = np.array(
@@ -59,7 +59,8 @@ def taxonomy_path(spec: FieldSpec, probs: np.ndarray, best: int) -> tuple[PathSt
             dtype=np.int64,
         )
         mass = float(np.sum(probs[members])) if len(members) else 0.0
-        steps.append(PathStep(node, mass / above if above > 0 else 0.0, mass))
+        reached = mass / total if total > 0 else 0.0
+        steps.append(PathStep(node, mass / above if above > 0 else 0.0, reached))
         above = mass
     return tuple(steps)
 
@@ -117,7 +118,7 @@ def tree_index(tree: Taxonomy) -> TreeIndex:
 def top_down(
     index: TreeIndex,
     log_w: np.ndarray,
-    groups: Sequence[tuple[float, np.ndarray]] = (),
+    groups: Sequence[tuple[float, float, np.ndarray]] = (),
 ) -> tuple[int, bool, tuple[Any, ...] | None]:
     """The leaf chosen level by level, whether every level is certified, and the first
     node whose level is not (None when all are).
@@ -126,31 +127,40 @@ def top_down(
         index: The taxonomy's index.
         log_w: Per candidate, its log weight (`-inf` where unscored); a node's mass is the
             sum of its candidates' weights.
-        groups: `(log bound, members)` of each unread prefix: the total weight its
-            candidates can hold.
+        groups: `(log upper, log lower, members)` of each unread prefix: bounds of the
+            total weight its candidates hold (lower `-inf` where only the upper is
+            known). A prefix inside one node adds its lower bound to that node's floor.
 
-    Ties go to the first child in order.
+    At each level the child with the highest floor is taken (ties: the first in order);
+    the level is certified when that floor beats every other child's ceiling (its scored
+    weight plus the upper bounds of the prefixes reaching into it). A chosen leaf that
+    is not scored is not certified: its score is still to be read.
     """
     finite = log_w[np.isfinite(log_w)]
-    top = float(finite.max()) if len(finite) else 0.0
-    top = max([top, *(float(g) for g, _ in groups)])
+    top = max([float(finite.max()) if len(finite) else 0.0, *(float(g[0]) for g in groups)])
     w = np.where(np.isfinite(log_w), np.exp(log_w - top), 0.0)
     node: tuple[Any, ...] = ()
     unsure: tuple[Any, ...] | None = None
     while node not in index.leaf:
         kids = index.children[node]
         lo = np.array([w[index.members[k]].sum() for k in kids])
-        best = int(np.argmax(lo))
-        if unsure is None and len(kids) > 1 and groups:
+        hi = lo.copy()
+        if groups and len(kids) > 1:
             which = np.full(len(w), -1, dtype=np.int64)
             for j, k in enumerate(kids):
                 which[index.members[k]] = j
-            hi = lo.copy()
-            for g, mem in groups:
-                for j in np.unique(which[mem]):
-                    if j >= 0:
-                        hi[j] += float(np.exp(g - top))
-            if any(hi[j] >= lo[best] for j in range(len(kids)) if j != best):
-                unsure = kids[best]
+            for upper, lower, mem in groups:
+                touched = np.unique(which[mem])
+                touched = touched[touched >= 0]
+                for j in touched:
+                    hi[j] += float(np.exp(upper - top))
+                if len(touched) == 1 and np.isfinite(lower):
+                    lo[touched[0]] += float(np.exp(lower - top))
+        best = int(np.argmax(lo))
+        if unsure is None and any(hi[j] >= lo[best] for j in range(len(kids)) if j != best):
+            unsure = kids[best]
         node = kids[best]
-    return index.leaf[node], unsure is None, unsure
+    leaf = index.leaf[node]
+    if unsure is None and not np.isfinite(log_w[leaf]):
+        unsure = node
+    return leaf, unsure is None, unsure

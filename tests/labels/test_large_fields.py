@@ -255,3 +255,21 @@ def test_the_certified_top_ranks_equal_the_exhaustive_ranking():
         assert [c for c, _ in pruned.top_choices[:k]] == [c for c, _ in whole.top_choices[:k]]
         if k < len(CODES):  # the next rank is not vouched for: an unread label may beat it
             assert pruned.unscored_mass > 0
+
+
+def test_a_pruned_taxonomys_path_counts_the_unread_mass_it_knows():
+    labels = _tree("PQRSTUVW", "abcdefgh", "mnopqrst")
+
+    class Tax(BaseModel):
+        t: labels.type = Field(description="the class")  # type: ignore[name-defined]
+
+    whole = decider().decide(Tax, CONTEXT, scoring="constrained", pruning="off").fields["t"]
+    pruned = decider().decide(Tax, CONTEXT, scoring="constrained", pruning="on").fields["t"]
+    assert pruned.label == whole.label and pruned.search.read < pruned.search.positions
+    # each level's conditional probability is the exhaustive pass's (prefix totals are exact)
+    for a, b in zip(pruned.path, whole.path):
+        assert a.value == b.value and abs(a.probability - b.probability) < 1e-4, (a, b)
+    product = math.prod(s.probability for s in pruned.path)
+    assert abs(product - pruned.probability_bounds[0]) < 1e-6
+    assert abs(product - whole.probability) < 1e-4
+    assert abs(pruned.path[-1].reached - product) < 1e-9 and pruned.path[0].reached <= 1.0

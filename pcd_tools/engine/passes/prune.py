@@ -232,16 +232,24 @@ def tree_expansions(
     trie: FieldTrie, edge_logp: np.ndarray, pruning: Pruning, quota: int, index: TreeIndex
 ) -> set[int]:
     """`expansions` for a taxonomy decided level by level: empty once every level's
-    choice is certified (its node's scored mass beats each sibling's scored mass plus the
-    bounds of the unread prefixes reaching into it); else the unread prefixes inside the
-    first uncertified level's parent, most probable first, up to about `quota` nodes."""
+    choice is certified (`answers.taxonomy.top_down`: its node's floor beats each
+    sibling's ceiling; under constrained scoring an unread prefix inside one node counts
+    at its exact probability) and the chosen leaf is scored; else the unread prefixes
+    inside the first uncertified level's parent, most probable first, each with the chain
+    of single children below it (a title's tokens in one level), up to about `quota`
+    nodes."""
     lp = trie.edge_scores(edge_logp, constrained=pruning.constrained_for(trie))
     front = trie.frontier(lp)
     if not len(front):
         return set()
     z = trie.cand_logp(lp)
     pre = trie.prefix_logp(lp)[front]
-    groups = [(float(u), trie.node_members[int(n)]) for u, n in zip(pre, front)]
+    # under constrained scoring a prefix's probability is its candidates' exact total
+    exact = pruning.constrained_for(trie)
+    groups = [
+        (float(u), float(u) if exact else -np.inf, trie.node_members[int(n)])
+        for u, n in zip(pre, front)
+    ]
     _, certified, unsure = top_down(index, np.where(np.isnan(z), -np.inf, z), groups)
     if certified or unsure is None:
         return set()
@@ -249,12 +257,13 @@ def tree_expansions(
     inside[index.members[unsure[:-1]]] = True
     chosen: set[int] = set()
     for i in np.argsort(-pre, kind="stable"):
-        if not inside[groups[i][1]].any():
+        if not inside[groups[i][2]].any():
             continue
         below = trie.subtree_nodes[int(front[i])]
-        chosen.update(
-            int(x) for x in (below if len(below) <= pruning.subtree_nodes else [front[i]])
-        )
+        if len(below) <= pruning.subtree_nodes:
+            chosen.update(int(x) for x in below)
+        else:  # the prefix, and the chain of single children under it (a label's words)
+            chosen.update(trie.chain(int(front[i])))
         if len(chosen) >= quota:
             break
     return chosen

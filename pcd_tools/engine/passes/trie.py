@@ -104,6 +104,7 @@ class FieldTrie:
             z=z,
             frontier_logp=self.prefix_logp(lp)[front],
             frontier_members=tuple(self.node_members[n] for n in front),
+            exact_prefixes=constrained,
         )
 
     def edge_scores(self, edge_logp: np.ndarray, *, constrained: bool = False) -> np.ndarray:
@@ -159,6 +160,23 @@ class FieldTrie:
         for c, edges in enumerate(self.cand_edges):
             m[c, : len(edges)] = edges
         return m
+
+    def chain(self, node: int) -> list[int]:
+        """`node` and the internal nodes below it down to the first that branches (or has
+        no internal child): the tokens of a label read one after another."""
+        out = [node]
+        kids = self.node_children
+        while len(kids[out[-1]]) == 1:
+            out.append(kids[out[-1]][0])
+        return out
+
+    @cached_property
+    def node_children(self) -> tuple[tuple[int, ...], ...]:
+        """Per node, its internal child nodes."""
+        kids: list[list[int]] = [[] for _ in range(self.n_nodes)]
+        for n in range(1, self.n_nodes):
+            kids[self.node_parent[n]].append(n)
+        return tuple(tuple(k) for k in kids)
 
     @cached_property
     def node_members(self) -> tuple[np.ndarray, ...]:
