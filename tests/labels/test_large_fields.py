@@ -13,11 +13,11 @@ from pydantic import BaseModel, Field
 
 from pcd_tools import Labels
 from pcd_tools.answers.payload import DISTRIBUTION_TOP, decision_payload
-from pcd_tools.engine.passes.prune import Pruning, search
+from pcd_tools.engine.passes.prune import Pruning
 from pcd_tools.schema import compile_schema
 from tests.engine.test_properties import decider  # the tiny model, numpy kernels off
 from tests.oracle import oracle_log_scores, softmax
-from tests.unit.test_pruning_bounds import random_field
+from tests.unit.test_pruning_bounds import random_field, run_search
 
 pytestmark = pytest.mark.engine
 
@@ -62,20 +62,11 @@ def test_out_of_levels_the_search_falls_back_to_the_exhaustive_pass():
     # A flat field (the model is unsure everywhere) and no levels: the first uncertified
     # context reads the rest of its trie in one more level; its answer is exact.
     trie, edge = random_field(11, 300, 4, 1.0)
-    acc = [np.full((1, len(edge)), np.nan)]
-    root = trie.edge_node == 0
-    acc[0][0, root] = edge[root]
-
-    def run_level(want):
-        for fi, nodes in want.items():
-            sel = np.isin(trie.edge_node, nodes)
-            acc[fi][0, sel] = edge[sel]
-
     fell = set()
-    levels = search([trie], [0], acc, run_level, Pruning(lambda q, t: True, max_levels=0), fell)
+    got, levels = run_search(trie, edge, Pruning(lambda q, t: True, max_levels=0), fell)
     assert fell == {(0, 0)} and levels == 1
-    assert not np.isnan(acc[0]).any()  # every position read
-    z = trie.cand_logp(acc[0][0])
+    assert not np.isnan(got).any()  # every position read
+    z = trie.cand_logp(got)
     assert int(np.argmax(z)) == int(np.argmax(trie.score(edge)))
 
 
@@ -103,19 +94,10 @@ def test_top_k_certifies_the_k_best_in_order():
     trie, edge = random_field(5, 600, 4, 0.05)
     exact = trie.score(edge)
     for k in (1, 3):
-        acc = [np.full((1, len(edge)), np.nan)]
-        root = trie.edge_node == 0
-        acc[0][0, root] = edge[root]
-
-        def run_level(want, acc=acc):
-            for fi, nodes in want.items():
-                sel = np.isin(trie.edge_node, nodes)
-                acc[fi][0, sel] = edge[sel]
-
-        search([trie], [0], acc, run_level, Pruning(lambda q, t: True, max_levels=50, top_k=k))
-        z = trie.cand_logp(acc[0][0])
-        got = np.argsort(-np.where(np.isnan(z), -np.inf, z), kind="stable")[:k]
-        assert list(got) == list(np.argsort(-exact, kind="stable")[:k])
+        got, _ = run_search(trie, edge, Pruning(lambda q, t: True, max_levels=50, top_k=k))
+        z = trie.cand_logp(got)
+        best = np.argsort(-np.where(np.isnan(z), -np.inf, z), kind="stable")[:k]
+        assert list(best) == list(np.argsort(-exact, kind="stable")[:k])
 
 
 def test_a_taxonomy_path_multiplies_to_the_leafs_probability():

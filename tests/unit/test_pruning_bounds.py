@@ -39,7 +39,9 @@ def random_field(seed: int, n: int, depth: int, peak: float):
     return trie, edge
 
 
-def run_search(trie, edge, pruning):
+def run_search(trie, edge, pruning, fell=None):
+    """The search over one context whose levels read `edge`: (its edges read, levels);
+    `fell` collects a fallback."""
     acc = [np.full((1, len(edge)), np.nan)]
     root = trie.edge_node == 0
     acc[0][0, root] = edge[root]
@@ -49,7 +51,7 @@ def run_search(trie, edge, pruning):
             sel = np.isin(trie.edge_node, nodes)
             acc[fi][0, sel] = edge[sel]
 
-    levels = search([trie], [0], acc, level, pruning)
+    levels = search([trie], [0], acc, level, pruning, fell)
     return acc[0][0], levels
 
 
