@@ -263,6 +263,7 @@ def test_doctor_keys(shared_cache: Path) -> None:
             "native_kernels",
             "compute_modes",
             "int8_kernel",
+            "int8_peak",
             "compute_auto",
             "cache_dir",
             "python",
