@@ -13,6 +13,7 @@ import enum
 import inspect
 import itertools
 import textwrap
+import threading
 import types
 import typing
 from collections.abc import Sequence
@@ -42,11 +43,29 @@ from .unions import is_model_union, union_fields
 
 _ACCEPTED = (
     "accepted: bool, Literal[...] of str or int values, an Enum subclass with str or int "
-    "values, int with ge/le bounds (at most 255 values), list[...] or set[...] of Literal or "
+    "values (any number), int with ge/le bounds (at most 255 values), list[...] or set[...] of Literal or "
     "Enum labels, a nested BaseModel, a discriminated Union of models (all scored); str, "
     "float, int, list[str], datetime.date or datetime.datetime (generated); or Optional[...] "
     "of one of these"
 )
+
+
+# CPython 3.11's AST builder keeps its recursion depth in state shared by threads, so two
+# threads parsing at once can fail with "SystemError: AST constructor recursion depth
+# mismatch" (python/cpython#106905, fixed in 3.12); schemas compile on several threads
+# (servers, stream workers), so their parses take turns.
+_PARSE_LOCK = threading.Lock()
+
+
+def _parse_class(klass: type) -> ast.Module:
+    """The class's source, parsed; one retry where another thread's parse (outside this
+    lock) tripped the 3.11 bug above."""
+    with _PARSE_LOCK:
+        src = textwrap.dedent(inspect.getsource(klass))
+        try:
+            return ast.parse(src)
+        except SystemError:
+            return ast.parse(src)
 
 
 def _attribute_docstrings(cls: type) -> dict[str, str]:
@@ -56,8 +75,7 @@ def _attribute_docstrings(cls: type) -> dict[str, str]:
         if klass in (object, BaseModel) or not issubclass(klass, BaseModel):
             continue
         try:
-            src = textwrap.dedent(inspect.getsource(klass))
-            tree = ast.parse(src)
+            tree = _parse_class(klass)
         except (OSError, TypeError, SyntaxError):
             continue
         body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
