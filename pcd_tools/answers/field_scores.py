@@ -13,7 +13,7 @@ from ..prompt import Question
 from ..schema import Schema
 from .bounds import PartialScores, bounded, log_weights, prefix_floors
 from .result import FieldResult
-from .softmax import softmax
+from .softmax import logsumexp, softmax
 from .taxonomy import taxonomy_path, top_down, tree_index
 
 __all__ = ["conditional_probs", "field_results"]
@@ -99,7 +99,7 @@ def _pruned(
         # the path counts each unread prefix's floor too, spread over its members (exact
         # for a node that holds the whole prefix: its candidates' total is known)
         seen = np.isfinite(s)
-        log_s = float(np.log(np.exp(s[seen] - s[seen].max()).sum()) + s[seen].max())
+        log_s = float(logsumexp(s[seen]))
         mass = got.probs.copy()
         for (_, members), f in zip(groups, floors):
             if np.isfinite(f):

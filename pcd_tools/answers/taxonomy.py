@@ -50,15 +50,11 @@ def taxonomy_path(spec: FieldSpec, probs: np.ndarray, best: int) -> tuple[PathSt
     tree = spec.tree
     assert tree is not None
     path = tree.paths[best]
+    members = tree_index(tree).members
     steps: list[PathStep] = []
     above = total = float(np.sum(probs))
-    members = np.arange(len(probs))
     for depth, node in enumerate(path):
-        members = np.array(
-            [i for i in members if len(tree.paths[i]) > depth and tree.paths[i][depth] == node],
-            dtype=np.int64,
-        )
-        mass = float(np.sum(probs[members])) if len(members) else 0.0
+        mass = float(np.sum(probs[members[tuple(path[: depth + 1])]]))
         reached = mass / total if total > 0 else 0.0
         steps.append(PathStep(node, mass / above if above > 0 else 0.0, reached))
         above = mass

@@ -55,6 +55,29 @@ def _node_key(v: Any) -> str:
     return json.dumps(v.value if isinstance(v, enum.Enum) else v)
 
 
+def _root_chain(
+    start: str, parent: Mapping[str, str], names: Mapping[str, Any], where: str, **err: Any
+) -> list[str]:
+    """`start` and its ancestors up to the top (node keys), nearest first.
+
+    Raises:
+        TaxonomyCycleError: when the walk comes back to a node, naming the cycle.
+    """
+    chain, seen = [start], {start}
+    while chain[-1] in parent:
+        up = parent[chain[-1]]
+        if up in seen:
+            loop = [names.get(k, k) for k in (*chain[chain.index(up) :], up)]
+            raise TaxonomyCycleError(
+                f"{where}: the parents form a cycle: {' -> '.join(repr(x) for x in loop)}; "
+                "accepted: a tree (no label is its own ancestor).",
+                **err,
+            )
+        seen.add(up)
+        chain.append(up)
+    return chain
+
+
 def taxonomy_choices(
     model: str, name: str, choices: list[Choice], raw: Any
 ) -> tuple[list[Choice], Taxonomy]:
@@ -144,21 +167,7 @@ def taxonomy_choices(
             out.append(c)
             paths.append(())
             continue
-        chain = [_node_key(c.value)]
-        seen = {chain[0]}
-        while chain[-1] in parent:
-            up = parent[chain[-1]]
-            if up in seen:
-                loop = [node_of.get(k, k) for k in (*chain[chain.index(up) :], up)]
-                raise TaxonomyCycleError(
-                    f"{where}: the taxonomy's parents form a cycle: "
-                    f"{' -> '.join(repr(x) for x in loop)}; accepted: a tree (no label is its "
-                    "own ancestor).",
-                    model=model,
-                    field=name,
-                )
-            seen.add(up)
-            chain.append(up)
+        chain = _root_chain(_node_key(c.value), parent, node_of, where, model=model, field=name)
         if len(chain) == 1:
             raise UnknownParentError(
                 f"{where}: the answer {c.label!r} has no parent in the taxonomy; accepted: "
@@ -260,16 +269,7 @@ class Labels:
         parent = {_node_key(c): _node_key(p) for c, p in self.parents.items() if p is not None}
         names = {_node_key(v): v for v in self.values}
         for start in parent:
-            chain = [start]
-            while chain[-1] in parent:
-                nxt = parent[chain[-1]]
-                if nxt in chain:
-                    loop = [names[k] for k in (*chain[chain.index(nxt) :], nxt)]
-                    raise TaxonomyCycleError(
-                        "Labels: the parents form a cycle: "
-                        f"{' -> '.join(repr(x) for x in loop)}; accepted: a tree."
-                    )
-                chain.append(nxt)
+            _root_chain(start, parent, names, "Labels")
 
     @property
     def is_tree(self) -> bool:

@@ -255,3 +255,18 @@ def test_a_pruned_taxonomys_path_counts_the_unread_mass_it_knows():
     assert abs(product - pruned.probability_bounds[0]) < 1e-6
     assert abs(product - whole.probability) < 1e-4
     assert abs(pruned.path[-1].reached - product) < 1e-9 and pruned.path[0].reached <= 1.0
+
+
+def test_a_trie_with_few_root_children_is_cut_into_chunks_of_the_budget():
+    from pcd_tools.engine.passes.pack import make_chunks
+    from pcd_tools.engine.passes.trie import build_trie
+
+    # two root children, each over a thousand nodes below: no root subtree fits a chunk
+    seqs = [
+        [1, 2, 10 + a, 100 + b, 200 + c, 9] for a in range(2) for b in range(40) for c in range(30)
+    ]
+    trie = build_trie(seqs)
+    chunks = make_chunks([trie], 256, 2)
+    assert len(chunks) > 4 and max(len(c.tokens) for c in chunks) <= 2 * 256
+    read = np.unique(np.concatenate([nodes for c in chunks for nodes in c.part_nodes]))
+    assert list(read) == list(range(trie.n_nodes))  # every position read

@@ -304,11 +304,9 @@ def _preorder_runs(trie: FieldTrie, target: int) -> list[list[int]]:
     packs its nodes and, once, the ancestors its first node hangs from (a later node's
     ancestors are in the run or among those), so every run costs its length plus a path.
     """
-    children: list[list[int]] = [[] for _ in range(trie.n_nodes)]
-    for n in range(1, trie.n_nodes):  # a parent's id is below its children's
-        children[trie.node_parent[n]].append(n)
+    children = trie.node_children
     order: list[int] = []
-    stack = children[0][::-1]
+    stack = list(children[0][::-1])
     while stack:
         n = stack.pop()
         order.append(n)
