@@ -354,6 +354,9 @@ class BatchTiming:
             decider's cache.
         generate_ms: Wall time of decoding generated fields (their grammar indexes, the
             written keys and answers, and every decode step); 0.0 without generated fields.
+        attention_ms: Of the prefill and fields passes, the time in the attention kernel,
+            summed over the threads that ran them (0.0 where attention was not metered:
+            MLX's own on a GPU, or generated fields' decode steps).
     """
 
     size: int
@@ -362,6 +365,7 @@ class BatchTiming:
     suffix_eval_ms: float
     content_free_ms: float = 0.0
     generate_ms: float = 0.0
+    attention_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict, times rounded to microseconds (`generate_ms` only
@@ -372,6 +376,7 @@ class BatchTiming:
             "prefill_ms": round(self.prefill_ms, 3),
             "suffix_eval_ms": round(self.suffix_eval_ms, 3),
             "content_free_ms": round(self.content_free_ms, 3),
+            "attention_ms": round(self.attention_ms, 3),
             **({"generate_ms": round(self.generate_ms, 3)} if self.generate_ms else {}),
         }
 
@@ -452,6 +457,10 @@ class Decision(Generic[T]):
             its batch); 0.0 without generated fields.
         segments: With generated fields, the segments in the order they ran, each with
             the JSON text it saw and wrote (`json_text` joins them); empty otherwise.
+        attention_ms: Of `prefill_ms + suffix_eval_ms`, the time in the attention kernel
+            (this decision's share of its batch, summed over the threads that ran its
+            passes): on long inputs attention, not the matrix products, grows fastest.
+            0.0 where attention was not metered (MLX's own, on a GPU).
     """
 
     value: T
@@ -479,6 +488,7 @@ class Decision(Generic[T]):
     segments: tuple[Segment, ...] = ()
     calibration_choice: LabelFreeChoice | None = None
     compute: str = "float32"
+    attention_ms: float = 0.0
 
     @property
     def json_text(self) -> str | None:
@@ -541,6 +551,7 @@ class Decision(Generic[T]):
             "elapsed_ms": round(self.elapsed_ms, 3),
             "prefill_ms": round(self.prefill_ms, 3),
             "suffix_eval_ms": round(self.suffix_eval_ms, 3),
+            "attention_ms": round(self.attention_ms, 3),
             "sequential_forward_passes": self.sequential_forward_passes,
             "is_valid_json": True,
             "schema_match": True,

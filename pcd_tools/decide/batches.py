@@ -132,5 +132,6 @@ class CallRecord:
             examples=self.examples,
             content_free_ms=timing.content_free_ms / n,
             generate_ms=timing.generate_ms / n,
+            attention_ms=timing.attention_ms / n,
             segments=tuple(segments),
         )

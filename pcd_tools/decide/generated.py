@@ -167,6 +167,7 @@ def decide_hybrid(
             prefill_ms=hb.prefill_ms,
             suffix_eval_ms=hb.suffix_eval_ms,
             generate_ms=hb.generate_ms,
+            attention_ms=hb.attention_ms,
         )
         for j, i in enumerate(idx):
             fields, joint = built[j]

@@ -148,6 +148,7 @@ def average(schema: Schema, runs: Sequence[Sequence[Decision[Any]]]) -> list[Dec
                 suffix_eval_ms=sum(d.suffix_eval_ms for d in per),
                 elapsed_ms=sum(d.elapsed_ms for d in per),
                 content_free_ms=sum(d.content_free_ms for d in per),
+                attention_ms=sum(d.attention_ms for d in per),
                 sequential_forward_passes=sum(d.sequential_forward_passes for d in per),
                 prefix_cache_hit=all(d.prefix_cache_hit for d in per),
                 orders=k,

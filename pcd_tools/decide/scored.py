@@ -103,6 +103,7 @@ def decide_in_order(
             prefill_ms=batch.prefill_ms,
             suffix_eval_ms=batch.suffix_eval_ms,
             content_free_ms=corr.ms if corr is not None else 0.0,
+            attention_ms=batch.attention_ms,
         )
         for j, i in enumerate(idx):
             asked, z, sides = logz[j]

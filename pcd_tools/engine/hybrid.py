@@ -51,6 +51,7 @@ from ..schema.generated import segments
 from .decode.generate import DEFAULT_MAX_NEW_TOKENS, GeneratedValue, decode_rows, field_guide, write
 from .decode.native_steps import decoder_for
 from .host.blas import import_mlx
+from .kernels import cpu_ops as cpu_kernels
 from .passes.forward import LayerKV, packed_result
 from .passes.pack import Plan
 from .passes.trie import FieldTrie
@@ -82,6 +83,8 @@ class HybridBatch:
             keys, every decode step. The three add up to the call's wall time.
         sequential_forward_passes: Model calls that ran one after another.
         prefix_cache_hit: Whether the schema part came from the cache.
+        attention_ms: Time in the native attention kernel over the call, summed over
+            the threads that ran it.
     """
 
     scored: list[list[Scored]]
@@ -93,6 +96,7 @@ class HybridBatch:
     generate_ms: float
     sequential_forward_passes: int
     prefix_cache_hit: bool
+    attention_ms: float = 0.0
 
 
 @dataclass
@@ -244,7 +248,7 @@ def run_hybrid(
                     "reached the model's window.",
                 )
     key_s = time.perf_counter() - tk
-    with engine.lock:
+    with engine.lock, cpu_kernels.metering() as meter:
         t0 = time.perf_counter()
         kv, valid, passes, hit, first = prefill_rows(engine, plan, ctx_ids, use_prefix_cache, then)
         rows = [_Row(_row_cache(kv, r, n)) for r, n in enumerate(valid)]
@@ -271,6 +275,7 @@ def run_hybrid(
         generate_ms=(total - suffix_s) * 1e3,
         sequential_forward_passes=passes,
         prefix_cache_hit=hit,
+        attention_ms=meter.ms,
     )
 
 

@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -294,10 +295,11 @@ class Engine:
             self.check_length(plan, c, i if len(contexts) > 1 else None)
             for i, c in enumerate(ctx_ids)
         ]
-        with self.lock:
-            return self._score_locked(
+        with self.lock, _kernels.metering() as meter:
+            batch = self._score_locked(
                 plan, ctx_ids, lengths, mode, use_prefix_cache, follow_up, pruning
             )
+        return replace(batch, attention_ms=meter.ms)
 
     def check_mode(self, mode: PassMode | None) -> PassMode:
         """The pass layout to use: `mode`, or the fastest exact one.

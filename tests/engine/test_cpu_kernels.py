@@ -389,8 +389,11 @@ def test_a_prefix_read_in_place_gives_the_joined_keys_numbers(lib, d):
     ) == 1  # fmt: skip
 
 
-def _attend_parts(lib, path, q, parts, mask, mask_from=0, threads=1, block=K.BLOCK_ROWS, causal=0):
-    """`pcd_attention_parts` (B = 1) over (k, v) parts, mask additive (Lq, S) or None."""
+def _attend_parts(
+    lib, path, q, parts, mask, mask_from=0, threads=1, block=K.BLOCK_ROWS, causal=0, row_end=None
+):
+    """`pcd_attention_parts` (B = 1) over (k, v) parts, mask additive (Lq, S) or None,
+    `row_end` (Lq,) int32 or None."""
     _, h, lq, d = q.shape
     kh = parts[0][0].shape[1]
     out = np.full((1, h, lq, d), np.nan, np.float32)
@@ -403,7 +406,8 @@ def _attend_parts(lib, path, q, parts, mask, mask_from=0, threads=1, block=K.BLO
         (ctypes.c_void_p * n)(*[_row(v) for _, v in parts]),
         (ctypes.c_int * n)(*[k.shape[2] for k, _ in parts]), _row(out),
         (ctypes.c_int64 * len(strides))(*strides), None if mask is None else _row(mask), 0,
-        mask_from, 1, h, kh, lq, d, 0.125, causal, block, threads,
+        mask_from, None if row_end is None else _row(row_end), 0, 1, h, kh, lq, d, 0.125, causal,
+        block, threads,
     )  # fmt: skip
     assert rc == 0, f"path {path}"
     return out
@@ -437,13 +441,63 @@ def test_a_mask_open_over_the_prefix_is_not_read_there(lib, d):
     one = (ctypes.c_void_p * 1)(_row(k1))
     assert lib.pcd_attention_parts(  # a mask_from past the keys is refused
         0, _row(q), 1, one, one, (ctypes.c_int * 1)(past), _row(bad),
-        (ctypes.c_int64 * 9)(*[0] * 9), _row(mask), 0, past + 1, 1, h, kh, n, d, 0.125, 0, 16, 1,
+        (ctypes.c_int64 * 9)(*[0] * 9), _row(mask), 0, past + 1, None, 0, 1, h, kh, n, d, 0.125, 0,
+        16, 1,
     ) == 1  # fmt: skip
     # the Python side finds the open columns once per mask object
     bool_mask = mx.array(mask == 0)
     madd, open_cols = K._additive_mask_from(bool_mask, n, past + n)
     assert open_cols == past - 3 and np.array_equal(madd.reshape(n, -1), mask)
     assert K._additive_mask_from(mx.array(np.ones((n, past + n), bool)), n, past + n)[1] == past + n
+
+
+@pytest.mark.parametrize("d", [64, 128, 40])
+def test_a_masked_tail_is_neither_scored_nor_read(lib, d):
+    """A fused prefill and fields chunk (`prefill_and_pack`): context rows causal after a
+    prefix, then chunk rows that see the prefix, the context and some chunk tokens. With
+    each row's end (`_mask_plan`), the kernel stops at the row's last open key: the
+    numbers of the full read bit for bit, and keys past every end are never read (NaN
+    there would spread), on every code path, thread count and block size."""
+    rng = np.random.default_rng(300 + d)
+    f, neg = np.float32, np.finfo(np.float32).min
+    h, kh, past, ctx, chunk = 6, 2, 37, 150, 23
+    s = past + ctx + chunk
+    k, v = (rng.normal(size=(1, kh, s, d)).astype(f) for _ in range(2))
+    q = (rng.normal(size=(1, h, ctx + chunk, d)) * 3).astype(f)
+    mask = np.full((ctx + chunk, s), neg, f)
+    mask[:, :past] = 0.0
+    mask[:ctx, past : past + ctx] = np.where(np.tril(np.ones((ctx, ctx), bool)), 0.0, neg)
+    mask[ctx:, past : past + ctx] = 0.0
+    mask[ctx:, past + ctx :] = np.where(rng.random((chunk, chunk)) > 0.5, 0.0, neg)
+    mask[ctx:, past + ctx + chunk - 3 :] = neg  # no row sees the last three keys
+    mask[ctx + 2, past + ctx :] = neg  # one chunk row sees no chunk key
+    madd, open_cols, row_end = K._mask_plan(mx.array(mask == 0), ctx + chunk, s)
+    assert open_cols == past + 1 and np.array_equal(madd.reshape(ctx + chunk, s), mask)
+    ends = row_end.reshape(-1)
+    assert list(ends[:ctx]) == list(range(past + 1, past + ctx + 1))
+    assert ends[ctx + 2] == past + ctx and ends.max() <= s - 3
+    pk, pv = k.copy(), v.copy()
+    pk[:, :, s - 3 :] = np.nan
+    pv[:, :, s - 3 :] = np.nan
+    parts = [
+        tuple(np.ascontiguousarray(x[:, :, cut]) for x in (pk, pv))
+        for cut in (slice(0, past), slice(past, s))
+    ]
+    for p in _paths(lib):
+        want = _attend(lib, p, q, k, v, mask)
+        for threads, block in ((1, K.BLOCK_ROWS), (2, 16), (3, 7)):
+            got = _attend_parts(lib, p, q, parts, mask, past, threads, block, row_end=ends)
+            assert np.array_equal(got, want), f"path {p}, {threads} threads, block {block}"
+    bad = np.zeros_like(q)
+    one = (ctypes.c_void_p * 1)(_row(k))
+    for wrong in (0, s + 1):  # a row end outside [1, S] is refused
+        ends2 = ends.copy()
+        ends2[5] = wrong
+        assert lib.pcd_attention_parts(
+            0, _row(q), 1, one, one, (ctypes.c_int * 1)(s), _row(bad),
+            (ctypes.c_int64 * 9)(*[0] * 9), _row(mask), 0, 0, _row(ends2), 0, 1, h, kh, ctx + chunk,
+            d, 0.125, 0, 16, 1,
+        ) == 1  # fmt: skip
 
 
 @pytest.mark.parametrize("d", [64, 128, 40])

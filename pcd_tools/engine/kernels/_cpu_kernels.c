@@ -33,8 +33,9 @@
 #include "cpu_paths.h"
 
 typedef float (*softmax_row_t)(float *restrict, const float *restrict, int, int);
+/* scores(q, q_sr, k, k_sr, m, width, lim, d, scale, buf, ldb): see "scores". */
 typedef void (*scores_t)(const float *restrict, int64_t, const float *restrict, int64_t, int,
-                         int, int, int, int, float, float *restrict, int64_t);
+                         int, const int *restrict, int, float, float *restrict, int64_t);
 
 /* out_r += sum_j w_r[j] v_j over keys lo <= j < min(n_r, hi) of the rows r < m, v holding
  * key lo's row first (see "PV"). */
@@ -57,6 +58,10 @@ typedef struct {
     int start[MAX_PARTS + 1]; /* part p holds keys [start[p], start[p + 1]) */
     int64_t m_sb; /* additive mask (Lq x S rows of S floats): batch stride, 0 = shared */
     int mask_from; /* the mask's columns before this one are 0: they are not read */
+    /* per query row (Lq ints, batch stride re_sb, 0 = shared) one past its last open key:
+     * the keys after it are masked, so they are neither scored nor summed; or NULL */
+    const int *row_end;
+    int64_t re_sb;
     int b, h, kh, lq, s, d, causal, block, nqb, ntasks;
     float scale;
     softmax_row_t softmax_row;
@@ -262,17 +267,18 @@ __attribute__((target("avx2,fma"))) static float softmax_row_avx2(
 
 /* ---- scores -------------------------------------------------------------------------
  * buf[r * ldb + j] = scale * (q_r . k_j) for the rows r < m and, for each, the keys it can
- * see: j < n0 + r when `causal`, else j < width (others are left unwritten: the softmax
- * zeroes them). Each score is computed the same way wherever it falls: its own chain over
+ * see: j < min(lim[r], width) (a causal row's limit grows by one a row; a masked row's is
+ * one past its last open key). Others are left unwritten or written past the limit: the
+ * softmax zeroes them. Each score is computed the same way wherever it falls: its own chain over
  * the features, whatever m, width and the tile around it. A BLAS gives no such promise:
  * OpenBLAS's Haswell sgemm returns a score that differs in the last bit with the call's key
  * count, which 8-bit activations downstream turn into a whole step (issue 31). */
 static void scores_scalar(const float *restrict q, int64_t q_sr, const float *restrict k,
-                          int64_t k_sr, int m, int width, int n0, int causal, int d,
+                          int64_t k_sr, int m, int width, const int *restrict lim, int d,
                           float scale, float *restrict buf, int64_t ldb) {
     for (int r = 0; r < m; r++) {
         const float *qr = q + (int64_t)r * q_sr;
-        int n = causal ? n0 + r : width;
+        int n = lim[r] < width ? lim[r] : width;
         for (int j = 0; j < n; j++) {
             const float *kr = k + (int64_t)j * k_sr;
             float acc = 0.0f;
@@ -293,13 +299,13 @@ __attribute__((target("avx2,fma"))) static inline __m256 sum8x8(const __m256 *a)
 }
 
 /* Eight keys at a time against one query row: each score an FMA chain per lane over the
- * features (lane l holds the features c = l mod 8), then `sum8x8`. The AVX-512 path uses it
- * too: the scores are a small part of the work, and one kernel is one set of numbers. */
+ * features (lane l holds the features c = l mod 8), then `sum8x8`. The AVX-512 path runs the
+ * same arithmetic six rows at a time (`scores_avx512`): one kernel is one set of numbers. */
 __attribute__((target("avx2,fma"))) static void scores_avx2(
     const float *restrict q, int64_t q_sr, const float *restrict k, int64_t k_sr, int m,
-    int width, int n0, int causal, int d, float scale, float *restrict buf, int64_t ldb) {
+    int width, const int *restrict lim, int d, float scale, float *restrict buf, int64_t ldb) {
     if (d % 8) {
-        scores_scalar(q, q_sr, k, k_sr, m, width, n0, causal, d, scale, buf, ldb);
+        scores_scalar(q, q_sr, k, k_sr, m, width, lim, d, scale, buf, ldb);
         return;
     }
     __m256 vs = _mm256_set1_ps(scale);
@@ -309,8 +315,90 @@ __attribute__((target("avx2,fma"))) static void scores_avx2(
         const float *kr[8];
         for (int u = 0; u < 8; u++) kr[u] = k + (int64_t)(j0 + (u < w ? u : 0)) * k_sr;
         __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), lane);
-        int r0 = causal && j0 - n0 + 1 > 0 ? j0 - n0 + 1 : 0; /* rows that see key j0 */
-        for (int r = r0; r < m; r++) {
+        for (int r = 0; r < m; r++) {
+            if (lim[r] <= j0) continue; /* the row sees none of these keys */
+            const float *qr = q + (int64_t)r * q_sr;
+            __m256 a[8];
+            for (int u = 0; u < 8; u++) a[u] = _mm256_setzero_ps();
+            for (int c = 0; c < d; c += 8) {
+                __m256 x = _mm256_loadu_ps(qr + c);
+                for (int u = 0; u < 8; u++)
+                    a[u] = _mm256_fmadd_ps(x, _mm256_loadu_ps(kr[u] + c), a[u]);
+            }
+            __m256 sc = _mm256_mul_ps(sum8x8(a), vs);
+            float *o = buf + (int64_t)r * ldb + j0;
+            if (w == 8)
+                _mm256_storeu_ps(o, sc);
+            else
+                _mm256_maskstore_ps(o, keep, sc);
+        }
+    }
+}
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+/* `scores_avx2`'s numbers, six rows at a time: a zmm holds two rows' lanes (row r's eight
+ * in its low half, row r + 1's in its high half) against one key broadcast to both, so
+ * each (row, key) score is still the FMA chain per lane over c = lane mod 8 that
+ * `scores_avx2` runs, then the same `sum8x8`: only the registers change. 24 accumulators
+ * take three row pairs by eight keys; per eight features, eight key loads and three of
+ * queries feed 24 FMAs, against nine loads for eight FMAs a row at a time. */
+#define SC_PAIRS 3
+
+__attribute__((target("avx512f,avx2,fma"))) static inline __m512 pair_rows(const float *a,
+                                                                          const float *b) {
+    __m512d lo = _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(a)));
+    return _mm512_castpd_ps(_mm512_insertf64x4(lo, _mm256_castps_pd(_mm256_loadu_ps(b)), 1));
+}
+
+__attribute__((target("avx512f,avx2,fma"))) static void scores_avx512(
+    const float *restrict q, int64_t q_sr, const float *restrict k, int64_t k_sr, int m,
+    int width, const int *restrict lim, int d, float scale, float *restrict buf, int64_t ldb) {
+    if (d % 8) {
+        scores_scalar(q, q_sr, k, k_sr, m, width, lim, d, scale, buf, ldb);
+        return;
+    }
+    __m256 vs = _mm256_set1_ps(scale);
+    __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int j0 = 0; j0 < width; j0 += 8) {
+        int w = width - j0 < 8 ? width - j0 : 8;
+        const float *kr[8];
+        for (int u = 0; u < 8; u++) kr[u] = k + (int64_t)(j0 + (u < w ? u : 0)) * k_sr;
+        __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), lane);
+        int r = 0;
+        while (r < m && lim[r] <= j0) r++; /* rows before r see none of these keys */
+        for (; r + 2 * SC_PAIRS <= m; r += 2 * SC_PAIRS) {
+            __m512 a[SC_PAIRS][8];
+            for (int i = 0; i < SC_PAIRS; i++)
+                for (int u = 0; u < 8; u++) a[i][u] = _mm512_setzero_ps();
+            const float *q0 = q + (int64_t)r * q_sr;
+            for (int c = 0; c < d; c += 8) {
+                __m512 x[SC_PAIRS];
+                for (int i = 0; i < SC_PAIRS; i++)
+                    x[i] = pair_rows(q0 + (int64_t)(2 * i) * q_sr + c,
+                                     q0 + (int64_t)(2 * i + 1) * q_sr + c);
+                for (int u = 0; u < 8; u++) {
+                    __m512 kv = _mm512_castpd_ps(
+                        _mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(kr[u] + c))));
+                    for (int i = 0; i < SC_PAIRS; i++) a[i][u] = _mm512_fmadd_ps(x[i], kv, a[i][u]);
+                }
+            }
+            for (int i = 0; i < SC_PAIRS; i++)
+                for (int half = 0; half < 2; half++) {
+                    __m256 t[8];
+                    for (int u = 0; u < 8; u++)
+                        t[u] = _mm256_castpd_ps(half ? _mm512_extractf64x4_pd(_mm512_castps_pd(a[i][u]), 1)
+                                                     : _mm512_castpd512_pd256(_mm512_castps_pd(a[i][u])));
+                    __m256 sc = _mm256_mul_ps(sum8x8(t), vs);
+                    float *o = buf + (int64_t)(r + 2 * i + half) * ldb + j0;
+                    if (w == 8)
+                        _mm256_storeu_ps(o, sc);
+                    else
+                        _mm256_maskstore_ps(o, keep, sc);
+                }
+        }
+        for (; r < m; r++) { /* the last rows one at a time, as scores_avx2 */
+            if (lim[r] <= j0) continue;
             const float *qr = q + (int64_t)r * q_sr;
             __m256 a[8];
             for (int u = 0; u < 8; u++) a[u] = _mm256_setzero_ps();
@@ -600,7 +688,7 @@ static const attn_path_t ATTENTION[PCD_N_PATHS] = {
 #if PCD_X86
     [PCD_PATH_AVX2] = {256, scores_avx2, softmax_row_avx2, compact_avx2, lane_sum_avx2,
                        pv_rows_avx2},
-    [PCD_PATH_AVX512] = {512, scores_avx2, softmax_row_avx512, compact_avx512, lane_sum_avx512,
+    [PCD_PATH_AVX512] = {512, scores_avx512, softmax_row_avx512, compact_avx512, lane_sum_avx512,
                          pv_rows_avx512},
 #endif
 };
@@ -623,6 +711,7 @@ static void attention_task(void *ctx, int t, void *scratch) {
     float *pv = buf + (size_t)jb->block * jb->s; /* s + 16: the compaction writes 8 past */
     float *inv = pv + jb->s + 16;
     int *nr = (int *)(inv + jb->block);
+    int *lim = nr + jb->block;
     int qb = t % jb->nqb;
     int hh = (t / jb->nqb) % jb->h;
     int bb = t / (jb->nqb * jb->h);
@@ -630,20 +719,27 @@ static void attention_task(void *ctx, int t, void *scratch) {
     int i0 = qb * jb->block;
     int m = jb->lq - i0 < jb->block ? jb->lq - i0 : jb->block;
     int past = jb->s - jb->lq; /* keys before the first query */
-    int width = jb->causal ? past + i0 + m : jb->s;
+    const int *re = jb->row_end ? jb->row_end + bb * jb->re_sb + i0 : 0;
+    /* the keys each row sees, [0, nr[r]): a causal row up to itself, a masked row up to
+     * its last open key (the rest are masked: skipping them changes no bit, see below) */
+    int width = 0;
+    for (int r = 0; r < m; r++) {
+        nr[r] = jb->causal ? past + i0 + r + 1 : re ? re[r] : jb->s;
+        width = nr[r] > width ? nr[r] : width;
+    }
     const float *q = jb->q + bb * jb->q_sb + hh * jb->q_sh + (int64_t)i0 * jb->q_sr;
     float *out = jb->out + (((int64_t)bb * jb->h + hh) * jb->lq + i0) * jb->d;
-    /* each part's keys [a, e) of the `width` this block sees: a part's row r sees its local
-     * keys j < past + i0 + 1 - a + r when causal, all of them otherwise */
+    /* each part's keys [a, e) of the `width` this block sees; its row r sees the part's
+     * local keys j < nr[r] - a */
     for (int p = 0; p < jb->nparts; p++) {
         int a = jb->start[p], e = jb->start[p + 1] < width ? jb->start[p + 1] : width;
         if (e <= a) break;
         const float *k = jb->k[p] + bb * jb->k_sb[p] + (hh / g) * jb->k_sh[p];
-        jb->scores(q, jb->q_sr, k, jb->k_sr[p], m, e - a, past + i0 + 1 - a, jb->causal, jb->d,
-                   jb->scale, buf + a, width);
+        for (int r = 0; r < m; r++) lim[r] = nr[r] - a;
+        jb->scores(q, jb->q_sr, k, jb->k_sr[p], m, e - a, lim, jb->d, jb->scale, buf + a, width);
     }
     for (int r = 0; r < m; r++) {
-        int n = jb->causal ? past + i0 + r + 1 : width;
+        int n = nr[r];
         const float *madd = jb->mask ? jb->mask + bb * jb->m_sb + (int64_t)(i0 + r) * jb->s : 0;
         float *row = buf + (int64_t)r * width;
         if (madd && jb->mask_from > 0) { /* x + 0 = x: the skipped columns change nothing */
@@ -654,7 +750,6 @@ static void attention_task(void *ctx, int t, void *scratch) {
         /* the sum of the row's nonzero weights, in lanes by rank (see above) */
         int nz = jb->compact(row, n, pv);
         inv[r] = 1.0f / jb->lane_sum(pv, nz);
-        nr[r] = n;
     }
     memset(out, 0, sizeof(float) * (size_t)m * jb->d);
     for (int p = 0; p < jb->nparts; p++) {
@@ -676,8 +771,8 @@ static void attention_task(void *ctx, int t, void *scratch) {
 static int attention(int path, const float *q, int nparts, const float *const *ks,
                      const float *const *vs, const int *lens, float *out,
                      const int64_t *strides, const float *mask, int64_t m_sb, int mask_from,
-                     int b, int h, int kh, int lq, int d, float scale, int causal, int block,
-                     int threads) {
+                     const int *row_end, int64_t re_sb, int b, int h, int kh, int lq, int d,
+                     float scale, int causal, int block, int threads) {
     attn_path_t ap = pick_attention(path);
     if (!ap.width || nparts < 1 || nparts > MAX_PARTS || b < 1 || h < 1 || kh < 1 || h % kh ||
         lq < 1 || d < 1 || block < 1)
@@ -702,14 +797,20 @@ static int attention(int path, const float *q, int nparts, const float *const *k
     jb.q = q, jb.out = out, jb.mask = mask;
     jb.q_sb = strides[0], jb.q_sh = strides[1], jb.q_sr = strides[2];
     jb.m_sb = m_sb, jb.mask_from = mask ? mask_from : 0;
+    if (row_end && !causal) {
+        for (int64_t i = 0; i < (re_sb ? (int64_t)b * lq : lq); i++)
+            if (row_end[i] < 1 || row_end[i] > s) return 1;
+        jb.row_end = row_end, jb.re_sb = re_sb;
+    }
     jb.b = b, jb.h = h, jb.kh = kh, jb.lq = lq, jb.s = s, jb.d = d;
     jb.nqb = (lq + block - 1) / block;
     jb.block = (lq + jb.nqb - 1) / jb.nqb; /* even blocks: 152 rows -> 2 x 76, not 128 + 24 */
     jb.causal = causal, jb.scale = scale;
     jb.ntasks = b * h * jb.nqb;
-    /* scores (block x s), a row's nonzero weights (s + 16), per row 1 / sum and keys seen */
+    /* scores (block x s), a row's nonzero weights (s + 16), per row 1 / sum, keys seen and
+     * a part's local limit */
     size_t scratch = sizeof(float) * ((size_t)jb.block * s + (size_t)s + 16 + (size_t)jb.block) +
-                     sizeof(int) * (size_t)jb.block;
+                     2 * sizeof(int) * (size_t)jb.block;
     return run_parallel(attention_task, &jb, jb.ntasks, scratch, threads);
 }
 
@@ -721,8 +822,8 @@ int pcd_attention_path(int path, const float *q, const float *k, const float *v,
                        int threads) {
     const float *ks[1] = {k}, *vs[1] = {v};
     int lens[1] = {s};
-    return attention(path, q, 1, ks, vs, lens, out, strides, mask, m_sb, 0, b, h, kh, lq, d,
-                     scale, causal, block, threads);
+    return attention(path, q, 1, ks, vs, lens, out, strides, mask, m_sb, 0, 0, 0, b, h, kh, lq,
+                     d, scale, causal, block, threads);
 }
 
 /* Attention on the best code path this CPU has (`pcd_attention_path`, PCD_PATH_AUTO). */
@@ -742,18 +843,21 @@ int pcd_attention_split(int path, const float *q, const float *k, const float *v
     const float *ks[2] = {k, k2}, *vs[2] = {v, v2};
     int lens[2] = {s1, s - s1};
     if (s1 < 0 || s1 > s) return 1;
-    return attention(path, q, 2, ks, vs, lens, out, strides, mask, m_sb, 0, b, h, kh, lq, d,
-                     scale, 0, block, threads);
+    return attention(path, q, 2, ks, vs, lens, out, strides, mask, m_sb, 0, 0, 0, b, h, kh, lq,
+                     d, scale, 0, block, threads);
 }
 
-/* Every form in one (see `attention`): the engine's entry point. */
+/* Every form in one (see `attention`): the engine's entry point. `row_end` (NULL, or per
+ * query row one past its last open key, (B or 1) x Lq ints with batch stride `re_sb`) lets
+ * a masked call skip each row's masked tail: a long prefill fused with a fields chunk then
+ * costs a causal prefill's scores, not a square's. */
 int pcd_attention_parts(int path, const float *q, int nparts, const float *const *ks,
                         const float *const *vs, const int *lens, float *out,
                         const int64_t *strides, const float *mask, int64_t m_sb, int mask_from,
-                        int b, int h, int kh, int lq, int d, float scale, int causal, int block,
-                        int threads) {
-    return attention(path, q, nparts, ks, vs, lens, out, strides, mask, m_sb, mask_from, b, h,
-                     kh, lq, d, scale, causal, block, threads);
+                        const int *row_end, int64_t re_sb, int b, int h, int kh, int lq, int d,
+                        float scale, int causal, int block, int threads) {
+    return attention(path, q, nparts, ks, vs, lens, out, strides, mask, m_sb, mask_from, row_end,
+                     re_sb, b, h, kh, lq, d, scale, causal, block, threads);
 }
 
 /* silu(g) * x = g * sigmoid(g) * x, with sigmoid(g) = 1 / (1 + e) for g >= 0 and

@@ -105,9 +105,10 @@ def load_cpu_kernels(fast_blas: bool) -> tuple[Any, str]:
     lib.pcd_attention_split.argtypes = [i32, p, p, p, p, p, i32, p, p, p, i64, *[i32] * 6]
     lib.pcd_attention_split.argtypes += [ctypes.c_float, i32, i32]
     lib.pcd_attention_split.restype = i32
-    # path, q, nparts, ks, vs, lens, out, strides, mask, m_sb, mask_from, b, h, kh, lq, d,
-    # scale, causal, block, threads
-    lib.pcd_attention_parts.argtypes = [i32, p, i32, p, p, p, p, p, p, i64, *[i32] * 6]
+    # path, q, nparts, ks, vs, lens, out, strides, mask, m_sb, mask_from, row_end, re_sb,
+    # b, h, kh, lq, d, scale, causal, block, threads
+    lib.pcd_attention_parts.argtypes = [i32, p, i32, p, p, p, p, p, p, i64, i32, p, i64]
+    lib.pcd_attention_parts.argtypes += [*[i32] * 5]
     lib.pcd_attention_parts.argtypes += [ctypes.c_float, i32, i32, i32]
     lib.pcd_attention_parts.restype = i32
     lib.pcd_attention_simd_width.restype = i32

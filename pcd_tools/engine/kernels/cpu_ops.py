@@ -39,6 +39,7 @@ import contextlib
 import ctypes
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -99,6 +100,43 @@ def active(on: bool = True, threads: int = 1, every_size: bool = False) -> Itera
         _state.on, _state.threads, _state.every = prev
 
 
+class AttentionMeter:
+    """Wall time a request spent in the native attention kernel, summed over the threads
+    that ran its passes (`metering`): what `Decision.attention_ms` reports."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def add(self, seconds: float) -> None:
+        with self._lock:
+            self.seconds += seconds
+            self.calls += 1
+
+    @property
+    def ms(self) -> float:
+        return self.seconds * 1e3
+
+
+@contextlib.contextmanager
+def metering(meter: AttentionMeter | None = None) -> Iterator[AttentionMeter]:
+    """Counts this thread's native attention calls into `meter` (a new one if None)
+    while the block runs; stream workers take the caller's (`current_meter`)."""
+    meter = AttentionMeter() if meter is None else meter
+    prev = getattr(_state, "meter", None)
+    _state.meter = meter
+    try:
+        yield meter
+    finally:
+        _state.meter = prev
+
+
+def current_meter() -> AttentionMeter | None:
+    """The meter this thread's attention calls count into, if any."""
+    return getattr(_state, "meter", None)
+
+
 def _on() -> bool:
     return bool(getattr(_state, "on", False))
 
@@ -128,13 +166,22 @@ def _additive_mask(mask: Any, lq: int, s: int) -> np.ndarray | None:
 
 def _additive_mask_from(mask: Any, lq: int, s: int) -> tuple[np.ndarray, int] | None:
     """`_additive_mask`, and how many leading key columns it leaves open to every query
-    (a pass's cached prefix): the kernel need not read those (`pcd_attention_ex`)."""
+    (a pass's cached prefix): the kernel need not read those (`pcd_attention_parts`)."""
+    got = _mask_plan(mask, lq, s)
+    return None if got is None else (got[0], got[1])
+
+
+def _mask_plan(mask: Any, lq: int, s: int) -> tuple[np.ndarray, int, np.ndarray] | None:
+    """`_additive_mask_from`, and per query row one past its last open key, (B or 1, Lq)
+    int32 (S for a row with none open): the kernel scores no key past it. A prefill fused
+    with a fields chunk (`Passes.prefill_and_pack`) is causal over its context rows, so
+    its scores then cost a causal prefill's, not a full square's."""
     cache = _masks()
     key: Any = ("causal", lq, s) if isinstance(mask, str) else id(mask)
     hit = cache.get(key)
     if hit is not None and (isinstance(mask, str) or hit[0] is mask):
         cache.move_to_end(key)
-        return hit[1], hit[2]
+        return hit[1], hit[2], hit[3]
     if isinstance(mask, str):
         if mask != "causal":
             return None
@@ -153,10 +200,13 @@ def _additive_mask_from(mask: Any, lq: int, s: int) -> tuple[np.ndarray, int] | 
             out = np.maximum(m.astype(np.float32), _NEG)
     shut = (out != 0).reshape(-1, s).any(axis=0)
     open_cols = int(np.argmax(shut)) if shut.any() else s
-    cache[key] = (mask, out, open_cols)
+    seen = (out > _NEG).reshape(-1, lq, s)
+    last = s - np.argmax(seen[:, :, ::-1], axis=-1)
+    row_end = np.ascontiguousarray(np.where(seen.any(axis=-1), last, s), dtype=np.int32)
+    cache[key] = (mask, out, open_cols, row_end)
     while len(cache) > 4:
         cache.popitem(last=False)
-    return out, open_cols
+    return out, open_cols, row_end
 
 
 def native_attention() -> tuple[Any, str]:
@@ -215,16 +265,16 @@ def _native_sdpa(
     b, h, lq, d = queries.shape
     kh = keys.shape[1]
     s = sum(int(k.shape[2]) for k, _ in prefix) + keys.shape[2]
-    causal, madd, open_cols = 0, None, 0
+    causal, madd, open_cols, row_end = 0, None, 0, None
     if isinstance(mask, str):
         if mask != "causal":
             return None
         causal = 1
     elif mask is not None:
-        got_mask = _additive_mask_from(mask, lq, s)
+        got_mask = _mask_plan(mask, lq, s)
         if got_mask is None or got_mask[0].shape[0] not in (1, b):
             return None
-        madd, open_cols = got_mask
+        madd, open_cols, row_end = got_mask
     parts = [*prefix, (keys, values)]
     if len(parts) > MAX_PARTS or any(
         x.shape[:2] != (b, kh) or x.dtype != mx.float32 for pair in parts for x in pair
@@ -237,14 +287,20 @@ def _native_sdpa(
     n = len(parts)
     out = np.empty((b, h, lq, d), dtype=np.float32)
     m_sb = lq * s if madd is not None and madd.shape[0] > 1 else 0
+    t0 = time.perf_counter()
     rc = lib.pcd_attention_parts(
         PATHS["auto"], qn.ctypes.data, n, (ctypes.c_void_p * n)(*(x.ctypes.data for x in kvn[0::2])),
         (ctypes.c_void_p * n)(*(x.ctypes.data for x in kvn[1::2])),
         (ctypes.c_int * n)(*(int(x.shape[2]) for x in kvn[0::2])), out.ctypes.data,
         (ctypes.c_int64 * len(strides))(*strides), None if madd is None else madd.ctypes.data,
-        m_sb, open_cols, b, h, kh, lq, d, scale, causal, BLOCK_ROWS,
+        m_sb, open_cols, None if row_end is None else row_end.ctypes.data,
+        lq if row_end is not None and row_end.shape[0] > 1 else 0,
+        b, h, kh, lq, d, scale, causal, BLOCK_ROWS,
         getattr(_state, "threads", 1),
     )  # fmt: skip
+    meter = current_meter()
+    if meter is not None:
+        meter.add(time.perf_counter() - t0)
     if rc != 0:  # pragma: no cover - only on out-of-memory in the kernel
         return None
     return mx.array(out)

@@ -71,6 +71,8 @@ class ScoredBatch:
         questions: Per context, the question each `edge_logp` entry answers; empty when
             every context ran only the plan's own pass (`Plan.questions`).
         tries: Per context, the trie of each entry, alongside `questions`.
+        attention_ms: Of those, the time in the native attention kernel, summed over the
+            threads that ran the passes (0.0 where attention ran elsewhere).
     """
 
     edge_logp: list[list[np.ndarray]]
@@ -81,6 +83,7 @@ class ScoredBatch:
     prefix_cache_hit: bool
     questions: list[list[Question]] = field(default_factory=list)
     tries: list[list[FieldTrie]] = field(default_factory=list)
+    attention_ms: float = 0.0
 
 
 class PassCache:

@@ -8,6 +8,7 @@ take half the work, with the BLAS at one thread, cut a packed pass nearly in hal
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Callable
@@ -151,8 +152,13 @@ def run_on_workers(
         The jobs' results, in order. A job's exception is raised here.
     """
 
+    meter = cpu_kernels.current_meter()  # the caller's: its jobs' attention counts there
+
     def run(job: Callable[[], Any]) -> Any:
-        with cpu_kernels.active(kernels, threads=blas_threads, every_size=every_size):
+        with (
+            cpu_kernels.active(kernels, threads=blas_threads, every_size=every_size),
+            cpu_kernels.metering(meter) if meter is not None else contextlib.nullcontext(),
+        ):
             return job()
 
     set_blas_threads(blas_threads)
