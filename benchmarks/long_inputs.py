@@ -370,6 +370,7 @@ class Sweep:
         self.head = list(self.plan.head_ids)
         self.tail = list(self.plan.tail_ids)
         self.methods = tuple(m for m in METHODS if peer is not None or m not in PEER_METHODS)
+        self._llama_ran = False
 
     def fits(self, tokens: int) -> str | None:
         """None when a context of `tokens` fits the model's window, else why not."""
@@ -381,23 +382,38 @@ class Sweep:
             return f"skipped: {e}"
         return None
 
-    def _warm_prefix(self) -> None:
-        if self.plan.head_ids not in self.engine.prefix_cache:  # cache the schema part
-            self.decider.decide(self.schema, "A short message.")
-
-    def once(self, method: str, ctx: str) -> dict[str, Any]:
-        """One timed call of `method` on `ctx`: its `ms`, peak RSS and what it answered."""
-        from pcd_tools.baselines.generation import warm_prefill_ms
+    def prepare(self, method: str) -> None:
+        """Untimed: the state `method` starts from. After a llama.cpp call, first waits for
+        its OpenMP threads to stop spinning (`settle`); PCD cold drops the cached schema
+        part (its token plan built again, as `pcd bench` does); PCD warm and the floor have
+        it cached; llama.cpp's eval keeps only the schema part in its KV cache."""
         from pcd_tools.baselines.llama_cpp import settle
 
-        reset = _rss_reset()
+        if self._llama_ran:
+            settle()
+            self._llama_ran = False
+        if method == "pcd_cold":
+            self.engine.clear_cache()
+            self.plan = self.engine.plan(self.schema)
+        elif method in ("pcd_warm", "pcd_floor"):
+            if self.plan.head_ids not in self.engine.prefix_cache:
+                self.decider.decide(self.schema, "A short message.")
+        elif method == "llama_eval":
+            llama = self.peer.llama
+            head = self.head
+            if llama.n_tokens < len(head) or list(llama.input_ids[: len(head)]) != head:
+                llama.reset()
+                llama.eval(head)
+            llama.n_tokens = len(head)  # the schema part stays; eval drops the rest
+
+    def run(self, method: str, ctx: str) -> dict[str, Any]:
+        """One call of `method` on `ctx` after `prepare(method)`: its own `ms` (the
+        decision's `elapsed_ms`, the floor's and llama.cpp's wall times) and what it
+        answered."""
+        from pcd_tools.baselines.generation import warm_prefill_ms
+
         row: dict[str, Any] = {}
         if method in ("pcd_warm", "pcd_cold"):
-            if method == "pcd_cold":
-                self.engine.clear_cache()
-                self.plan = self.engine.plan(self.schema)  # the plan stays cached, as in bench
-            else:
-                self._warm_prefix()
             d = self.decider.decide(self.schema, ctx)
             row.update(
                 ms=d.elapsed_ms,
@@ -408,29 +424,21 @@ class Sweep:
                 threads=self.engine.threads,
                 answer={k: f.label for k, f in d.fields.items()},
             )
-            attention = getattr(d, "attention_ms", None)
+            attention = getattr(d, "attention_ms", None)  # where the engine reports it
             if attention is not None:
                 row["attention_ms"] = float(attention)
         elif method == "pcd_floor":
-            row.update(
-                ms=warm_prefill_ms(self.decider, self.schema, ctx), threads=self.engine.threads
-            )
+            ms = warm_prefill_ms(self.decider, self.schema, ctx)
+            row.update(ms=ms, threads=self.engine.threads)
         elif method == "llama_eval":
-            llama = self.peer.llama
             rest = self.engine.encode_ids(ctx) + self.tail
-            if (
-                llama.n_tokens < len(self.head)
-                or list(llama.input_ids[: len(self.head)]) != self.head
-            ):
-                llama.reset()
-                llama.eval(self.head)
-            llama.n_tokens = len(self.head)  # the schema part stays; eval drops the rest
+            self._llama_ran = True
             t0 = time.perf_counter()
-            llama.eval(rest)
+            self.peer.llama.eval(rest)
             row["ms"] = (time.perf_counter() - t0) * 1e3
-            settle()
-        else:
-            r = self.peer.run(self.schema, ctx, warm=True)
+        elif method == "llama_decision":
+            self._llama_ran = True
+            r = self.peer.run(self.schema, ctx, warm=True)  # settles after itself
             row.update(
                 ms=r.wall_ms,
                 prefill_ms=r.prefill_ms,
@@ -438,8 +446,32 @@ class Sweep:
                 valid=bool(r.result.schema_match),
                 answer=r.result.values,
             )
+        else:
+            raise ValueError(f"unknown method {method!r}; accepted: {', '.join(METHODS)}")
+        return row
+
+    def once(self, method: str, ctx: str) -> dict[str, Any]:
+        """`prepare` and `run`, with the peak RSS of the call (`_rss_peak_mb`)."""
+        self.prepare(method)
+        reset = _rss_reset()
+        row = self.run(method, ctx)
         row["peak_rss_mb"] = _rss_peak_mb(reset)
         return row
+
+
+def make_peer(decider: Any, schema: Any, longest: int) -> tuple[Any, str | None]:
+    """The llama.cpp peer on the decider's GGUF, its context sized for the schema part,
+    `longest` context tokens, the answer start and the peer's generation limit; or None
+    and why not."""
+    from pcd_tools.baselines.generation import _check_max
+    from pcd_tools.baselines.llama_cpp import LlamaCppPeer, PeerUnavailableError
+
+    plan = decider.engine.plan(schema)
+    need = len(plan.head_ids) + longest + len(plan.tail_ids) + _check_max(None, decider, schema)
+    try:
+        return LlamaCppPeer(decider, n_ctx=-(-(need + 8) // 256) * 256), None
+    except PeerUnavailableError as e:
+        return None, f"llama.cpp skipped: {e}"
 
 
 def _stats(xs: list[float]) -> dict[str, float]:
@@ -513,7 +545,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from dataclasses import asdict
 
     from pcd_tools import Decider
-    from pcd_tools.baselines.llama_cpp import LlamaCppPeer, PeerUnavailableError
     from pcd_tools.bench.flops import arithmetic
     from pcd_tools.engine.host.threads import thread_budget
     from pcd_tools.engine.kernels import qgemm
@@ -524,18 +555,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     schema = compile_schema(schema_of(args.schema))
     sweep = Sweep(decider, schema)
     fitting = [t for t in args.lengths if sweep.fits(t) is None]
-    peer, peer_note = None, None
-    if args.no_peer:
-        peer_note = "llama.cpp left out (--no-peer)"
-    elif fitting:
-        from pcd_tools.baselines.generation import _check_max
-
-        answer = _check_max(None, decider, schema)  # the peer's generation limit
-        n_ctx = -(-(len(sweep.head) + max(fitting) + len(sweep.tail) + answer + 8) // 256) * 256
-        try:
-            peer = LlamaCppPeer(decider, n_ctx=n_ctx)
-        except PeerUnavailableError as e:
-            peer_note = f"llama.cpp skipped: {e}"
+    peer: Any = None
+    peer_note: str | None = "llama.cpp left out: " + (
+        "--no-peer" if args.no_peer else "no length fits the model's window"
+    )
+    if not args.no_peer and fitting:
+        peer, peer_note = make_peer(decider, schema, max(fitting))
     if peer_note:
         print(peer_note, flush=True)
     sweep = Sweep(decider, schema, peer)
