@@ -24,7 +24,12 @@ it. Each round times, in rotating order, on the same context:
   the schema part cached, the rest evaluated, then greedy decoding under a GBNF grammar of
   the schema until the end-of-generation token.
 
-After each llama.cpp call `settle()` waits until its OpenMP threads stop spinning. A length
+Both sides run on the same fixed thread count (`--threads`, default the thread budget;
+`PCD_THREADS` is set to it, so PCD does not fit its threads to busy neighbours). Before the
+call after a llama.cpp call, `settle()` waits until its OpenMP threads stop spinning. Run it
+on a quiet machine: beside other CPU-bound work llama.cpp's spinning threads lose far more
+than PCD (a triage decision of the 135M took 517 s against about 11 s quiet). The first
+length starts with `--warmup` untimed rounds (`--warmup-each`: every length). A length
 whose prompt does not fit the model's context window is skipped with a note. The report per
 length: medians (min-max) in ms; input tokens per second; G op/s of the floor and of
 llama.cpp's eval (`bench.flops.arithmetic`: linear maps, causal attention after the
@@ -459,17 +464,19 @@ class Sweep:
         return row
 
 
-def make_peer(decider: Any, schema: Any, longest: int) -> tuple[Any, str | None]:
-    """The llama.cpp peer on the decider's GGUF, its context sized for the schema part,
-    `longest` context tokens, the answer start and the peer's generation limit; or None
-    and why not."""
+def make_peer(
+    decider: Any, schema: Any, longest: int, threads: int | None = None
+) -> tuple[Any, str | None]:
+    """The llama.cpp peer on the decider's GGUF, on `threads` (default the thread budget),
+    its context sized for the schema part, `longest` context tokens, the answer start and
+    the peer's generation limit; or None and why not."""
     from pcd_tools.baselines.generation import _check_max
     from pcd_tools.baselines.llama_cpp import LlamaCppPeer, PeerUnavailableError
 
     plan = decider.engine.plan(schema)
     need = len(plan.head_ids) + longest + len(plan.tail_ids) + _check_max(None, decider, schema)
     try:
-        return LlamaCppPeer(decider, n_ctx=-(-(need + 8) // 256) * 256), None
+        return LlamaCppPeer(decider, n_threads=threads, n_ctx=-(-(need + 8) // 256) * 256), None
     except PeerUnavailableError as e:
         return None, f"llama.cpp skipped: {e}"
 
@@ -550,6 +557,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from pcd_tools.engine.kernels import qgemm
     from pcd_tools.schema import compile_schema
 
+    threads = args.threads or thread_budget()
+    os.environ["PCD_THREADS"] = str(threads)  # fixed, as llama.cpp's: no fitting to neighbours
     source = resolve_model(args.model)
     decider = Decider.load(source, compute=args.compute)
     schema = compile_schema(schema_of(args.schema))
@@ -560,7 +569,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "--no-peer" if args.no_peer else "no length fits the model's window"
     )
     if not args.no_peer and fitting:
-        peer, peer_note = make_peer(decider, schema, max(fitting))
+        peer, peer_note = make_peer(decider, schema, max(fitting), threads)
     if peer_note:
         print(peer_note, flush=True)
     sweep = Sweep(decider, schema, peer)
@@ -580,7 +589,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "fields": len(schema.fields),
         "schema_tokens": len(sweep.head),
         "tail_tokens": len(sweep.tail),
-        "threads": {"pcd": thread_budget(), "llama_cpp": peer.n_threads if peer else None},
+        "threads": {"pcd": threads, "llama_cpp": peer.n_threads if peer else None},
         "n_ctx": int(peer.llama.n_ctx()) if peer else None,
         "machine": {**machine(), "isa": qgemm.isa()},
         "versions": versions(),
@@ -770,6 +779,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--schema", choices=("small", "triage"), default="small")
     ap.add_argument("--warmup", type=int, default=1, help="untimed rounds at the first length")
     ap.add_argument("--warmup-each", action="store_true", help="warm up at every length")
+    ap.add_argument(
+        "--threads", type=int, default=0, help="both sides' threads (default the thread budget)"
+    )
     ap.add_argument("--no-peer", action="store_true", help="leave llama.cpp out")
     ap.add_argument("--json", type=Path, help="write the results (after each length)")
     ap.add_argument("--from-json", type=Path, help="print the tables of an earlier --json")
@@ -787,8 +799,9 @@ def main(argv: list[str] | None = None) -> int:
         or args.rounds < 1
         or args.texts < 1
         or args.warmup < 0
+        or args.threads < 0
     ):
-        ap.error("--lengths, --rounds and --texts must be >= 1 and --warmup >= 0")
+        ap.error("--lengths, --rounds and --texts must be >= 1, --warmup and --threads >= 0")
     out = run(args)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=str))
