@@ -8,7 +8,9 @@ which ends with the answer's opening `{`, on the decider's own model and weights
 - `constrained_json`: grammar-constrained decoding. The JSON schema of the PCD schema is
   compiled to a regex and a token index by `outlines-core`; its allowed-token sets mask
   the logits in our own MLX loop (outlines' and llguidance's MLX paths need Metal).
-- `bare_prefill_ms`: one plain prefill of the whole prompt, the physical floor.
+- `bare_prefill_ms`: one plain prefill of the whole prompt, the physical floor;
+  `warm_prefill_ms`: the same for the part a warm request prefills (after the cached
+  schema part).
 
 The prompt runs through MLX; each generated token then takes one step through the same
 decoder as PCD's generated fields: native int8 steps (`fast_decode`) where the engine
@@ -50,6 +52,7 @@ __all__ = [
     "constrained_json",
     "greedy_json",
     "json_schema_of",
+    "warm_prefill_ms",
 ]
 
 _HEAD_CACHES_PER_ENGINE = 4
@@ -313,4 +316,31 @@ def bare_prefill_ms(decider: Decider, schema: Any, context: str) -> float:
         cache = make_prompt_cache(decider.loaded.model)
         logits = last_logits(decider.engine.passes, prompt, cache)
         mx.eval(logits, [c.state for c in cache])
+        return (time.perf_counter() - t0) * 1e3
+
+
+def warm_prefill_ms(decider: Decider, schema: Any, context: str) -> float:
+    """Wall time of one plain prefill of the part of the PCD prompt that a warm request
+    prefills: the context and the answer start (`encode(context) + plan.tail_ids`), after
+    the schema part's K/V (`plan.head_ids`) from the engine's prefix cache, last position's
+    logits only.
+
+    The floor of a warm request: what a warm `decide` prefills before (and, in one call,
+    together with) its fields pass, without the fields. On a prefix-cache miss the schema
+    part is prefilled and cached first, untimed, as a request would cache it.
+    `bare_prefill_ms` is the cold floor (the whole prompt into a fresh cache).
+    """
+    compiled = compile_schema(schema)
+    engine = decider.engine
+    plan = engine.plan(compiled)
+    ctx_ids = engine.encode_ids(context)
+    engine.check_length(plan, ctx_ids)
+    row = ctx_ids + list(plan.tail_ids)
+    with engine.lock, engine.request(), mx.stream(engine.stream):
+        prefix = engine.prefix_cache.get(plan.head_ids)
+        if prefix is None:
+            prefix = engine.passes.prefill([list(plan.head_ids)], None)
+            engine.prefix_cache.put(plan.head_ids, prefix)
+        t0 = time.perf_counter()
+        engine.passes.prefill_with_logits([row], prefix, last=True)
         return (time.perf_counter() - t0) * 1e3

@@ -12,6 +12,7 @@ from pcd_tools.baselines.generation import (
     constrained_json,
     greedy_json,
     json_schema_of,
+    warm_prefill_ms,
 )
 from pcd_tools.errors import InvalidArgumentError
 from pcd_tools.schema import compile_schema
@@ -129,6 +130,35 @@ def test_json_schema_of_maps_kinds():
 def test_bare_prefill_is_timed():
     decider = tiny_decider(0)
     assert bare_prefill_ms(decider, Ticket, CONTEXT) > 0
+
+
+def test_warm_prefill_runs_the_uncached_part_after_the_cached_schema_part(monkeypatch):
+    import numpy as np
+
+    decider = tiny_decider(0)
+    engine = decider.engine
+    plan = engine.plan(compile_schema(Ticket))
+    row = engine.encode_ids(CONTEXT) + list(plan.tail_ids)
+    calls = []
+    real = engine.passes.prefill_with_logits
+
+    def spy(tokens, prefix, last=True):
+        out = real(tokens, prefix, last=last)
+        calls.append((tokens, prefix, out[1]))
+        return out
+
+    monkeypatch.setattr(engine.passes, "prefill_with_logits", spy)
+    engine.clear_cache()
+    assert warm_prefill_ms(decider, Ticket, CONTEXT) > 0  # a miss: the schema part first
+    assert plan.head_ids in engine.prefix_cache
+    [(tokens, prefix, logits)] = [c for c in calls if c[1] is not None]
+    assert tokens == [row] and prefix[0][0].shape[2] == len(plan.head_ids)
+    # the same last-position logits as one prefill of the whole prompt
+    whole = real([list(plan.head_ids) + row], None)[1]
+    np.testing.assert_allclose(logits, whole, atol=1e-4)
+    calls.clear()
+    assert warm_prefill_ms(decider, Ticket, CONTEXT) > 0  # a hit: only the row runs
+    assert [c[0] for c in calls] == [[row]]
 
 
 @pytest.mark.integration
