@@ -53,6 +53,7 @@ from .decode.native_steps import decoder_for
 from .host.blas import import_mlx
 from .kernels import cpu_ops as cpu_kernels
 from .passes.forward import LayerKV, packed_result
+from .passes.kv_parts import kv_head
 from .passes.pack import Plan
 from .passes.trie import FieldTrie
 
@@ -148,7 +149,7 @@ def prefill_rows(
         )[0]
         if use_cache:
             n = len(head)
-            engine.prefix_cache.put(head, [(k[:, :, :n], v[:, :, :n]) for k, v in kv])
+            engine.prefix_cache.put(head, [kv_head(k, v, n) for k, v in kv])
         return kv, valid, 1, hit, logits
     passes = 1
     if prefix is None:

@@ -36,6 +36,7 @@ from .passes.forward import (
     ScoredBatch,
     packed_result,
 )
+from .passes.kv_parts import kv_head
 from .passes.pack import Plan, build_plan, plan_key, question_plan
 from .passes.prefix_cache import PrefixCache
 from .passes.prune import Pruning, first_chunks, pruned_pass
@@ -345,9 +346,7 @@ class Engine:
             kv = self._parallel([lambda: self.passes.prefill([head + rows[0]], None)])[0]
             passes += 1
             if use_cache:
-                self.prefix_cache.put(
-                    head, [(k[:, :, : len(head)], v[:, :, : len(head)]) for k, v in kv]
-                )
+                self.prefix_cache.put(head, [kv_head(k, v, len(head)) for k, v in kv])
             kvs = [kv]
         else:
             if prefix is None:

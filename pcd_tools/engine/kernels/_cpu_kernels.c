@@ -42,9 +42,9 @@ typedef void (*scores_t)(const float *restrict, int64_t, const float *restrict, 
 typedef void (*pv_rows_t)(const float *restrict, int64_t, const int *restrict, int, int, int,
                           const float *restrict, int64_t, float *restrict, int);
 
-/* The most parts a call's keys may come in (a cached prefix, a prefill's rows, the call's
- * own), read in place as if concatenated. */
-#define MAX_PARTS 4
+/* The most parts a call's keys may come in (a cached prefix, a long prefill's pieces, the
+ * call's own), read in place as if concatenated. */
+#define MAX_PARTS 16
 
 typedef struct {
     scores_t scores;

@@ -67,7 +67,7 @@ _NEG = np.float32(np.finfo(np.float32).min)
 BLOCK_ROWS = 128
 
 # The most parts a call's keys may come in (`_cpu_kernels.c`'s MAX_PARTS, with the call's own).
-MAX_PARTS = 4
+MAX_PARTS = 16
 _state = threading.local()
 _install_lock = threading.Lock()
 _ORIGINALS: dict[str, Any] = {}

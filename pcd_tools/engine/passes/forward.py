@@ -86,6 +86,18 @@ class ScoredBatch:
     attention_ms: float = 0.0
 
 
+# Tokens per prefill call of a long row (`Passes.prefill_pieces`): enough rows for the
+# matrix products to run at full rate, few enough that a call's activations stay small.
+PIECE_TOKENS = 1024
+
+
+def piece_tokens(n: int) -> int:
+    """The piece size for a row of `n` tokens: `PIECE_TOKENS`, or larger for rows so long
+    that their pieces, the cached prefix and the call's own keys would pass the attention
+    kernel's `MAX_PARTS` (12 pieces at most)."""
+    return max(PIECE_TOKENS, -(-n // 12))
+
+
 class PassCache:
     """One layer's cache for a pass: fixed prefix K/V, the pass's positions and mask.
 
@@ -295,11 +307,15 @@ class Passes:
             P + S, D), right-padded as `prefill` gives them; and with `stem`, the same
             followed by the stem's, else None.
         """
-        b, p = len(rows), int(prefix[0][0].shape[2])
+        b = len(rows)
         if stem and (
             b != 1 or len(ch.tokens) < stem or (ch.rel_pos[:stem] != np.arange(stem)).any()
         ):
             raise ValueError("a kept stem needs one row and a chunk that starts with it")
+        if b == 1:  # a long row's leading pieces first, in calls of bounded size
+            got, rest = self.prefill_pieces(rows[0], prefix)
+            prefix, rows = got if got is not None else prefix, [rest]
+        p = int(prefix[0][0].shape[2])
         kv = [
             (k, v)
             if k.shape[0] == b
@@ -355,6 +371,35 @@ class Passes:
         )
         return list(inner.layers)
 
+    def prefill_pieces(
+        self, row: list[int], prefix: LayerKV | None
+    ) -> tuple[LayerKV | None, list[int]]:
+        """Runs a long row's leading tokens in calls of `piece_tokens(len(row))` each,
+        causal after the prefix and the pieces before them, and returns the K/V so far
+        (the prefix's and the pieces', joined lazily: `join_kv`) and the tokens left for
+        the caller's own call (1 to a piece's worth; the whole row when it is short).
+
+        A call's transient memory follows its token count (a 1.5B model's MLP holds
+        3 x 8,960 floats a token), so pieces bound it; the attention kernel reads the
+        pieces' K/V in place as parts, and each query sees exactly the keys it would in
+        one call, so the numbers are those of one call up to the products' own rounding.
+        """
+        size = piece_tokens(len(row))
+        head = (len(row) - 1) // size * size
+        kv = prefix
+        for start in range(0, head, size):
+            piece = row[start : start + size]
+            caches = [
+                PassCache(None, None, 0, "causal")
+                if kv is None
+                else PassCache(*kv[li], int(kv[li][0].shape[2]), "causal", apart=self.prefix_apart)
+                for li in range(len(self.layers()))
+            ]
+            self.run(mx.array([piece]), caches)
+            mx.eval([x for c in caches for x in c.evaluate(len(piece))])
+            kv = [c.kept(len(piece)) for c in caches]
+        return kv, row[head:]
+
     def prefill(self, tokens: list[list[int]], prefix: LayerKV | None) -> LayerKV:
         """Runs the prefill of right-padded rows after an optional shared prefix; returns
         each layer's K/V, evaluated."""
@@ -365,7 +410,11 @@ class Passes:
     ) -> tuple[LayerKV, np.ndarray | None]:
         """`prefill`, and with `last` each row's float32 logits at its last token, (B, V)
         (only those positions go through the head): what a generated field that starts
-        right after the prompt decodes its first token from."""
+        right after the prompt decodes its first token from. A long single row runs in
+        pieces (`prefill_pieces`); the K/V come back the same way."""
+        if len(tokens) == 1:
+            prefix, rest = self.prefill_pieces(tokens[0], prefix)
+            tokens = [rest]
         width = max(len(r) for r in tokens)
         arr = np.zeros((len(tokens), width), dtype=np.int32)
         for i, r in enumerate(tokens):

@@ -16,7 +16,7 @@ from ..host.blas import import_mlx
 
 mx = import_mlx()
 
-__all__ = ["join_kv", "kv_parts"]
+__all__ = ["join_kv", "kv_head", "kv_parts"]
 
 # Lazily joined K/V (`join_kv`) by id of the keys: (weak refs to the keys and values, the
 # parts they join).
@@ -50,3 +50,13 @@ def kv_parts(k: Any, v: Any) -> list[tuple[Any, Any]]:
     if hit is not None and hit[0]() is k and hit[1]() is v:
         return list(hit[2])
     return [(k, v)]
+
+
+def kv_head(k: Any, v: Any, n: int) -> tuple[Any, Any]:
+    """The first `n` keys of (k, v), sliced from the first part when it holds them (a
+    long prompt prefilled in pieces: the schema part, cached on its own, does not keep
+    the whole prompt's K/V alive, nor make MLX copy them to join the parts)."""
+    first = kv_parts(k, v)[0]
+    if int(first[0].shape[2]) >= n:
+        k, v = first
+    return k[:, :, :n], v[:, :, :n]
