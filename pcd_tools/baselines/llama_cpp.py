@@ -285,6 +285,23 @@ class LlamaCppPeer:
         settle()  # llama.cpp's threads spin on after it: the next method gets a quiet CPU
         return PeerRun((t2 - t0) * 1e3, (t1 - t0) * 1e3, len(ids), text, result)
 
+    def eval_ms(self, schema: Any, context: str) -> float:
+        """Wall time of llama.cpp evaluating the whole PCD prompt (its exact ids) into an
+        empty KV cache, nothing sampled: the peer's side of `bare_prefill_ms`, so the
+        two cold prefill columns of `pcd bench` time the same work."""
+        from ..schema import compile_schema
+
+        plan = self.decider.engine.plan(compile_schema(schema))
+        prompt = list(plan.head_ids) + self.decider.engine.encode_ids(context) + list(plan.tail_ids)
+        llama = self.llama
+        llama.reset()
+        t0 = time.perf_counter()
+        llama.eval(prompt)
+        ms = (time.perf_counter() - t0) * 1e3
+        llama.reset()  # the next warm run puts the schema part back first
+        settle()
+        return ms
+
 
 # --- in `pcd bench` ------------------------------------------------------------------
 
@@ -319,7 +336,19 @@ def peer_keys(rec: dict[str, list[Any]], out: dict[str, Any]) -> dict[str, Any]:
     keys[f"{PEER}_cold_ms"], keys[f"{PEER}_cold_ms_min"], keys[f"{PEER}_cold_ms_max"] = _stats(
         rec[f"{PEER}_cold"]
     )
+    # warm: the context after the cached schema part, to the first token (its grammar
+    # step included); cold: the whole prompt, to the first token; bare: the whole prompt
+    # evaluated alone, nothing sampled (PCD's `bare_prefill_ms` does the same work)
     keys[f"{PEER}_prefill_ms"] = statistics.median(rec[f"{PEER}_prefill"])
+    keys[f"{PEER}_cold_prefill_ms"] = statistics.median(rec[f"{PEER}_cold_prefill"])
+    if rec.get(f"{PEER}_bare"):
+        bare = _stats(rec[f"{PEER}_bare"])
+        keys[f"{PEER}_bare_prefill_ms"], keys[f"{PEER}_bare_prefill_ms_min"] = bare[:2]
+        keys[f"{PEER}_bare_prefill_ms_max"] = bare[2]
+        if "bare_prefill_ms" in out:
+            keys[f"bare_prefill_vs_{PEER}"] = (
+                keys[f"{PEER}_bare_prefill_ms"] / out["bare_prefill_ms"]
+            )
     keys[f"{PEER}_tokens"] = int(statistics.median(rec[f"{PEER}_tokens"]))
     keys[f"{PEER}_schema_match"] = all(rec[f"{PEER}_match"])
     keys[f"{PEER}_output"] = rec[f"{PEER}_text"][-1]

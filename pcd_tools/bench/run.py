@@ -147,11 +147,14 @@ def measure(
                 step(name)
         if peer is not None:
             cold = peer.run(compiled, ctx, warm=False)
+            bare = peer.eval_ms(compiled, ctx)
             warm = peer.run(compiled, ctx, warm=True)
             if timed:
                 add(PEER, warm.wall_ms)
                 add(f"{PEER}_cold", cold.wall_ms)
                 add(f"{PEER}_prefill", warm.prefill_ms)
+                add(f"{PEER}_cold_prefill", cold.prefill_ms)
+                add(f"{PEER}_bare", bare)
                 add(f"{PEER}_tokens", warm.tokens)
                 add(f"{PEER}_match", warm.result.schema_match and cold.result.schema_match)
                 add(f"{PEER}_text", warm.result.json_text)

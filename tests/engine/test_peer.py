@@ -94,6 +94,38 @@ def test_the_peer_answers_validly_warm_and_cold_on_the_embedded_model(real):
 
     plan = real.engine.plan(compile_schema(Ticket))
     assert list(peer.llama.input_ids[: len(plan.head_ids)]) == list(plan.head_ids)
+    # the cold prefill column: the whole prompt evaluated from an empty cache, as PCD's
+    # bare prefill; the next warm run puts the schema part back and answers the same
+    prompt = len(plan.head_ids) + len(real.engine.encode_ids(TEXT)) + len(plan.tail_ids)
+    assert peer.eval_ms(Ticket, TEXT) > 0 and peer.llama.n_tokens == 0
+    assert peer.run(Ticket, TEXT, warm=True).text == cold.text
+    assert prompt > len(plan.head_ids)
+
+
+def test_the_bench_reports_both_sides_cold_prefill_alike():
+    """`pcd bench`'s llama.cpp keys: the warm and cold first-token times and the bare
+    evaluation of the whole prompt, set against PCD's bare prefill."""
+    from pcd_tools.baselines.llama_cpp import peer_keys
+
+    rec = {
+        "llamacpp": [100.0, 120.0],
+        "llamacpp_cold": [300.0, 320.0],
+        "llamacpp_prefill": [40.0, 44.0],
+        "llamacpp_cold_prefill": [200.0, 210.0],
+        "llamacpp_bare": [180.0, 190.0, 170.0],
+        "llamacpp_tokens": [9, 9],
+        "llamacpp_match": [True, True],
+        "llamacpp_text": ["{}", "{}"],
+        "llamacpp_values": [{"a": 1}, {"a": 1}],
+    }
+    keys = peer_keys(rec, {"bare_prefill_ms": 90.0, "pcd_answer": {"a": 1}})
+    assert keys["llamacpp_prefill_ms"] == 42.0 and keys["llamacpp_cold_prefill_ms"] == 205.0
+    assert keys["llamacpp_bare_prefill_ms"] == 180.0
+    assert (keys["llamacpp_bare_prefill_ms_min"], keys["llamacpp_bare_prefill_ms_max"]) == (
+        170.0,
+        190.0,
+    )
+    assert keys["bare_prefill_vs_llamacpp"] == 2.0 and keys["llamacpp_agreement"] == 1.0
 
 
 @pytest.mark.engine

@@ -545,6 +545,36 @@ __attribute__((target("avx512f"))) static float lane_sum_avx512(const float *res
         c0 += 16 * NC;                                                                     \
     } while (0)
 
+/* PVT512 for R rows at once (as PVR256): one load of V feeds R rows' FMAs (the empty asm
+ * keeps it in a register: folded into each FMA, it would be loaded R times), each feature
+ * of each row still its own chain in key order, so the numbers are PVT512's. */
+#define PVR512(R, NC)                                                                      \
+    do {                                                                                   \
+        __m512 acc[R][NC];                                                                 \
+        for (int i = 0; i < R; i++)                                                        \
+            for (int u = 0; u < NC; u++)                                                   \
+                acc[i][u] = _mm512_loadu_ps(o + (int64_t)i * d + c0 + 16 * u);             \
+        for (int j = j0; j < j1; j++) {                                                    \
+            const float *vr = v + (int64_t)(j - lo) * v_sr + c0;                           \
+            __m512 p[R];                                                                   \
+            for (int i = 0; i < R; i++) p[i] = _mm512_set1_ps(wr[(int64_t)i * w_sr + j]);  \
+            for (int u = 0; u < NC; u++) {                                                 \
+                __m512 x = _mm512_loadu_ps(vr + 16 * u);                                   \
+                __asm__("" : "+v"(x));                                                     \
+                for (int i = 0; i < R; i++) acc[i][u] = _mm512_fmadd_ps(p[i], x, acc[i][u]); \
+            }                                                                              \
+        }                                                                                  \
+        for (int i = 0; i < R; i++)                                                        \
+            for (int u = 0; u < NC; u++)                                                   \
+                _mm512_storeu_ps(o + (int64_t)i * d + c0 + 16 * u, acc[i][u]);             \
+        c0 += 16 * NC;                                                                     \
+    } while (0)
+
+/* Three rows at a time where they share a tile's keys: per key, eight loads of V and
+ * three weights feed 24 FMAs (24 independent chains), where one row cost nine loads for
+ * eight FMAs on eight chains, FMA latency bound. */
+#define PV512_GROUP 3
+
 __attribute__((target("avx512f"))) static void pv_rows_avx512(
     const float *restrict w, int64_t w_sr, const int *restrict n, int m, int lo, int hi,
     const float *restrict v, int64_t v_sr, float *restrict out, int d) {
@@ -552,11 +582,22 @@ __attribute__((target("avx512f"))) static void pv_rows_avx512(
         pv_rows_scalar(w, w_sr, n, m, lo, hi, v, v_sr, out, d);
         return;
     }
-    PV_TILES(int c0 = 0;
-             while (d - c0 >= 128) PVT512(8);
-             if (d - c0 >= 64) PVT512(4);
-             if (d - c0 >= 32) PVT512(2);
-             if (d - c0 >= 16) PVT512(1););
+    PV_GROUPS(PV512_GROUP, {
+        int c0 = 0;
+        if (g == PV512_GROUP) {
+            while (d - c0 >= 128) PVR512(PV512_GROUP, 8);
+            if (d - c0 >= 64) PVR512(PV512_GROUP, 4);
+            if (d - c0 >= 32) PVR512(PV512_GROUP, 2);
+            if (d - c0 >= 16) PVR512(PV512_GROUP, 1);
+        } else
+            for (int i = 0; i < g; i++, wr += w_sr, o += d) {
+                c0 = 0;
+                while (d - c0 >= 128) PVT512(8);
+                if (d - c0 >= 64) PVT512(4);
+                if (d - c0 >= 32) PVT512(2);
+                if (d - c0 >= 16) PVT512(1);
+            }
+    });
 }
 
 /* Left-packing permutations for `compact_avx2`: entry `mask` lists the set lanes first. */
