@@ -37,8 +37,9 @@ class FieldDefinition:
             each scored yes/no), `"string"` (generated text, with `min_length`,
             `max_length`, `pattern`) or `"number"` (a generated float, with `ge`, `le`).
         description: What the field means (a prompt).
-        choices: Allowed values for an enum (1 to 255 str or int values), or the labels
-            of a multi-label field.
+        choices: Allowed values for an enum (str or int values, any number: the limit is
+            memory, `LabelSetTooLargeError`), or the labels of a multi-label field (1 to
+            255, each a yes/no question).
         choice_descriptions: Optional description per choice.
         optional: Add a `null` ("not stated") candidate.
         ge: An integer or number field's lowest value.
