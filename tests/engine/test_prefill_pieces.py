@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from pcd_tools.engine.host.blas import import_mlx
 from pcd_tools.engine.kernels import cpu_ops
-from pcd_tools.engine.passes import forward
+from pcd_tools.engine.passes import pass_cache
 from pcd_tools.engine.passes.kv_parts import kv_parts
 from tests.conftest import tiny_decider
 
@@ -32,7 +32,7 @@ THREAD = " ".join(f"[{i}] The invoice page returns 502 for account {i * 37}." fo
 
 def _decisions(monkeypatch, piece: int) -> list[dict[str, list[float]]]:
     """Each field's probabilities, cold then warm, with prefill pieces of `piece` tokens."""
-    monkeypatch.setattr(forward, "PIECE_TOKENS", piece)
+    monkeypatch.setattr(pass_cache, "PIECE_TOKENS", piece)
     d = tiny_decider(0)
     out = []
     for ctx in (THREAD, THREAD + " Any update?"):  # cold (whole prompt), then warm
@@ -56,7 +56,7 @@ def test_pieces_are_bounded_and_read_in_place(monkeypatch):
     as parts (none joined into a copy), within the kernel's MAX_PARTS; the K/V that come
     back are the prompt's, laid out as one call's; and the schema part cached from a
     cold prompt is sliced from the first piece."""
-    monkeypatch.setattr(forward, "PIECE_TOKENS", 256)
+    monkeypatch.setattr(pass_cache, "PIECE_TOKENS", 256)
     d = tiny_decider(0)
     passes = d.engine.passes
     calls: list[int] = []
@@ -80,12 +80,12 @@ def test_pieces_are_bounded_and_read_in_place(monkeypatch):
     assert 1 < max(parts) <= cpu_ops.MAX_PARTS
     k0, v0 = kv[0]
     assert k0.shape[2] == len(row) and len(kv_parts(k0, v0)) == len(calls)
-    monkeypatch.setattr(forward, "PIECE_TOKENS", 10**9)
+    monkeypatch.setattr(pass_cache, "PIECE_TOKENS", 10**9)
     with d.engine.kernels():
         one_kv, one_logits = passes.prefill_with_logits([row], None)
     np.testing.assert_allclose(np.asarray(k0), np.asarray(one_kv[0][0]), atol=1e-5)
     np.testing.assert_allclose(logits, one_logits, atol=1e-4)
-    monkeypatch.setattr(forward, "PIECE_TOKENS", 256)
+    monkeypatch.setattr(pass_cache, "PIECE_TOKENS", 256)
     d.engine.clear_cache()
     d.decide(Route, THREAD)  # cold: the schema part goes to the prefix cache
     (head,) = [key for key in d.engine.prefix_cache._entries]
@@ -95,8 +95,8 @@ def test_pieces_are_bounded_and_read_in_place(monkeypatch):
 
 @pytest.mark.parametrize("n", [1, 1024, 1025, 8192, 12_289, 131_072])
 def test_piece_size_keeps_the_parts_within_the_kernel(n):
-    size = forward.piece_tokens(n)
-    assert size >= forward.PIECE_TOKENS
+    size = pass_cache.piece_tokens(n)
+    assert size >= pass_cache.PIECE_TOKENS
     head_pieces = (n - 1) // size
     # the cached prefix, the pieces, the row's own call, a fields chunk and a kept stem
     assert 1 + head_pieces + 1 + 1 + 1 <= cpu_ops.MAX_PARTS

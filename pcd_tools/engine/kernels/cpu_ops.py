@@ -147,7 +147,7 @@ def _small(size: int, least: int) -> bool:
     return size < least and not getattr(_state, "every", False)
 
 
-def _masks() -> OrderedDict[Any, tuple[Any, np.ndarray, int]]:
+def _masks() -> OrderedDict[Any, tuple[Any, np.ndarray, int, np.ndarray]]:
     cache = getattr(_state, "masks", None)
     if cache is None:
         cache = _state.masks = OrderedDict()
