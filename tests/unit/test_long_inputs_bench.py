@@ -1,11 +1,22 @@
-"""`benchmarks/long_inputs.py`: the input text of exactly N context tokens, and the tables."""
+"""The long-input sweep (`pcd_tools.bench.long_inputs`, run by `benchmarks/long_inputs.py` and
+`pcd bench --lengths`): the input text of exactly N context tokens, the tables, the options."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks import long_inputs
-from benchmarks.long_inputs import build_context, growth, summarize, table
+from pcd_tools.bench.long_inputs import (
+    LongThread,
+    build_context,
+    growth,
+    parse_lengths,
+    schema_of,
+    summarize,
+    table,
+)
+from pcd_tools.cli import long_inputs
+from pcd_tools.errors import InvalidArgumentError
+from pcd_tools.schema import compile_schema
 from tests.conftest import ByteTokenizer
 
 
@@ -107,3 +118,32 @@ def test_lengths_are_checked():
         long_inputs.main(["--lengths", "1k"])
     with pytest.raises(SystemExit):
         long_inputs.main(["--lengths", "256", "--rounds", "0"])
+
+
+@pytest.mark.unit
+def test_lengths_parse_as_positive_whole_numbers():
+    assert parse_lengths("256,1024, 2048") == [256, 1024, 2048]
+    assert parse_lengths("64") == [64]
+    for bad in ("", ",", "1k", "256,0", "-5", "2.5", "256;1024"):
+        with pytest.raises(InvalidArgumentError, match=r"--lengths takes .* positive whole"):
+            parse_lengths(bad)
+
+
+@pytest.mark.unit
+def test_the_triage_schema_comes_from_the_bench_scenarios(tmp_path):
+    assert schema_of("small") is LongThread
+    triage = compile_schema(schema_of("triage"))  # benchmarks/scenarios, as `pcd bench` reads
+    assert len(triage.fields) == 28
+    with pytest.raises(InvalidArgumentError, match="--scenarios-dir") as e:
+        schema_of("triage", tmp_path, "--lengths-schema")
+    assert "--lengths-schema triage" in str(e.value) and str(tmp_path) in str(e.value)
+    with pytest.raises(InvalidArgumentError, match="accepted: small, triage"):
+        schema_of("large")
+
+
+@pytest.mark.unit
+def test_the_script_refuses_triage_without_scenarios(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        long_inputs.main(["--schema", "triage", "--scenarios-dir", str(tmp_path)])
+    assert e.value.code == 2
+    assert "--scenarios-dir" in capsys.readouterr().err
