@@ -147,3 +147,35 @@ def test_the_script_refuses_triage_without_scenarios(tmp_path, capsys):
         long_inputs.main(["--schema", "triage", "--scenarios-dir", str(tmp_path)])
     assert e.value.code == 2
     assert "--scenarios-dir" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_pcd_bench_lengths_maps_its_options_and_prints_json(monkeypatch, capsys):
+    import json
+
+    import pcd_tools.bench.long_inputs as sweep
+    from pcd_tools.cli import main
+
+    seen = {}
+
+    def fake_run(options, log):
+        seen["options"] = options
+        log("progress")
+        return {"schema": options.schema, "lengths": list(options.lengths)}
+
+    monkeypatch.setattr(sweep, "run", fake_run)
+    argv = ["bench", "--lengths", "32, 64", "--runs", "2", "--warmup", "0", "--json"]
+    assert main([*argv, "--methods", "pcd,greedy", "--lengths-schema", "triage"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"schema": "triage", "lengths": [32, 64]}  # stdout: JSON only
+    assert err == "progress\n"
+    o = seen["options"]
+    assert (o.lengths, o.rounds, o.warmup, o.model, o.json) == ((32, 64), 2, 0, None, None)
+    assert o.no_peer == "--methods has no llamacpp"
+    # llamacpp asked for: the peer runs where `llama_cpp` imports, else the reason is kept
+    monkeypatch.setattr("pcd_tools.baselines.llama_cpp.peer_available", lambda: "not here")
+    assert main(["bench", "--lengths", "64", "--model", "embedded", "--json"]) == 0
+    assert seen["options"].no_peer == "not here" and seen["options"].schema == "small"
+    monkeypatch.setattr("pcd_tools.baselines.llama_cpp.peer_available", lambda: None)
+    assert main(["bench", "--lengths", "64", "--json"]) == 0
+    assert seen["options"].no_peer is None and seen["options"].rounds == 5
