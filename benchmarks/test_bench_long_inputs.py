@@ -1,4 +1,4 @@
-"""Long inputs (`long_inputs.py`, issue 53): a short sweep, 256 and 1,024 context tokens of
+"""Long inputs (`pcd_tools.bench.long_inputs`, issue 53): a short sweep, 256 and 1,024 context tokens of
 a support thread, the small schema (one bool, one 4-way field), on the suite's model (the
 embedded one unless `PCD_BENCH_MODEL`). Per length: PCD warm, PCD cold, PCD's warm floor
 (`warm_prefill_ms`), llama.cpp's eval of the same uncached tokens and its grammar decision
@@ -13,8 +13,8 @@ import itertools
 
 import pytest
 from conftest import run_pedantic
-from long_inputs import METHODS, LongThread, Sweep, build_context, make_peer
 
+from pcd_tools.bench.long_inputs import METHODS, LongThread, Sweep, build_context, make_peer
 from pcd_tools.schema import compile_schema
 
 LENGTHS = [256, 1024]

@@ -47,7 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-rss", action="store_true", help="skip the per-method peak-RSS subprocesses"
     )
-    parser.add_argument("--scenarios-dir", default=None, help="path of benchmarks/scenarios")
+    parser.add_argument(
+        "--scenarios-dir",
+        default=None,
+        help="path of benchmarks/scenarios (the scenarios, and --lengths-schema triage)",
+    )
     parser.add_argument(
         "--scoring",
         choices=["auto", "full", "constrained"],
@@ -55,6 +59,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="PCD's scoring (default auto: full, except large fields, which are scored "
         "constrained and pruned with certified bounds); a pruned field is timed against "
         "the exhaustive pass too",
+    )
+    parser.add_argument(
+        "--lengths",
+        default=None,
+        metavar="N,N,...",
+        help="run the long-input sweep instead of the scenarios: context tokens per length, "
+        "positive whole numbers separated by commas (e.g. 256,1024,2048); times PCD warm, "
+        "cold and its floor, and llama.cpp's eval and decision when --methods has llamacpp "
+        "and the peer extra is installed; --runs rounds a length, --warmup untimed rounds "
+        "first; not with --scenario (docs/long-inputs-benchmarks.md)",
+    )
+    parser.add_argument(
+        "--lengths-schema",
+        choices=["small", "triage"],
+        default=None,
+        help="the --lengths sweep's schema: small (one bool and one 4-way field; the "
+        "default) or triage (the triage scenario's 28 fields, from --scenarios-dir)",
     )
 
 
@@ -70,6 +91,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    if args.lengths is not None:
+        return run_lengths(args)
+    if args.lengths_schema is not None:
+        raise UsageError(
+            f"--lengths-schema {args.lengths_schema} is the schema of the --lengths sweep; "
+            "give --lengths too (e.g. --lengths 256,1024,2048)."
+        )
     check_at_least(args, 0, "throughput")
     try:
         plan = bench.plan_bench(
@@ -118,6 +146,70 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(results, indent=2))
     else:
         print_summary(out, results)
+    return 0
+
+
+def run_lengths(args: argparse.Namespace) -> int:
+    """`pcd bench --lengths`: the long-input sweep (`pcd_tools.bench.long_inputs`) on
+    `--model`; prints its Markdown tables, or its JSON with `--json`. Progress goes to stderr.
+
+    Args:
+        args: The parsed arguments.
+
+    Returns:
+        The exit code.
+
+    Raises:
+        UsageError: for a bad `--lengths`, `--runs`, `--warmup`, `--methods` or
+            `--lengths-schema` (triage without the scenarios), or `--scenario` beside
+            `--lengths` (checked before the model loads).
+    """
+    import sys
+
+    from ..baselines.llama_cpp import PEER, peer_available
+    from ..bench import long_inputs
+    from ..engine.load.sources import model_source
+
+    if args.scenario:
+        raise UsageError(
+            "--lengths runs the long-input sweep and --scenario the scenarios: give one of "
+            f"them (got --scenario {' '.join(args.scenario)}); run `pcd bench` twice for both."
+        )
+    check_at_least(args, 1, "runs")
+    check_at_least(args, 0, "warmup")
+    methods = [m.strip() for m in str(args.methods).split(",") if m.strip()]
+    bad = [m for m in methods if m not in ALL_METHODS]
+    if bad or not methods:
+        raise UsageError(f"unknown --methods {bad or methods}; accepted: {list(ALL_METHODS)}.")
+    if "pcd" not in methods:
+        raise UsageError(
+            f"--lengths always times PCD (warm, cold and its floor): --methods must include "
+            f"pcd (and llamacpp for llama.cpp's columns); got {','.join(methods)}."
+        )
+    schema = args.lengths_schema or "small"
+    try:
+        lengths = long_inputs.parse_lengths(args.lengths)
+        long_inputs.schema_of(schema, args.scenarios_dir, "--lengths-schema")
+    except InvalidArgumentError as e:
+        raise UsageError(str(e)) from e
+    no_peer = None if PEER in methods else f"--methods has no {PEER}"
+    if no_peer is None and (why := peer_available()) is not None:
+        no_peer = why
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    options = long_inputs.SweepOptions(
+        lengths=tuple(lengths),
+        model=model_source(args.model),
+        schema=schema,
+        rounds=args.runs,
+        warmup=args.warmup,
+        no_peer=no_peer,
+        scenarios_dir=args.scenarios_dir,
+    )
+    out = long_inputs.run(options, log=log)
+    print(json.dumps(out, indent=2, default=str) if args.json else long_inputs.table(out))
     return 0
 
 

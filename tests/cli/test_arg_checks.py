@@ -67,6 +67,17 @@ CASES = [
     (["bench", "--runs", "0"], ["--runs", ">= 1"]),
     (["bench", "--methods", "pcd,fast"], ["--methods", "'fast'", "'greedy'"]),
     (["bench", "--throughput", "-1"], ["--throughput", ">= 0"]),
+    (["bench", "--lengths", "1k"], ["--lengths", "positive whole numbers", "'1k'"]),
+    (["bench", "--lengths", "256,0"], ["--lengths", "positive whole numbers", "'256,0'"]),
+    (["bench", "--lengths", "64", "--scenario", "fraud"], ["--lengths", "--scenario", "one of"]),
+    (["bench", "--lengths", "64", "--runs", "0"], ["--runs", ">= 1"]),
+    (["bench", "--lengths", "64", "--methods", "greedy"], ["--methods", "must include pcd"]),
+    (["bench", "--lengths", "64", "--methods", "pcd,fast"], ["--methods", "'fast'"]),
+    (["bench", "--lengths-schema", "triage"], ["--lengths-schema", "give --lengths too"]),
+    (
+        ["bench", "--lengths", "64", "--lengths-schema", "triage", "--scenarios-dir", "{missing}"],
+        ["--lengths-schema triage", "--scenarios-dir"],
+    ),
 ]
 
 

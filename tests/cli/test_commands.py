@@ -107,3 +107,24 @@ def test_usage_errors_exit_2(capsys):
     assert main(["no-such-command"]) == 2
     assert main([]) == 2
     assert main(["decide"]) == 2  # missing required options
+
+
+def test_bench_lengths_sweeps_the_embedded_model(capsys, monkeypatch):
+    from pcd_tools.engine.host.threads import thread_budget
+
+    monkeypatch.setenv("PCD_THREADS", str(thread_budget()))  # the sweep fixes it; put back after
+    argv = ["bench", "--lengths", "64", "--runs", "1", "--warmup", "0", "--methods", "pcd"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "schema small (2 fields" in out and "1 text(s) x 1 round(s) per length" in out
+    assert "| context tokens | PCD warm | PCD cold | PCD floor |" in out
+    row = next(line for line in out.splitlines() if line.startswith("| 64 |"))
+    assert row.count(" - |") >= 4  # no llama.cpp columns: --methods has no llamacpp
+    assert "llama.cpp left out: --methods has no llamacpp" in captured.err  # progress: stderr
+    assert "64 tokens (text 0, round 1) pcd_warm:" in captured.err
+    # a bad --lengths is a usage error naming the option, before the model loads
+    assert main(["bench", "--lengths", "64,x"]) == 2
+    err = capsys.readouterr().err
+    assert "--lengths takes context token counts, positive whole numbers" in err
+    assert "'64,x'" in err and "Traceback" not in err

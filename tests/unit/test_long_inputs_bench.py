@@ -1,11 +1,22 @@
-"""`benchmarks/long_inputs.py`: the input text of exactly N context tokens, and the tables."""
+"""The long-input sweep (`pcd_tools.bench.long_inputs`, run by `benchmarks/long_inputs.py` and
+`pcd bench --lengths`): the input text of exactly N context tokens, the tables, the options."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks import long_inputs
-from benchmarks.long_inputs import build_context, growth, summarize, table
+from pcd_tools.bench.long_inputs import (
+    LongThread,
+    build_context,
+    growth,
+    parse_lengths,
+    schema_of,
+    summarize,
+    table,
+)
+from pcd_tools.cli import long_inputs
+from pcd_tools.errors import InvalidArgumentError
+from pcd_tools.schema import compile_schema
 from tests.conftest import ByteTokenizer
 
 
@@ -107,3 +118,64 @@ def test_lengths_are_checked():
         long_inputs.main(["--lengths", "1k"])
     with pytest.raises(SystemExit):
         long_inputs.main(["--lengths", "256", "--rounds", "0"])
+
+
+@pytest.mark.unit
+def test_lengths_parse_as_positive_whole_numbers():
+    assert parse_lengths("256,1024, 2048") == [256, 1024, 2048]
+    assert parse_lengths("64") == [64]
+    for bad in ("", ",", "1k", "256,0", "-5", "2.5", "256;1024"):
+        with pytest.raises(InvalidArgumentError, match=r"--lengths takes .* positive whole"):
+            parse_lengths(bad)
+
+
+@pytest.mark.unit
+def test_the_triage_schema_comes_from_the_bench_scenarios(tmp_path):
+    assert schema_of("small") is LongThread
+    triage = compile_schema(schema_of("triage"))  # benchmarks/scenarios, as `pcd bench` reads
+    assert len(triage.fields) == 28
+    with pytest.raises(InvalidArgumentError, match="--scenarios-dir") as e:
+        schema_of("triage", tmp_path, "--lengths-schema")
+    assert "--lengths-schema triage" in str(e.value) and str(tmp_path) in str(e.value)
+    with pytest.raises(InvalidArgumentError, match="accepted: small, triage"):
+        schema_of("large")
+
+
+@pytest.mark.unit
+def test_the_script_refuses_triage_without_scenarios(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        long_inputs.main(["--schema", "triage", "--scenarios-dir", str(tmp_path)])
+    assert e.value.code == 2
+    assert "--scenarios-dir" in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_pcd_bench_lengths_maps_its_options_and_prints_json(monkeypatch, capsys):
+    import json
+
+    import pcd_tools.bench.long_inputs as sweep
+    from pcd_tools.cli import main
+
+    seen = {}
+
+    def fake_run(options, log):
+        seen["options"] = options
+        log("progress")
+        return {"schema": options.schema, "lengths": list(options.lengths)}
+
+    monkeypatch.setattr(sweep, "run", fake_run)
+    argv = ["bench", "--lengths", "32, 64", "--runs", "2", "--warmup", "0", "--json"]
+    assert main([*argv, "--methods", "pcd,greedy", "--lengths-schema", "triage"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"schema": "triage", "lengths": [32, 64]}  # stdout: JSON only
+    assert err == "progress\n"
+    o = seen["options"]
+    assert (o.lengths, o.rounds, o.warmup, o.model, o.json) == ((32, 64), 2, 0, None, None)
+    assert o.no_peer == "--methods has no llamacpp"
+    # llamacpp asked for: the peer runs where `llama_cpp` imports, else the reason is kept
+    monkeypatch.setattr("pcd_tools.baselines.llama_cpp.peer_available", lambda: "not here")
+    assert main(["bench", "--lengths", "64", "--model", "embedded", "--json"]) == 0
+    assert seen["options"].no_peer == "not here" and seen["options"].schema == "small"
+    monkeypatch.setattr("pcd_tools.baselines.llama_cpp.peer_available", lambda: None)
+    assert main(["bench", "--lengths", "64", "--json"]) == 0
+    assert seen["options"].no_peer is None and seen["options"].rounds == 5
