@@ -298,6 +298,24 @@ __attribute__((target("avx2,fma"))) static inline __m256 sum8x8(const __m256 *a)
                          _mm256_permute2f128_ps(g0, g1, 0x31));
 }
 
+/* One query row against eight keys `kr` (`w` of them real): each score an FMA chain per
+ * lane over the features, then `sum8x8`, scaled, stored at `o`. */
+__attribute__((target("avx2,fma"))) static inline void score_row8(
+    const float *restrict qr, const float *const *kr, int d, __m256 vs, float *restrict o,
+    int w, __m256i keep) {
+    __m256 a[8];
+    for (int u = 0; u < 8; u++) a[u] = _mm256_setzero_ps();
+    for (int c = 0; c < d; c += 8) {
+        __m256 x = _mm256_loadu_ps(qr + c);
+        for (int u = 0; u < 8; u++) a[u] = _mm256_fmadd_ps(x, _mm256_loadu_ps(kr[u] + c), a[u]);
+    }
+    __m256 sc = _mm256_mul_ps(sum8x8(a), vs);
+    if (w == 8)
+        _mm256_storeu_ps(o, sc);
+    else
+        _mm256_maskstore_ps(o, keep, sc);
+}
+
 /* Eight keys at a time against one query row: each score an FMA chain per lane over the
  * features (lane l holds the features c = l mod 8), then `sum8x8`. The AVX-512 path runs the
  * same arithmetic six rows at a time (`scores_avx512`): one kernel is one set of numbers. */
@@ -317,20 +335,7 @@ __attribute__((target("avx2,fma"))) static void scores_avx2(
         __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), lane);
         for (int r = 0; r < m; r++) {
             if (lim[r] <= j0) continue; /* the row sees none of these keys */
-            const float *qr = q + (int64_t)r * q_sr;
-            __m256 a[8];
-            for (int u = 0; u < 8; u++) a[u] = _mm256_setzero_ps();
-            for (int c = 0; c < d; c += 8) {
-                __m256 x = _mm256_loadu_ps(qr + c);
-                for (int u = 0; u < 8; u++)
-                    a[u] = _mm256_fmadd_ps(x, _mm256_loadu_ps(kr[u] + c), a[u]);
-            }
-            __m256 sc = _mm256_mul_ps(sum8x8(a), vs);
-            float *o = buf + (int64_t)r * ldb + j0;
-            if (w == 8)
-                _mm256_storeu_ps(o, sc);
-            else
-                _mm256_maskstore_ps(o, keep, sc);
+            score_row8(q + (int64_t)r * q_sr, kr, d, vs, buf + (int64_t)r * ldb + j0, w, keep);
         }
     }
 }
@@ -399,20 +404,7 @@ __attribute__((target("avx512f,avx2,fma"))) static void scores_avx512(
         }
         for (; r < m; r++) { /* the last rows one at a time, as scores_avx2 */
             if (lim[r] <= j0) continue;
-            const float *qr = q + (int64_t)r * q_sr;
-            __m256 a[8];
-            for (int u = 0; u < 8; u++) a[u] = _mm256_setzero_ps();
-            for (int c = 0; c < d; c += 8) {
-                __m256 x = _mm256_loadu_ps(qr + c);
-                for (int u = 0; u < 8; u++)
-                    a[u] = _mm256_fmadd_ps(x, _mm256_loadu_ps(kr[u] + c), a[u]);
-            }
-            __m256 sc = _mm256_mul_ps(sum8x8(a), vs);
-            float *o = buf + (int64_t)r * ldb + j0;
-            if (w == 8)
-                _mm256_storeu_ps(o, sc);
-            else
-                _mm256_maskstore_ps(o, keep, sc);
+            score_row8(q + (int64_t)r * q_sr, kr, d, vs, buf + (int64_t)r * ldb + j0, w, keep);
         }
     }
 }
