@@ -100,6 +100,11 @@ class Bounded:
         certified_top: How many of the most probable candidates are certified, in order:
             the scored ones that beat every unscored candidate's best possible score (all
             of them when nothing is unscored).
+        lower_factor: A scored candidate's true probability is at least its `probs`
+            entry times this (the unscored candidates at their upper bounds).
+        upper_factor: ... and at most its entry times this (the unscored candidates at
+            their lower bounds: `prefix_floors`, exact totals under constrained scoring,
+            where the two factors meet at temperature 1; 1.0 where no floor is known).
     """
 
     probs: np.ndarray
@@ -108,6 +113,14 @@ class Bounded:
     probability_bounds: tuple[float, float]
     unscored_mass: float
     certified_top: int = 0
+    lower_factor: float = 1.0
+    upper_factor: float = 1.0
+
+    def bounds_of(self, i: int) -> tuple[float, float]:
+        """(lower, upper) bounds of candidate `i`'s true probability (the exhaustive
+        pass's); (0, 0) for a candidate that was not scored."""
+        p = float(self.probs[i])
+        return p * self.lower_factor, p * self.upper_factor
 
 
 def log_weights(
@@ -200,11 +213,22 @@ def bounded(
         return Bounded(probs, best, True, (float(probs[best]),) * 2, 0.0, int(seen.sum()))
     log_u = logsumexp(np.array(group_sum))
     log_all = np.logaddexp(log_s, log_u)
+    # the unscored mass is at least the known floors (exact prefix totals): without them
+    # the upper bound would be a share of the scored mass alone, and a taxonomy answer
+    # read in one small subtree would report its share there (0.89) for 0.30 overall
+    floors = [
+        f for f in prefix_floors(scores, temperature, scale=scale, bias=bias) if np.isfinite(f)
+    ]
+    log_f = logsumexp(np.array(floors)) if floors else -np.inf
+    lower = float(np.exp(log_s - log_all))
+    upper = float(np.exp(log_s - np.logaddexp(log_s, log_f)))
     return Bounded(
         probs=probs,
         best=best,
         certified=bool(s[best] > max(group_max)),
-        probability_bounds=(float(np.exp(s[best] - log_all)), float(probs[best])),
+        probability_bounds=(float(probs[best]) * lower, float(probs[best]) * upper),
         unscored_mass=float(min(1.0, np.exp(log_u - log_all))),
         certified_top=int((s > max(group_max)).sum()),
+        lower_factor=lower,
+        upper_factor=upper,
     )

@@ -105,13 +105,15 @@ def _pruned(
             if np.isfinite(f):
                 mass[members] += np.exp(f - log_s) / len(members)
         path = taxonomy_path(spec, mass, best)
-    res = FieldResult.from_probs(spec, got.probs, z, best=best)
+    # each scored candidate at its upper bound: where the unread mass is known (constrained
+    # scoring) that is its probability among all candidates, not its share of those read
+    res = FieldResult.from_probs(spec, got.probs * got.upper_factor, z, best=best)
     return replace(
         res,
         path=path if path is not None else res.path,
         certified=certified,
         unscored_mass=got.unscored_mass,
-        probability_bounds=got.probability_bounds,
+        probability_bounds=got.bounds_of(best),
         search=scores.search,
         certified_top=got.certified_top,
     )

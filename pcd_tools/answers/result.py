@@ -64,8 +64,11 @@ class FieldResult:
             its tokens (greedy decoding under the grammar); not a probability of the value.
         certified: For a field scored by pruned search (`pruning`), whether the answer is
             provably the most probable candidate; None for a field scored whole. The
-            `distribution` of a pruned field holds each scored candidate's share of the
-            scored mass and 0.0 for candidates that were never scored.
+            `distribution` of a pruned field holds each scored candidate at the upper
+            bound of its probability and 0.0 for candidates that were never scored: under
+            constrained scoring, where every unread prefix's total is known, that is its
+            probability among all candidates (the values then sum to one less the unread
+            mass); under full scoring, its share of the scored mass.
         unscored_mass: For a pruned field, an upper bound of the total probability the
             unscored candidates can hold; None otherwise.
         probability_bounds: For a pruned field, (lower, upper) bounds of the answer's

@@ -52,6 +52,11 @@ def test_the_default_reads_a_large_field_certified_and_says_what_it_read():
     assert fa.search.share == fa.search.read / fa.search.positions
     lo, hi = fa.probability_bounds
     assert lo - 1e-6 <= fw.probability <= hi + 1e-6
+    # constrained scoring knows the unread prefixes' totals: the bounds meet, and the
+    # answer's probability (and every read candidate's) is the exhaustive pass's
+    assert abs(hi - lo) < 1e-9 and abs(fa.probability - fw.probability) < 1e-4
+    read = [k for k, p in fa.distribution.items() if p > 0]
+    assert max(abs(fa.distribution[k] - fw.distribution[k]) for k in read) < 1e-4
     seen = np.isfinite(fa.log_scores)
     np.testing.assert_allclose(
         np.array(fa.log_scores)[seen], np.array(fw.log_scores)[seen], rtol=1e-5, atol=1e-4
