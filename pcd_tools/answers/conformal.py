@@ -176,14 +176,15 @@ def conformal_entry(probs: Any, gold: Any) -> dict[str, Any]:
 
 def pruned_conformal(calibration: Any, name: str, scores: Any) -> ConformalScores | None:
     """`field_conformal` for a field read by pruned search (`bounds.PartialScores`): each
-    candidate's probability is its upper bound (a scored one's share of the scored mass; an
-    unscored one's, the most its prefix lets it hold beside the scored mass), so the set
+    candidate's probability is its upper bound (a scored one's share of the scored mass and
+    of the unread mass known to lie elsewhere, exact under constrained scoring; an unscored
+    one's, the most its prefix lets it hold beside the scored mass), so the set
     holds every answer the exhaustive pass's set holds, and perhaps a few more: its
     coverage is at least the exhaustive set's."""
     entry = (getattr(calibration, "conformal", None) or {}).get(name)
     if entry is None:
         return None
-    from .bounds import log_weights  # bounds imports nothing of this module's
+    from .bounds import log_weights, prefix_floors  # bounds imports nothing of this module's
 
     bias = calibration.biases.get(name)
     s, _, _ = log_weights(
@@ -195,7 +196,18 @@ def pruned_conformal(calibration: Any, name: str, scores: Any) -> ConformalScore
     seen = np.isfinite(s)
     top = float(s[seen].max())
     scored = float(np.exp(s[seen] - top).sum())
-    upper = np.where(seen, np.exp(s - top) / scored, 0.0)
+    # the unread prefixes' known totals (`prefix_floors`: exact under constrained scoring)
+    # are mass a scored candidate shares too: its upper bound counts them
+    floors = np.array(
+        prefix_floors(
+            scores,
+            1.0,
+            scale=1.0 / calibration.temperature(name),
+            bias=None if bias is None else np.asarray(bias, dtype=np.float64),
+        )
+    )
+    known = float(np.exp(floors[np.isfinite(floors)] - top).sum()) if len(floors) else 0.0
+    upper = np.where(seen, np.exp(s - top) / (scored + known), 0.0)
     a = 1.0 / calibration.temperature(name)
     b = np.zeros(len(s)) if bias is None else np.asarray(bias, dtype=np.float64)
     for u, members in zip(scores.frontier_logp, scores.frontier_members):
