@@ -100,6 +100,12 @@ class Engine:
         batch_tokens: int = 1024,
         decode: str | None = None,
     ):
+        for name, value in (("pack_budget", pack_budget), ("batch_tokens", batch_tokens)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(
+                    f"{name}={value!r}: accepted: a whole number of tokens, at least 1 "
+                    f"(default {256 if name == 'pack_budget' else 1024})."
+                )
         self.model = model
         self.tokenizer = tokenizer
         self.context_window = int(context_window)

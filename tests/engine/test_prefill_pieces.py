@@ -100,3 +100,15 @@ def test_piece_size_keeps_the_parts_within_the_kernel(n):
     head_pieces = (n - 1) // size
     # the cached prefix, the pieces, the row's own call, a fields chunk and a kept stem
     assert 1 + head_pieces + 1 + 1 + 1 <= cpu_ops.MAX_PARTS
+
+
+@pytest.mark.parametrize("option", ["pack_budget", "batch_tokens"])
+@pytest.mark.parametrize("value", [0, -3, 2.5, True, "256"])
+def test_the_engines_token_budgets_are_checked(option, value):
+    """A budget of tokens per pass must be a whole number, at least 1: 0 divided by zero
+    deep in the packing, a float or a string failed later still."""
+    from pcd_tools.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match=rf"{option}=.*at least 1"):
+        tiny_decider(0, **{option: value})
+    assert tiny_decider(0, **{option: 1}).engine is not None
