@@ -186,30 +186,19 @@ def pruned_conformal(calibration: Any, name: str, scores: Any) -> ConformalScore
         return None
     from .bounds import log_weights, prefix_floors  # bounds imports nothing of this module's
 
+    a = 1.0 / calibration.temperature(name)
     bias = calibration.biases.get(name)
-    s, _, _ = log_weights(
-        scores,
-        1.0,
-        scale=1.0 / calibration.temperature(name),
-        bias=None if bias is None else np.asarray(bias, dtype=np.float64),
-    )
+    bias = None if bias is None else np.asarray(bias, dtype=np.float64)
+    s, _, _ = log_weights(scores, 1.0, scale=a, bias=bias)
     seen = np.isfinite(s)
     top = float(s[seen].max())
     scored = float(np.exp(s[seen] - top).sum())
     # the unread prefixes' known totals (`prefix_floors`: exact under constrained scoring)
     # are mass a scored candidate shares too: its upper bound counts them
-    floors = np.array(
-        prefix_floors(
-            scores,
-            1.0,
-            scale=1.0 / calibration.temperature(name),
-            bias=None if bias is None else np.asarray(bias, dtype=np.float64),
-        )
-    )
+    floors = np.array(prefix_floors(scores, 1.0, scale=a, bias=bias))
     known = float(np.exp(floors[np.isfinite(floors)] - top).sum()) if len(floors) else 0.0
     upper = np.where(seen, np.exp(s - top) / (scored + known), 0.0)
-    a = 1.0 / calibration.temperature(name)
-    b = np.zeros(len(s)) if bias is None else np.asarray(bias, dtype=np.float64)
+    b = np.zeros(len(s)) if bias is None else bias
     for u, members in zip(scores.frontier_logp, scores.frontier_members):
         if len(members):  # one unscored candidate holds at most exp(a u + b) of the weight
             x = np.exp(a * float(u) + b[members] - top)

@@ -100,11 +100,14 @@ class Engine:
         batch_tokens: int = 1024,
         decode: str | None = None,
     ):
-        for name, value in (("pack_budget", pack_budget), ("batch_tokens", batch_tokens)):
+        for name, value, default in (
+            ("pack_budget", pack_budget, 256),
+            ("batch_tokens", batch_tokens, 1024),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(
                     f"{name}={value!r}: accepted: a whole number of tokens, at least 1 "
-                    f"(default {256 if name == 'pack_budget' else 1024})."
+                    f"(default {default})."
                 )
         self.model = model
         self.tokenizer = tokenizer

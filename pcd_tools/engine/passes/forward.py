@@ -214,7 +214,8 @@ class Passes:
             raise ValueError("a kept stem needs one row and a chunk that starts with it")
         if b == 1:  # a long row's leading pieces first, in calls of bounded size
             got, rest = self.prefill_pieces(rows[0], prefix)
-            prefix, rows = got if got is not None else prefix, [rest]
+            assert got is not None  # it starts from `prefix`, never None here
+            prefix, rows = got, [rest]
         p = int(prefix[0][0].shape[2])
         kv = [
             (k, v)
