@@ -88,6 +88,11 @@ def _describe_choices(f: FieldSpec, order: Sequence[int] | None) -> str:
         return _describe_tree(f)
     if len(f.choices) > LIST_LIMIT:
         shown = ", ".join(c.literal for c in f.choices[:LIST_SAMPLE])
+        if f.kind == "multilabel":  # ranked
+            return (
+                f"{len(f.choices):,} labels, not all listed here; write each exactly as it "
+                f"is usually written (they look like: {shown}, ...)"
+            )
         return (
             f"one of {len(f.choices):,} values, not all listed here; write the one that "
             f"applies exactly as it is usually written (they look like: {shown}, ...)"
@@ -131,6 +136,11 @@ def render_system(schema: Schema, choice_order: Mapping[str, Sequence[int]] | No
         order = choice_order.get(f.name) if choice_order else None
         if f.generated:
             lines.append(f"  value: {describe_generation(f)}")
+        elif f.kind == "multilabel" and f.reading == "ranked":
+            lines.append(
+                "  a list of the labels that apply, the most relevant first, from: "
+                f"{_describe_choices(f, order)}"
+            )
         elif f.kind == "multilabel":
             lines.append(
                 "  an object with each of these labels as a key, and true or false for whether "
@@ -301,7 +311,8 @@ def build_prompt(
 def example_answer(schema: Schema, example: Example) -> str:
     """An example's answer as the fields pass writes JSON: `{`, then per answered field
     its suffix (`\\n  "key": `) and value, joined by commas, then `\\n}`. A multi-label
-    field is an object of every label with `true` or `false`."""
+    field is an object of every label with `true` or `false` (read ranked: the list of
+    its chosen labels, most probable first)."""
     parts = [_answer_part(schema.field(name), a) for name, a in example.answers]
     return "{" + ",".join(parts) + "\n}"
 
@@ -309,6 +320,8 @@ def example_answer(schema: Schema, example: Example) -> str:
 def _answer_part(f: FieldSpec, a: Answer) -> str:
     if isinstance(a, Written):  # a generated field's value, as written
         return field_suffix(f) + a.text
+    if isinstance(a, tuple) and f.reading == "ranked":  # the chosen labels, ranked
+        return f"{field_suffix(f)}[{', '.join(f.choices[i].literal for i in a)}]"
     if isinstance(a, tuple):
         flags = ", ".join(
             f"{json.dumps(str(c.label), ensure_ascii=False)}: {'true' if i in a else 'false'}"
@@ -380,7 +393,8 @@ def answer_text(f: FieldSpec, answer: Answer) -> str:
     """A written earlier answer: the field's key, the chosen value and a comma. A
     multi-label parent's answer (the indices of its chosen labels) is written as the
     fields pass and generation write that kind: an object of every label, in declared
-    order, with `true` for the chosen ones and `false` for the others."""
+    order, with `true` for the chosen ones and `false` for the others (read ranked: the
+    list of the chosen labels, in the tuple's order)."""
     return _answer_part(f, answer) + ","
 
 
@@ -391,6 +405,9 @@ def field_questions(
     a multi-label parent's answer is the tuple of its chosen labels' indices)."""
     before = "".join(answer_text(schema.field(g), i) for g, i in given)
     given = tuple(given)
+    if f.kind == "multilabel" and f.reading == "ranked":  # which label the list starts with
+        texts = tuple(f"{before}{field_suffix(f)}[{c.literal}" for c in f.choices)
+        return [Question(f.name, None, texts, given)]
     if f.kind == "multilabel":
         out = []
         for i in range(len(f.choices)):

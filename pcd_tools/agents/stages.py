@@ -95,6 +95,8 @@ def narrowed_model(
             if c.description and c.label is not None
         }
         extra: dict[str, Any] | None = {"choice_descriptions": descs} if descs else None
+        if spec.reading == "ranked":  # kept ranked, whatever the kept labels' count
+            extra = {**(extra or {}), "reading": "ranked", "threshold": spec.threshold}
         desc = spec.description or ""
         if spec.branch is not None:
             kind, index = spec.branch

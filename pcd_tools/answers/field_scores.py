@@ -12,6 +12,7 @@ import numpy as np
 from ..prompt import Question
 from ..schema import Schema
 from .bounds import PartialScores, bounded, log_weights, prefix_floors
+from .ranked import ranked_pruned, ranked_result, whole_probs
 from .result import FieldResult
 from .softmax import logsumexp, softmax
 from .taxonomy import taxonomy_path, top_down, tree_index
@@ -29,7 +30,8 @@ def field_results(
     """Each field's result from its questions' candidate log scores.
 
     A multi-label field's labels come as separate yes/no questions; a calibration may
-    hold a temperature (and biases) per label, under `field[label]`. A pruned field's
+    hold a temperature (and biases) per label, under `field[label]`. A ranked multi-label
+    field is one question over its labels (`pcd_tools.answers.ranked`). A pruned field's
     scores are `PartialScores`: its unscored candidates get probability 0.0 and log score
     -inf, and the result says whether its answer is certified, and within what bounds.
     """
@@ -43,6 +45,13 @@ def field_results(
     out: dict[str, FieldResult] = {}
     for q, z in zip(questions, log_scores):
         spec = schema.field(q.field)
+        if spec.reading == "ranked":  # one question over all its labels
+            out[spec.name] = (
+                ranked_pruned(spec, z, temperature, calibration)
+                if isinstance(z, PartialScores)
+                else ranked_result(spec, whole_probs(z, temperature, calibration, spec.name), z)
+            )
+            continue
         if isinstance(z, PartialScores):  # a pruned field (`pcd_tools.engine.passes.prune`)
             out[spec.name] = _pruned(spec.name, spec, z, temperature, calibration)
             continue

@@ -57,7 +57,9 @@ def answers(
     fields = field_results(schema, simple_q, simple_z, temperature, calibration)
     if getattr(calibration, "conformal", None):
         for q, z in zip(simple_q, simple_z):
-            single = q.label is None and q.choices is None
+            single = (
+                q.label is None and q.choices is None and schema.field(q.field).reading != "ranked"
+            )
             conf = (
                 None
                 if not single

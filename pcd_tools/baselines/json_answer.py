@@ -98,6 +98,13 @@ def _fits(f: Any, value: Any) -> bool:
         except ValidationError:
             return False
         return True
+    if f.reading == "ranked":  # distinct labels, within the length limits
+        return (
+            isinstance(value, list)
+            and all(_is_label(v, f.labels) for v in value)
+            and len(set(map(str, value))) == len(value)
+            and f.min_labels <= len(value) <= (f.max_labels or len(f.labels))
+        )
     if f.kind == "multilabel":
         labels = [str(label) for label in f.labels]
         return (

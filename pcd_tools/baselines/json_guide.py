@@ -30,13 +30,23 @@ WHITESPACE = r"[\n ]{0,3}"
 
 def json_schema_of(schema: Schema) -> dict[str, Any]:
     """The JSON schema of a PCD schema: required keys in order, enums of their labels (a
-    multi-label field: an object of booleans, one per label)."""
+    multi-label field: an object of booleans, one per label; read ranked: an array of
+    its labels)."""
     props: dict[str, Any] = {}
     for f in schema.fields:
         if f.generation is not None:
             props[f.name] = f.generation.json_schema(f.optional)
         elif f.kind == "boolean" and not f.optional:
             props[f.name] = {"type": "boolean"}
+        elif f.reading == "ranked":  # the layout PCD scores: a list of labels
+            props[f.name] = _set(
+                {
+                    "type": "array",
+                    "items": {"enum": list(f.labels)},
+                    "minItems": f.min_labels or None,
+                    "maxItems": f.max_labels,
+                }
+            )
         elif f.kind == "multilabel":  # the layout PCD scores: each label's true or false
             labels = [str(label) for label in f.labels]
             props[f.name] = {
@@ -53,6 +63,10 @@ def json_schema_of(schema: Schema) -> dict[str, Any]:
         "required": [f.name for f in schema.fields],
         "additionalProperties": False,
     }
+
+
+def _set(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
 
 
 @dataclass

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..answers.ranked import ranked_result
 from ..answers.result import Decision, FieldResult
 from ..errors import InvalidArgumentError
 from ..schema import Schema
@@ -120,7 +121,9 @@ def average(schema: Schema, runs: Sequence[Sequence[Decision[Any]]]) -> list[Dec
                 [[d.fields[spec.name].distribution[c.label] for c in spec.choices] for d in have],
                 axis=0,
             )
-            if spec.kind == "multilabel":  # each label's P(yes), averaged
+            if spec.reading == "ranked":  # the ranking, averaged
+                res = ranked_result(spec, p, np.log(np.maximum(p, 1e-300)))
+            elif spec.kind == "multilabel":  # each label's P(yes), averaged
                 q = np.clip(p, 1e-300, 1 - 1e-16)
                 res = FieldResult.from_labels(spec, p, np.log(q) - np.log1p(-q))
             else:

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..answers.bounds import PartialScores, SearchReport
 from ..answers.joint import answers
+from ..answers.ranked import RankedGoal
 from ..answers.result import BatchTiming, Decision
 from ..answers.waves import WaveAnswers, has_waves
 from ..engine.passes.prune import Pruning
@@ -72,7 +73,7 @@ def decide_in_order(
         state, compiled, ctxs, temperature=temperature, mode=mode, method=method
     )
     cal = call.calibration
-    pruner = _pruning(state, compiled, pruning, method, mode)
+    pruner = _pruning(state, compiled, pruning, method, mode, temperature, cal)
     side = method.constrained_side(compiled)
     out: list[Decision[Any] | None] = [None] * len(ctxs)
     for idx in length_batches(ctxs, batch_size):
@@ -162,13 +163,23 @@ def _with_search(z: Any, search: SearchReport | None, selected: bool) -> Any:
 
 
 def _pruning(
-    state: DecideState, schema: Schema, pruning: str, method: Method, mode: PassMode | None
+    state: DecideState,
+    schema: Schema,
+    pruning: str,
+    method: Method,
+    mode: PassMode | None,
+    temperature: float,
+    cal: Any,
 ) -> Pruning | None:
     """The request's pruning: none with a label-free correction (it needs every score)
-    or off the packed pass; fields with fitted biases are scored whole under `"auto"`."""
-    cal = state.calibration
+    or off the packed pass; fields with fitted biases are scored whole under `"auto"`;
+    a ranked multi-label field's search settles its chosen labels (`RankedGoal`)."""
     biased = frozenset(cal.biases) if cal is not None and pruning == "auto" else frozenset()
-    return method.pruning(schema, pruning, mode=mode or state.engine.default_mode, whole=biased)
+    got = method.pruning(schema, pruning, mode=mode or state.engine.default_mode, whole=biased)
+    ranked = {
+        f.name: RankedGoal.of(f, temperature, cal) for f in schema.fields if f.reading == "ranked"
+    }
+    return replace(got, ranked=ranked) if got is not None and ranked else got
 
 
 def prompt_preview(

@@ -278,14 +278,16 @@ def calibration_from_scores(
                 f"({len(g)},) gold indices; got {z.shape} and {g.shape}."
             )
         offs = _field_offsets(offsets, name, classes)
-        t, b, how = fit_field(z, g, method, objective, offsets=offs)
+        ranked = base == name and compiled.field(name).reading == "ranked"
+        # a ranked multi-label field is calibrated by its temperature alone
+        t, b, how = fit_field(z, g, "temperature" if ranked else method, objective, offsets=offs)
         before, after = softmax(z, 1.0), softmax(z, t, b)
         temps[name] = round(t, 6)
         if b is not None:
             biases[name] = [round(float(x), 6) for x in b]
         ok_before = before.argmax(axis=1) == g
         ok_after = after.argmax(axis=1) == g
-        if base == name and compiled.field(name).choices_by is None:
+        if base == name and compiled.field(name).choices_by is None and not ranked:
             # split conformal: the items' 1 - p(true) under this calibration as stored
             bias = np.asarray(biases[name]) if name in biases else None
             conformal[name] = conformal_entry(softmax(z, temps[name], bias), g)

@@ -35,6 +35,9 @@ def field_arrays(
     """
     out = {}
     for spec in schema.fields:
+        if spec.reading == "ranked":
+            out.update(_ranked_arrays(spec, decisions, labels))
+            continue
         if spec.kind == "multilabel":
             out.update(_label_arrays(spec, decisions, labels))
             continue
@@ -51,6 +54,50 @@ def field_arrays(
     return out
 
 
+def _gold_labels(spec: Any, given: Any) -> list[int]:
+    """A multi-label field's gold labels (a list of them), as choice indices."""
+    if not isinstance(given, (list, tuple, set, frozenset)):
+        raise DatasetError(
+            f"field {spec.name!r} is multi-label: its label must be a list of labels "
+            f"from {_shown(spec.labels)}; got {given!r}."
+        )
+    return [label_index(spec, g) for g in given]
+
+
+def _shown(labels: Sequence[Any]) -> str:
+    return f"{list(labels[:10])} ... ({len(labels)} labels)" if len(labels) > 10 else str(labels)
+
+
+def _ranked_arrays(
+    spec: Any, decisions: Sequence[Decision[Any]], labels: Sequence[Mapping[str, Any]]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A ranked multi-label field as one single-choice field: a row per gold label of each
+    item, its target that label (fitting a temperature to them spreads the ranking's
+    mass over the labels that apply, as the threshold reads it). An item without gold
+    labels teaches nothing about the ranking and is left out."""
+    rows: list[tuple[Any, int]] = []
+    for d, lab in zip(decisions, labels):
+        if spec.name not in lab:
+            continue
+        z = np.asarray(d.fields[spec.name].log_scores, dtype=np.float64)
+        for g in _gold_labels(spec, lab[spec.name]):
+            if not np.isfinite(z[g]):
+                raise DatasetError(
+                    f"field {spec.name!r}: the gold label {spec.choices[g].label!r} was not "
+                    "scored (the decision read the field by pruned search); decide the "
+                    "calibration items with pruning='off'."
+                )
+            rows.append((z, g))
+    if not rows:
+        return {}
+    return {
+        spec.name: (
+            np.array([z for z, _ in rows], dtype=np.float64),
+            np.array([g for _, g in rows], dtype=np.int64),
+        )
+    }
+
+
 def _label_arrays(
     spec: Any, decisions: Sequence[Decision[Any]], labels: Sequence[Mapping[str, Any]]
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -61,13 +108,7 @@ def _label_arrays(
     for d, lab in zip(decisions, labels):
         if spec.name not in lab:
             continue
-        given = lab[spec.name]
-        if not isinstance(given, (list, tuple, set, frozenset)):
-            raise DatasetError(
-                f"field {spec.name!r} is multi-label: its label must be a list of labels "
-                f"from {spec.labels}; got {given!r}."
-            )
-        golds.append({spec.choices[label_index(spec, g)].label for g in given})
+        golds.append({spec.choices[i].label for i in _gold_labels(spec, lab[spec.name])})
         kept.append(d.fields[spec.name].log_scores)
     if not kept:
         return {}

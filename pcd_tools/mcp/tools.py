@@ -226,12 +226,11 @@ def describe(schema: Schema, threshold: float) -> str:
     for f in schema.fields:
         if f.generation is not None:
             kind = _GENERATED.get(f.generation.type, "generated")
-        elif f.kind == "multilabel":
-            kind = "any of " + ", ".join(json.dumps(c.label) for c in f.choices)
         else:
             shown = [json.dumps(c.label) for c in f.choices[:12]]
-            more = f" ... ({len(f.choices)} values)" if len(f.choices) > 12 else ""
-            kind = "one of " + ", ".join(shown) + more
+            noun = "labels" if f.kind == "multilabel" else "values"
+            more = f" ... ({len(f.choices)} {noun})" if len(f.choices) > 12 else ""
+            kind = ("any of " if f.kind == "multilabel" else "one of ") + ", ".join(shown) + more
         desc = f": {f.description}" if f.description else ""
         lines.append(f"- {f.name} ({kind}){desc}")
     lines += [

@@ -95,9 +95,9 @@ def _too_many_message(where: str, labels: Sequence[Any], given: str, limit: int)
     rest = len(labels) - len(shown)
     return (
         f"{where}: {len(labels)} labels given in {source}; accepted: {MIN_CHOICES} to "
-        f"{limit} labels in a multi-label field (each label is a yes/no question of its "
-        "own). A single-choice field (`Literal`, `Enum`) takes any number of values. The "
-        "values start: "
+        f"{limit} labels in a multi-label field read 'each' (each label is a yes/no question "
+        "of its own); reading 'ranked' (the default past 255) and a single-choice field "
+        "(`Literal`, `Enum`) take any number of values. The values start: "
         f"{', '.join(shown)}{f' ... and {rest} more' if rest else ''}."
     )
 

@@ -19,7 +19,7 @@ from .choices import _enum_choices
 from .examples import with_wrapper_examples
 from .json_schema import compile_json_schema, is_json_schema
 from .models import _check_name, _from_model
-from .spec import MAX_CHOICES, Schema, _where
+from .spec import Schema, _where
 
 __all__ = ["FieldDefinition", "StructuredSchema"]
 
@@ -38,13 +38,16 @@ class FieldDefinition:
             `max_length`, `pattern`) or `"number"` (a generated float, with `ge`, `le`).
         description: What the field means (a prompt).
         choices: Allowed values for an enum (str or int values, any number: the limit is
-            memory, `LabelSetTooLargeError`), or the labels of a multi-label field (1 to
-            255, each a yes/no question).
+            memory, `LabelSetTooLargeError`), or the labels of a multi-label field (any
+            number: up to 255 each is a yes/no question, past that they are ranked).
         choice_descriptions: Optional description per choice.
         optional: Add a `null` ("not stated") candidate.
         ge: An integer or number field's lowest value.
         le: An integer or number field's highest value.
-        threshold: A multi-label field's cut-off probability (default 0.5).
+        threshold: A multi-label field's cut-off probability (default 0.5; 0.1 for a
+            ranked one: a label's share of the ranking).
+        reading: A multi-label field's `"each"` (yes/no per label) or `"ranked"` (one
+            question over all labels); None: `"each"` up to 255 labels, else `"ranked"`.
         min_length: The fewest labels of a multi-label answer, or characters of a string.
         max_length: The most labels of a multi-label answer, or characters of a string.
         depends_on: Fields answered first, whose answers this one sees.
@@ -65,6 +68,7 @@ class FieldDefinition:
     ge: int | float | None = None
     le: int | float | None = None
     threshold: float | None = None
+    reading: str | None = None
     min_length: int | None = None
     max_length: int | None = None
     depends_on: list[str] | None = None
@@ -154,6 +158,7 @@ _DICT_KEYS = {
     "ge",
     "le",
     "threshold",
+    "reading",
     "min_length",
     "max_length",
     "depends_on",
@@ -166,6 +171,7 @@ _OPTIONS = (
     "ge",
     "le",
     "threshold",
+    "reading",
     "min_length",
     "max_length",
     "depends_on",
@@ -338,9 +344,8 @@ def _from_definitions(name: str, instructions: str, defs: list[FieldDefinition])
                     model=name,
                     field=d.name,
                 )
-            _enum_choices(
-                name, d.name, list(d.choices), f"choices {_short(d.choices)}", limit=MAX_CHOICES
-            )
+            # checked here: `Literal` would drop a duplicate label silently
+            _enum_choices(name, d.name, list(d.choices), f"choices {_short(d.choices)}")
             tp = list[Literal[tuple(d.choices)]]  # type: ignore[misc]
         elif d.field_type == "enum" and d.choices is None and d.choices_by:
             tp = str  # the choices are every value `choices_by` names
@@ -368,6 +373,7 @@ def _from_definitions(name: str, instructions: str, defs: list[FieldDefinition])
             for k, v in (
                 ("choice_descriptions", d.choice_descriptions),
                 ("threshold", d.threshold),
+                ("reading", d.reading),
                 ("depends_on", d.depends_on),
                 ("choices_by", d.choices_by),
                 ("max_new_tokens", d.max_new_tokens),

@@ -128,10 +128,10 @@ def compile_json_schema(
             `keyword` and its `path`.
         InvalidJsonSchemaError: for a malformed schema, with the `path` of the problem.
         NestingTooDeepError: for a recursive `$ref` or objects deeper than `max_depth`.
-        TooManyChoicesError: for a multi-label `array` of more than 255 labels, and its
-            `LabelSetTooLargeError` for an `enum` whose token trie would not fit in memory
-            (an `enum` of any length is accepted; an integer range over 255 values is
-            generated).
+        TooManyChoicesError: its `LabelSetTooLargeError` for an `enum` whose token trie
+            would not fit in memory (an `enum` of any length is accepted, and a multi-label
+            `array` of more than 255 labels is read ranked; an integer range over 255
+            values is generated).
         SchemaTooLargeError: for more fields than `max_fields`.
         SchemaError: (a subclass) for what a Pydantic model would be refused for.
         InvalidArgumentError: for a `name`, `max_depth` or `max_fields` out of range.

@@ -49,6 +49,7 @@ PCD_KEYS = (
     "depends_on",
     "choices_by",
     "threshold",
+    "reading",
     "choice_descriptions",
     "max_new_tokens",
     "pruning",

@@ -1,9 +1,19 @@
 """Multi-label fields: `list[Literal[...]]`, `set[...]`, `list[SomeEnum]`.
 
-Each label is its own yes/no question, scored in the same packed pass as the other
-fields, so every label gets a probability. The answer holds the labels with
-`P(label) >= threshold` (0.5 unless `json_schema_extra={"threshold": ...}`), adjusted to
-`min_length` / `max_length` by taking the most probable labels.
+Two readings (`json_schema_extra={"reading": ...}`):
+
+- `"each"` (the default up to 255 labels): each label is its own yes/no question,
+  scored in the same packed pass as the other fields, so every label gets its own
+  probability of applying. The answer holds the labels with `P(label) >= threshold` (0.5
+  unless `json_schema_extra={"threshold": ...}`), adjusted to `min_length` /
+  `max_length` by taking the most probable labels.
+- `"ranked"` (the default, and the only reading, past 255 labels): one question over
+  every label, scored like a single-choice field of any size (its token trie, certified
+  pruned search when large): which label the list starts with. The answer is the top
+  labels whose share of that ranking is at least `threshold` (0.1 unless set), most
+  probable first, at most `max_length` and at least `min_length` of them. A yes/no
+  question per label does not scale to thousands; the ranking costs about one field.
+  Its labels must be strings (their closing quote ends each one in the list).
 """
 
 from __future__ import annotations
@@ -17,9 +27,13 @@ from ..errors import InvalidFieldOptionError, UnsupportedFieldError
 from .choices import _enum_choices, _with_descriptions
 from .spec import MAX_CHOICES, FieldSpec, _where
 
-__all__ = ["CONTAINERS", "label_type", "multilabel_field"]
+__all__ = ["CONTAINERS", "RANKED_THRESHOLD", "label_type", "multilabel_field"]
 
 CONTAINERS = (list, set, frozenset)
+READINGS = ("each", "ranked")
+# A ranked label's share of the ranking needed to be chosen, unless the field sets one:
+# labels that share the model's first choice split its mass, so 0.5 would keep one.
+RANKED_THRESHOLD = 0.1
 
 
 def label_type(tp: Any) -> Any | None:
@@ -58,9 +72,13 @@ def multilabel_field(
             model=model,
             field=path,
         )
-    choices = _enum_choices(model, path, raw, given, limit=MAX_CHOICES)
+    reading = _reading(model, path, extra.get("reading"), len(raw))
+    limit = MAX_CHOICES if reading == "each" else None
+    choices = _enum_choices(model, path, raw, given, limit=limit)
     choices = _with_descriptions(model, path, choices, extra.get("choice_descriptions"))
-    threshold = extra.get("threshold", 0.5)
+    if reading == "ranked":
+        _ranked_labels(model, path, [c.label for c in choices])
+    threshold = extra.get("threshold", 0.5 if reading == "each" else RANKED_THRESHOLD)
     if (
         isinstance(threshold, bool)
         or not isinstance(threshold, (int, float))
@@ -91,6 +109,37 @@ def multilabel_field(
         description,
         tuple(choices),
         threshold=float(threshold),
+        reading=reading,
         min_labels=low,
         max_labels=high,
     )
+
+
+def _reading(model: str, path: str, given: Any, count: int) -> Literal["each", "ranked"]:
+    """The field's reading: as set, else `"each"` up to `MAX_CHOICES` labels and
+    `"ranked"` past it (set `"each"` past it: `TooManyChoicesError`)."""
+    if given is None:
+        return "each" if count <= MAX_CHOICES else "ranked"
+    if given not in READINGS:
+        raise InvalidFieldOptionError(
+            f"{_where(model, path)}: reading {given!r} in json_schema_extra; accepted: "
+            f"{list(READINGS)}.",
+            model=model,
+            field=path,
+        )
+    return "each" if given == "each" else "ranked"  # "each" past 255: `_enum_choices` says why
+
+
+def _ranked_labels(model: str, path: str, labels: Sequence[Any]) -> None:
+    """A ranked field's labels are JSON strings: each one's closing quote ends it in the
+    list, so no label's text starts another's."""
+    bad = [lab for lab in labels if not isinstance(lab, str)]
+    if bad:
+        raise UnsupportedFieldError(
+            f"{_where(model, path)}: a ranked multi-label field takes string labels (each is "
+            f"scored as the list's first item, ended by its closing quote); got "
+            f"{bad[:3]!r}{' ...' if len(bad) > 3 else ''}; accepted: str labels, or at most "
+            f"{MAX_CHOICES} labels read 'each' (yes/no per label).",
+            model=model,
+            field=path,
+        )

@@ -149,8 +149,9 @@ class FieldSpec:
 
     Args:
         name: The field name (a Python identifier), also the JSON key.
-        kind: `"enum"`, `"boolean"`, `"multilabel"` (each choice is a label scored
-            yes/no) or `"generated"` (decoded under a grammar, not scored; no choices).
+        kind: `"enum"`, `"boolean"`, `"multilabel"` (each choice is a label; the answer
+            is a list of them, see `reading`) or `"generated"` (decoded under a grammar,
+            not scored; no choices).
         description: The field's description (a prompt), possibly empty.
         choices: Candidates in declaration order; ties go to the first (empty for a
             generated field).
@@ -158,7 +159,13 @@ class FieldSpec:
             field: whether its grammar also allows `null`).
         ordered: Whether the candidates are integers in increasing order (an int range),
             so the result also has an `expected` value.
-        threshold: For a multi-label field, the probability a label needs to be chosen.
+        threshold: For a multi-label field, the probability a label needs to be chosen
+            (read `"each"`: its own P(yes); read `"ranked"`: its share of the ranking).
+        reading: For a multi-label field, how its labels are scored: `"each"` (a yes/no
+            question per label, at most 255) or `"ranked"` (one question over every label,
+            as a single-choice field of any size: which label comes first in the list; the
+            answer is the top labels whose share clears `threshold`,
+            `pcd_tools.schema.multilabel`). `"each"` for other fields.
         min_labels: For a multi-label field, the fewest labels in an answer.
         max_labels: For a multi-label field, the most labels in an answer (None: all).
         depends_on: Fields answered before this one, whose answers its pass sees written
@@ -185,6 +192,7 @@ class FieldSpec:
     optional: bool = False
     ordered: bool = False
     threshold: float = 0.5
+    reading: Literal["each", "ranked"] = "each"
     min_labels: int = 0
     max_labels: int | None = None
     depends_on: tuple[str, ...] = ()
@@ -315,6 +323,7 @@ class Schema:
                     "choices": [[c.literal, c.description] for c in f.choices],
                     # only when set, so that the fingerprints of earlier schemas stay the same
                     **({"ordered": True} if f.ordered else {}),
+                    **({"reading": f.reading} if f.reading != "each" else {}),
                     **({"depends_on": list(f.depends_on)} if f.depends_on else {}),
                     **(
                         {"choices_by": [f.choices_by[0], [list(a) for a in f.choices_by[1]]]}

@@ -53,7 +53,7 @@ PYTHON_BLOCKS = {
     "docs/server.md": 3,
     "docs/mcp.md": 2,
     "docs/scale-out.md": 1,
-    "docs/labels.md": 2,
+    "docs/labels.md": 3,
 }
 RUN_ELSEWHERE = {"ray-data": "tests/ray/test_readme_scale_out.py"}
 RUN_HERE: set[str] = set()
@@ -99,7 +99,7 @@ def test_block_names_are_unique_and_every_name_a_test_runs_is_in_a_document():
     counts = Counter(b.name for b in all_named_blocks())
     assert [n for n, k in counts.items() if k > 1] == []
     assert sorted((RUN_HERE | set(RUN_ELSEWHERE)) - set(counts)) == []
-    assert sum(PYTHON_BLOCKS.values()) == sum(len(fences(doc)) for doc in DOCUMENTS) == 21
+    assert sum(PYTHON_BLOCKS.values()) == sum(len(fences(doc)) for doc in DOCUMENTS) == 22
 
 
 def test_printed_numbers_match_to_float_noise_and_nothing_more():
@@ -151,7 +151,7 @@ def test_schemas_section_runs_as_written(real):
     assert sum(table.values()) == pytest.approx(1.0)
 
 
-@runs("labels-zones", "labels-taxonomy")
+@runs("labels-zones", "labels-taxonomy", "labels-ranked")
 def test_labels_guide_runs_as_written(real):
     ns: dict[str, Any] = {"__name__": "readme", "decider": real}
     assert len(run_checked("labels-zones", ns)) == 2
@@ -163,6 +163,11 @@ def test_labels_guide_runs_as_written(real):
         abs(f.path[0].probability * f.path[1].probability * f.path[2].probability - f.probability)
         < 1e-9
     )
+    assert len(run_checked("labels-ranked", ns)) == 2
+    f = ns["f"]  # the chosen labels, most probable first, each over the threshold
+    shares = [f.distribution[v] for v in f.value]
+    assert shares == sorted(shares, reverse=True) and min(shares) >= f.spec.threshold
+    assert f.probability == pytest.approx(sum(shares))
 
 
 @runs("schemas-free-text")

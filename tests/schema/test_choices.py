@@ -7,7 +7,7 @@ import enum
 from typing import Literal
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 import pcd_tools
 from pcd_tools import StructuredSchema
@@ -44,19 +44,19 @@ def test_every_single_choice_form_takes_thousands_of_values():
     assert seed.schema.field("c").cardinality == 5000
 
 
-def test_a_multilabel_field_takes_at_most_255_labels_and_says_why():
+def test_a_multilabel_field_read_each_takes_at_most_255_labels_and_says_why():
     ok = StructuredSchema({"m": {"type": "multilabel", "choices": [f"l{i}" for i in range(255)]}})
     assert ok.schema.field("m").cardinality == 255
 
     class Tags(BaseModel):
-        tags: list[Literal[MANY[:300]]]  # type: ignore[valid-type]
+        tags: list[Literal[MANY[:300]]] = Field(json_schema_extra={"reading": "each"})  # type: ignore[valid-type]
 
     with pytest.raises(TooManyChoicesError) as e:
         compile_schema(Tags)
     msg = str(e.value)
     assert len(msg) < 500, len(msg)
     assert "Tags.tags" in msg and "300 labels" in msg and "1 to 255" in msg
-    assert "yes/no question" in msg and "any number of values" in msg
+    assert "yes/no question" in msg and "any number of values" in msg and "'ranked'" in msg
     # the count, the limit and the advice come first, then a few example values
     assert msg.index("300 labels") < msg.index("any number") < msg.index("'CODE_00000'")
     assert "'CODE_00004'" in msg and "'CODE_00005'" not in msg and "and 295 more" in msg
@@ -66,7 +66,7 @@ def test_a_multilabel_field_takes_at_most_255_labels_and_says_why():
 def test_too_many_labels_examples_are_truncated():
     long = [f"{i}-" + "x" * 500 for i in range(256)]
     with pytest.raises(TooManyChoicesError) as e:
-        StructuredSchema({"m": {"type": "multilabel", "choices": long}})
+        StructuredSchema({"m": {"type": "multilabel", "choices": long, "reading": "each"}})
     assert len(str(e.value)) < 600
     assert "and 251 more" in str(e.value)
 

@@ -52,7 +52,14 @@ def test_every_new_kind_in_the_dict_form_equals_the_pydantic_form():
 def test_dict_form_errors_are_the_typed_ones():
     with pytest.raises(TooManyChoicesError, match=r"X.m: 256 labels"):
         StructuredSchema(
-            {"m": {"type": "multilabel", "choices": [f"l{i}" for i in range(256)]}}, name="X"
+            {
+                "m": {
+                    "type": "multilabel",
+                    "choices": [f"l{i}" for i in range(256)],
+                    "reading": "each",
+                }
+            },
+            name="X",
         )
     with pytest.raises(ChoicesByError, match=r"X.s: choices_by names 'z'"):
         StructuredSchema(

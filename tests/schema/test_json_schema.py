@@ -608,8 +608,10 @@ def test_choice_limits_are_the_usual_ones():
         == 300
     )
     items = {"type": "array", "items": {"enum": [f"v{i}" for i in range(300)]}}
+    assert compile_json_schema(_obj(x=items)).field("x").reading == "ranked"
+    each = {**items, "reading": "each"}  # a PCD key, carried over like `threshold`
     with pytest.raises(TooManyChoicesError, match="300 labels"):
-        compile_json_schema(_obj(x=items))
+        compile_json_schema(_obj(x=each))
     assert compile_json_schema(_obj(x={"const": "only"})).field("x").labels == ["only"]
     with pytest.raises(InvalidJsonSchemaError, match=r"`enum` is not a non-empty list"):
         compile_json_schema(_obj(x={"enum": []}))

@@ -26,13 +26,14 @@ bounds and the `certified` flag.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
-from ...answers.bounds import SearchReport
+from ...answers.bounds import PartialScores, SearchReport
+from ...answers.ranked import RankedGoal
 from ...answers.taxonomy import TreeIndex, top_down, tree_index
 from ...prompt import Question
 from ...schema import Schema
@@ -87,6 +88,9 @@ class Pruning:
             they are fewer than this.
         top_k: The search runs until this many best candidates are certified, in order
             (1: the answer alone).
+        ranked: Per ranked multi-label field (by name), what its search must settle
+            (`pcd_tools.answers.ranked.RankedGoal`): it runs until the exhaustive pass
+            would choose the same labels in the same order.
         searches: What each pruned question's search did, filled by `pruned_pass`: per
             returned edge array (by `id`), its `SearchReport`. The request's own.
     """
@@ -100,6 +104,7 @@ class Pruning:
     finish_share: float = 0.5
     first_nodes: int = 192
     top_k: int = 1
+    ranked: Mapping[str, RankedGoal] = field(default_factory=dict)
     searches: dict[int, SearchReport] = field(default_factory=dict, repr=False, compare=False)
 
     def report(self, edge_logp: np.ndarray) -> SearchReport | None:
@@ -114,14 +119,16 @@ class Pruning:
 
 
 def _single_choice(schema: Schema) -> set[str]:
-    """The fields whose whole distribution one question scores: enum and bool fields,
-    not a `choices_by` child (its questions are per parent value) nor a union's
-    discriminator (its branches compare whole distributions)."""
+    """The fields whose whole distribution one question scores: enum and bool fields and
+    ranked multi-label fields, not a `choices_by` child (its questions are per parent
+    value) nor a union's discriminator (its branches compare whole distributions)."""
     kinds = {f.branch[0] for f in schema.fields if f.branch is not None}
     return {
         f.name
         for f in schema.fields
-        if f.kind in ("enum", "boolean") and f.choices_by is None and f.name not in kinds
+        if (f.kind in ("enum", "boolean") or f.reading == "ranked")
+        and f.choices_by is None
+        and f.name not in kinds
     }
 
 
@@ -197,21 +204,38 @@ def pruning_for(
     return Pruning(select, constrained=constrained, auto_scoring=auto_scoring)
 
 
-def expansions(trie: FieldTrie, edge_logp: np.ndarray, pruning: Pruning, quota: int) -> set[int]:
+def expansions(
+    trie: FieldTrie,
+    edge_logp: np.ndarray,
+    pruning: Pruning,
+    quota: int,
+    goal: RankedGoal | None = None,
+) -> set[int]:
     """The trie nodes one context needs evaluated next: the unexpanded prefixes that may
     still hold a better answer than the best scored one, most probable first, up to
-    about `quota` nodes; empty when the answer is certified."""
-    lp = trie.edge_scores(edge_logp, constrained=pruning.constrained_for(trie))
+    about `quota` nodes; empty when the answer is certified. For a ranked multi-label
+    field (`goal`), the prefixes that may still change its chosen labels."""
+    constrained = pruning.constrained_for(trie)
+    lp = trie.edge_scores(edge_logp, constrained=constrained)
     front = trie.frontier(lp)
     if not len(front):
         return set()
     z = trie.cand_logp(lp)
     done = z[~np.isnan(z)]
     k = max(1, pruning.top_k)
-    # the k-th best scored candidate: a prefix below it cannot change the top k
-    best = float(np.partition(done, len(done) - k)[len(done) - k]) if len(done) >= k else -np.inf
+    if goal is not None:
+        best = goal.cut(done, constrained)
+    else:  # the k-th best scored candidate: a prefix below it cannot change the top k
+        best = (
+            float(np.partition(done, len(done) - k)[len(done) - k]) if len(done) >= k else -np.inf
+        )
     pre = trie.prefix_logp(lp)[front]
     open_ = pre >= best  # a prefix at exactly the best could still tie it
+    if goal is not None and not open_.any():
+        partial = trie.scores(edge_logp, constrained=constrained)
+        if not isinstance(partial, PartialScores) or goal.certified(partial):
+            return set()
+        open_[:] = True  # the bounds cannot settle a share near the threshold: read on
     below_open = [trie.subtree_nodes[int(n)] for n in front[open_]]
     total = sum(len(b) for b in below_open)
     unread = trie.n_nodes - len(np.unique(trie.edge_node[~np.isnan(lp)]))
@@ -277,6 +301,7 @@ def search(
     pruning: Pruning,
     fell_back: set[tuple[int, int]] | None = None,
     trees: dict[int, TreeIndex] | None = None,
+    goals: Mapping[int, RankedGoal] | None = None,
 ) -> int:
     """Expands the pruned fields level by level until each context's answers are
     certified or the levels run out; returns the levels run.
@@ -292,8 +317,10 @@ def search(
             exhaustive pass.
         trees: Per pruned question that is a taxonomy decided level by level, its
             index: its search stops when each level is certified (`tree_expansions`).
+        goals: Per pruned question of a ranked multi-label field, its `RankedGoal`.
     """
     trees = trees or {}
+    goals = goals or {}
     levels = 0
     while True:
         fallback = levels >= pruning.max_levels
@@ -307,7 +334,7 @@ def search(
                 more = (
                     tree_expansions(tries[fi], acc[fi][r], pruning, q, trees[fi])
                     if fi in trees
-                    else expansions(tries[fi], acc[fi][r], pruning, q)
+                    else expansions(tries[fi], acc[fi][r], pruning, q, goals.get(fi))
                 )
                 if more and fallback:  # out of levels, uncertified: read the rest
                     more = set(_unread(tries[fi], acc[fi][r]).tolist())
@@ -414,6 +441,7 @@ def pruned_pass(
         pruning,
         fell_back,
         _trees(plan, pruned),
+        _goals(plan, pruned, pruning),
     )
     whole = [fi for fi in range(len(tries)) if fi not in set(pruned)]
     if any(np.isnan(acc[fi]).any() for fi in whole):  # pragma: no cover - a packing bug
@@ -439,8 +467,16 @@ def _trees(plan: Plan, pruned: Sequence[int]) -> dict[int, TreeIndex]:
     return out
 
 
+def _goals(plan: Plan, pruned: Sequence[int], pruning: Pruning) -> dict[int, RankedGoal]:
+    """The pruned questions of `plan` that ask a ranked multi-label field: their goals."""
+    if not pruning.ranked or not plan.questions:
+        return {}
+    found = {fi: pruning.ranked.get(plan.questions[fi].field) for fi in pruned}
+    return {fi: g for fi, g in found.items() if g is not None}
+
+
 def _top(trie: FieldTrie, pruning: Pruning) -> list[int]:
     """The nodes a pruned field's first pass reads: its root, and the root's children
     when they fit in one level."""
-    children = [n for n in range(1, trie.n_nodes) if trie.node_parent[n] == 0]
+    children = (np.nonzero(trie.parents == 0)[0]).tolist()
     return [0, *children] if len(children) < pruning.first_nodes else [0]

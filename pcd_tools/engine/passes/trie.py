@@ -127,9 +127,9 @@ class FieldTrie:
         """Each node's log-probability of being reached (root 0.0), from edge scores;
         NaN below a node that was not evaluated."""
         pre = np.zeros(self.n_nodes)
-        edge = self.node_edge
+        edge, parent = self.node_edge, self.parents
         for nodes in self._nodes_by_depth:
-            pre[nodes] = pre[np.asarray(self.node_parent)[nodes]] + lp[edge[nodes]]
+            pre[nodes] = pre[parent[nodes]] + lp[edge[nodes]]
         return pre
 
     def frontier(self, lp: np.ndarray) -> np.ndarray:
@@ -137,9 +137,15 @@ class FieldTrie:
         whose parent was, so their own probability is known."""
         evaluated = np.zeros(self.n_nodes, dtype=bool)
         evaluated[self.edge_node[~np.isnan(lp)]] = True
-        parent = np.asarray(self.node_parent)
+        parent = self.parents
         inner = np.arange(1, self.n_nodes)
         return inner[~evaluated[inner] & evaluated[parent[inner]]]
+
+    @cached_property
+    def parents(self) -> np.ndarray:
+        """`node_parent` as an array (made once: a large trie's tuple is slow to convert
+        on every level of a search)."""
+        return np.asarray(self.node_parent, dtype=np.int64)
 
     @cached_property
     def node_edge(self) -> np.ndarray:
