@@ -1503,6 +1503,7 @@ typedef struct {
     int vec; /* column panels: 1 for the AVX-512 VNNI kernel, 0 for its scalar twin */
     const float *xm; /* row panels: the minimum's activations, rows x k / lm */
     int lm;          /* row panels: the minimums' sub-block length, 32 or 16 */
+    const void *bsp; /* column panels: activation sums per sub-block of L, int16 pairs */
 } kjob_t;
 
 static size_t panel_k_bytes(int k) {
@@ -1769,7 +1770,8 @@ int pcd_qgemm_bf16(int type, const uint8_t *w, int n, int k, const float *x, int
  * superblock s) every kernel computes the same integers and float operations:
  *     I = sum_j sc[j] * sum_{e in sub-block j} u[e] * xq[e]    (int32, exact; sub-blocks
  *                                                               of 32, Q6_K: 16)
- *     M = sum_h mi16[h] * bs16[h]                              (int32, exact; per 16)
+ *     M = sum_j mi[j] * bsL[j]                                 (int32, exact; per
+ *                                                               sub-block of L)
  *     acc = fma((float)I, dx * d, acc);  acc = fma(-(float)M, dx * fm, acc)
  * so the scalar twin (cols-scalar) and cols-avx512vnni are bit-identical, and a row's
  * result never depends on the other rows of the call. The float order differs from the
@@ -1777,7 +1779,12 @@ int pcd_qgemm_bf16(int type, const uint8_t *w, int n, int k, const float *x, int
  * float32 rounding, with fewer roundings here (the superblock's lanes are summed in
  * integers).
  * Bounds: |sum_e u xq| <= 32 * 31 * 127 (Q5_K), times sc <= 63, 8 sub-blocks: < 2^31;
- * Q6_K: 16 * 63 * 127 * 128 * 16 < 2^31; |M| <= 16 * 2032 * 4096 < 2^31. */
+ * Q6_K: 16 * 63 * 127 * 128 * 16 < 2^31; |M| <= 16 * 2032 * 4096 < 2^31.
+ * The minimum's term takes one vpdpwssd per pair of sub-blocks: the minimums (mi[j],
+ * mi[j + 1]) against the activations' sums (bsL[j], bsL[j + 1]) as int16 pairs; for Q4_K
+ * and Q5_K (one minimum per 32) bsL is the sum of two bs16 (|bsL| <= 32 * 128: an int16),
+ * formed once per call (`bsp`), so 4 vpdpwssd per superblock instead of 8 over pairs of
+ * 16 (the same integer M). */
 
 #define KG 2  /* groups of 16 columns (lanes) per panel */
 #define KC (16 * KG) /* columns per panel */
@@ -1787,12 +1794,19 @@ int pcd_qgemm_bf16(int type, const uint8_t *w, int n, int k, const float *x, int
 /* Panel layout in the scratch, per group g of 16 columns (lane = column % 16):
  *   wp  [KG][k/4][16] int32: 4 quant bytes
  *   scp [KG][k/L][16] int32: sub-block scale
- *   mip [KG][k/32][16] int32: mins of sub-blocks of 16, pairs (h, h+1) as 2 x int16
+ *   mip [KG][k/(2L)][16] int32: mins of sub-blocks (j, j+1) of L as 2 x int16
  *   dp, fmp [KG][ns][16] float */
 static size_t panel_kc_bytes(int k) {
     int ns = k / SB;
     return (size_t)KG * 16 * 4 * ((size_t)k / 4 + (size_t)k / 16 + (size_t)k / 32 + 2 * (size_t)ns) +
            (size_t)k + (size_t)k / 16 * 4 + (size_t)ns * 8 + 256;
+}
+
+/* Pair p of row r's activation sums (`bsp` may be bs16 itself: read by memcpy). */
+static inline int32_t kc_bs(const kjob_t *j, int64_t r, int p) {
+    int32_t v;
+    memcpy(&v, (const char *)j->bsp + (r * (j->k / (2 * j->L)) + p) * 4, 4);
+    return v;
 }
 
 /* The panel's arrays in a task's scratch (the layout above). */
@@ -1806,7 +1820,7 @@ static kcpanel_t kc_panel(const void *scratch, int k, int L) {
     p.wp = (int32_t *)scratch;
     p.scp = p.wp + (size_t)KG * 16 * (k / 4);
     p.mip = p.scp + (size_t)KG * 16 * (k / L);
-    p.dp = (float *)(p.mip + (size_t)KG * 16 * (k / 32));
+    p.dp = (float *)(p.mip + (size_t)KG * 16 * (k / (2 * L)));
     p.fmp = p.dp + (size_t)KG * 16 * (k / SB);
     return p;
 }
@@ -1819,7 +1833,7 @@ static void decode_kc_panel(const kjob_t *j, int c0, int nc, void *scratch) {
     int8_t *u = (int8_t *)(fmp + (size_t)KG * 16 * ns);
     int16_t *sc16 = (int16_t *)(u + k), *mi16 = sc16 + k / 16;
     float *d = (float *)(mi16 + k / 16), *fm = d + ns;
-    memset(scratch, 0, (size_t)KG * 16 * 4 * ((size_t)k / 4 + k / L + k / 32 + 2 * (size_t)ns));
+    memset(scratch, 0, (size_t)KG * 16 * 4 * ((size_t)k / 4 + k / L + k / (2 * L) + 2 * (size_t)ns));
     for (int c = 0; c < nc; c++) {
         int g = c / 16, l = c % 16;
 #if X86
@@ -1832,9 +1846,9 @@ static void decode_kc_panel(const kjob_t *j, int c0, int nc, void *scratch) {
         for (int q = 0; q < k / 4; q++) wg[q * 16 + l] = u4[q];
         int32_t *sg = scp + (size_t)g * 16 * (k / L);
         for (int b = 0; b < k / L; b++) sg[b * 16 + l] = sc16[b * L / 16];
-        int32_t *mg = mip + (size_t)g * 16 * (k / 32);
-        for (int p = 0; p < k / 32; p++)
-            mg[p * 16 + l] = (int32_t)(((uint32_t)(uint16_t)mi16[2 * p + 1] << 16) | (uint16_t)mi16[2 * p]);
+        int32_t *mg = mip + (size_t)g * 16 * (k / (2 * L)), U = L / 16; /* mi16 per sub-block */
+        for (int p = 0; p < k / (2 * L); p++)
+            mg[p * 16 + l] = (int32_t)(((uint32_t)(uint16_t)mi16[(2 * p + 1) * U] << 16) | (uint16_t)mi16[2 * p * U]);
         for (int s = 0; s < ns; s++) {
             dp[((size_t)g * ns + s) * 16 + l] = d[s];
             fmp[((size_t)g * ns + s) * 16 + l] = fm[s];
@@ -1850,7 +1864,6 @@ static void kc_scalar(const kjob_t *j, const void *scratch, int r0, int R, int c
     const float *dp = P.dp, *fmp = P.fmp;
     for (int r = r0; r < r0 + R; r++) {
         const int8_t *xr = j->xq + (int64_t)r * k;
-        const int16_t *bs = j->bs16 + (int64_t)r * (k / 16);
         for (int c = 0; c < nc; c++) {
             int g = c / 16, l = c % 16;
             const int32_t *wg = wp + (size_t)g * 16 * (k / 4);
@@ -1866,9 +1879,10 @@ static void kc_scalar(const kjob_t *j, const void *scratch, int r0, int R, int c
                     }
                     I += dot * scp[((size_t)g * (k / L) + b) * 16 + l];
                 }
-                for (int p = s * 8; p < s * 8 + 8; p++) {
-                    int32_t mv = mip[((size_t)g * (k / 32) + p) * 16 + l];
-                    M += (int32_t)(int16_t)(mv & 0xFFFF) * bs[2 * p] + (int32_t)(int16_t)(mv >> 16) * bs[2 * p + 1];
+                for (int p = s * (SB / (2 * L)); p < (s + 1) * (SB / (2 * L)); p++) {
+                    int32_t mv = mip[((size_t)g * (k / (2 * L)) + p) * 16 + l], bv = kc_bs(j, r, p);
+                    M += (int32_t)(int16_t)(mv & 0xFFFF) * (int16_t)(bv & 0xFFFF) +
+                         (int32_t)(int16_t)(mv >> 16) * (int16_t)(bv >> 16);
                 }
                 float dxs = j->dx[(int64_t)r * ns + s];
                 float t = dxs * dp[((size_t)g * ns + s) * 16 + l];
@@ -1892,7 +1906,6 @@ VNNI512_T AI void kc_avx512_rg(const int R, const int G, const int L, const kjob
     const int32_t *wp = P.wp, *scp = P.scp, *mip = P.mip;
     const float *dp = P.dp, *fmp = P.fmp;
     const int8_t *xq = j->xq + (int64_t)r0 * k;
-    const int16_t *bs = j->bs16 + (int64_t)r0 * (k / 16);
     const float *dx = j->dx + (int64_t)r0 * ns;
     float *y = j->y + (int64_t)r0 * j->ldy + c0;
     for (int r = 0; r < R; r++)
@@ -1929,14 +1942,12 @@ VNNI512_T AI void kc_avx512_rg(const int R, const int G, const int L, const kjob
         for (int r = 0; r < R; r++)
             for (int g = 0; g < G; g++) M[r][g] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-        for (int p = s * 8; p < s * 8 + 8; p++) {
+        for (int p = s * (SB / (2 * L)); p < (s + 1) * (SB / (2 * L)); p++) {
             __m512i mv[KG];
             for (int g = 0; g < G; g++)
-                mv[g] = _mm512_load_si512((const void *)(mip + ((size_t)g * (k / 32) + p) * 16));
+                mv[g] = _mm512_load_si512((const void *)(mip + ((size_t)g * (k / (2 * L)) + p) * 16));
             for (int r = 0; r < R; r++) {
-                int32_t bv;
-                memcpy(&bv, bs + (int64_t)r * (k / 16) + 2 * p, 4);
-                __m512i bb = _mm512_set1_epi32(bv);
+                __m512i bb = _mm512_set1_epi32(kc_bs(j, r0 + r, p));
                 for (int g = 0; g < G; g++) M[r][g] = _mm512_dpwssd_epi32(M[r][g], mv[g], bb);
             }
         }
@@ -2017,11 +2028,24 @@ int pcd_qgemm_int8_kc(int type, const uint8_t *w, int n, int k, const int8_t *xq
     if ((type != GGUF_Q4_K && type != GGUF_Q5_K && type != GGUF_Q6_K) || k % SB) return 2;
     path = pcd_path_pick(path, PCD_PATHS_BUILT(KC_KERN, .built));
     if (!path) return 3;
-    int bb = pcd_qgemm_block(type, 0);
+    int bb = pcd_qgemm_block(type, 0), L = type == GGUF_Q6_K ? 16 : 32;
+    /* activation sums per sub-block of L in int16 pairs: bs16 itself where L is 16 */
+    int32_t *bsp = 0;
+    if (L == 32) {
+        int np = k / 64;
+        bsp = (int32_t *)malloc((size_t)rows * np * 4);
+        if (!bsp) return 1;
+        for (int64_t i = 0; i < (int64_t)rows * np; i++) {
+            const int16_t *b = bs16 + 4 * i;
+            bsp[i] = (int32_t)(((uint32_t)(uint16_t)(b[2] + b[3]) << 16) | (uint16_t)(b[0] + b[1]));
+        }
+    }
     kjob_t j = {.type = type, .k = k, .n = n, .rows = rows, .w = w, .rb = (int64_t)(k / SB) * bb,
                 .xq = xq, .dx = dx, .bs16 = bs16, .y = y, .ldy = ldy,
-                .L = type == GGUF_Q6_K ? 16 : 32, .vec = KC_KERN[path].vec};
-    return run_parallel(gemm_kc_task, &j, (n + KC - 1) / KC, panel_kc_bytes(k), threads);
+                .L = L, .vec = KC_KERN[path].vec, .bsp = bsp ? (const void *)bsp : (const void *)bs16};
+    int rc = run_parallel(gemm_kc_task, &j, (n + KC - 1) / KC, panel_kc_bytes(k), threads);
+    free(bsp);
+    return rc;
 }
 
 /* --- The int8 peak probe (`pcd models --doctor`, `pcd bench`) ----------------------------
