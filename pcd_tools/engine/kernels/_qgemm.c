@@ -1899,7 +1899,7 @@ static void kc_scalar(const kjob_t *j, const void *scratch, int r0, int R, int c
 /* R rows x G groups of 16 columns; `mask`: the lanes of the last group to store. The
  * float sums live in y (one load and store per superblock), which leaves the registers
  * to the integer accumulators. */
-VNNI512_T AI void kc_avx512_rg(const int R, const int G, const int L, const kjob_t *j,
+VNNI512_T AI void kc_avx512_rg(const int R, const int G, const int L, const int FULL, const kjob_t *j,
                                const void *scratch, int r0, int c0, __mmask16 mask) {
     const int k = j->k, ns = k / SB;
     kcpanel_t P = kc_panel(scratch, k, L);
@@ -1954,14 +1954,15 @@ VNNI512_T AI void kc_avx512_rg(const int R, const int G, const int L, const kjob
         for (int g = 0; g < G; g++) {
             __m512 dv = _mm512_load_ps(dp + ((size_t)g * ns + s) * 16);
             __m512 fv = _mm512_load_ps(fmp + ((size_t)g * ns + s) * 16);
-            __mmask16 mk = g == G - 1 ? mask : (__mmask16)0xFFFF;
+            const int whole = FULL || g < G - 1; /* masked stores are slow here: only at the edge */
             for (int r = 0; r < R; r++) {
                 float *yr = y + (int64_t)r * j->ldy + 16 * g;
                 __m512 xs = _mm512_set1_ps(dx[(int64_t)r * ns + s]);
-                __m512 acc = _mm512_maskz_loadu_ps(mk, yr);
+                __m512 acc = whole ? _mm512_loadu_ps(yr) : _mm512_maskz_loadu_ps(mask, yr);
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[r][g]), _mm512_mul_ps(xs, dv), acc);
                 acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M[r][g]), _mm512_mul_ps(xs, fv), acc);
-                _mm512_mask_storeu_ps(yr, mk, acc);
+                if (whole) _mm512_storeu_ps(yr, acc);
+                else _mm512_mask_storeu_ps(yr, mask, acc);
             }
         }
     }
@@ -1971,8 +1972,9 @@ VNNI512_T static void kc_avx512(const kjob_t *j, const void *scratch, int r0, in
     int G = (nc + 15) / 16;
     __mmask16 mask = (__mmask16)(nc % 16 ? (1u << (nc % 16)) - 1 : 0xFFFF);
 #define KC_G(RR, LL)                                                                       \
-    if (G == 2) kc_avx512_rg(RR, 2, LL, j, scratch, r0, c0, mask);                    \
-    else kc_avx512_rg(RR, 1, LL, j, scratch, r0, c0, mask);
+    if (G == 2 && mask == 0xFFFF) kc_avx512_rg(RR, 2, LL, 1, j, scratch, r0, c0, mask);   \
+    else if (G == 2) kc_avx512_rg(RR, 2, LL, 0, j, scratch, r0, c0, mask);              \
+    else kc_avx512_rg(RR, 1, LL, 0, j, scratch, r0, c0, mask);
 #define KC_CASE(RR)                                                                        \
     if (j->L == 32) {                                                                      \
         KC_G(RR, 32)                                                                       \
