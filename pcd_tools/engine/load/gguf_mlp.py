@@ -36,9 +36,12 @@ SWIGLU_MLP_MODULES = ("mlx_lm.models.llama", "mlx_lm.models.qwen2", "mlx_lm.mode
 _local = threading.local()
 
 # The most a slot's scratch keeps between calls: a product larger than this (more than
-# 936 rows of a 1.5B's 8960-wide MLP) gets a fresh array, as in the unfused module, so a
-# long prompt leaves at most 3 x 32 MiB per thread behind.
-RETAIN_BYTES = 32 << 20
+# 1,170 rows of a 1.5B's 8960-wide MLP) gets a fresh array, as in the unfused module, so a
+# long prompt leaves at most 3 x 40 MiB per thread behind. It holds a long prompt's
+# 1,024-token pieces (`passes.pass_cache.PIECE_TOKENS`) of a 1.5B: a fresh 35 MiB array
+# per product is zeroed page by page on every layer (a warm 1k-token decision: 3,541 ms
+# at 32 MiB against 3,254 at 40, 6 interleaved pairs, Zen 5).
+RETAIN_BYTES = 40 << 20
 
 
 def _buffer(slot: str, shape: tuple[int, int]) -> np.ndarray:
