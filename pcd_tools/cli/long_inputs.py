@@ -17,6 +17,7 @@ import argparse
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,7 @@ def _model_size(folder: Path, name: str) -> Any:
             f"benchmarks/model_size.py, not found at {path}; pass the model's GGUF path."
         )
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up while it runs
     spec.loader.exec_module(mod)
     return mod
 

@@ -179,3 +179,16 @@ def test_pcd_bench_lengths_maps_its_options_and_prints_json(monkeypatch, capsys)
     monkeypatch.setattr("pcd_tools.baselines.llama_cpp.peer_available", lambda: None)
     assert main(["bench", "--lengths", "64", "--json"]) == 0
     assert seen["options"].no_peer is None and seen["options"].rounds == 5
+
+
+def test_a_shared_model_name_resolves_through_the_repositorys_model_table():
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+    table = long_inputs._model_size(bench, "1.5b")  # it defines dataclasses: importable
+    got = table.model_file("1.5b")
+    if got is None:  # not fetched here: the name is refused, saying so
+        with pytest.raises(InvalidArgumentError, match="fetch it first"):
+            long_inputs.resolve_model("1.5b", bench)
+    else:
+        assert long_inputs.resolve_model("1.5b", bench) == str(got)
