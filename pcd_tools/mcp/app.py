@@ -16,13 +16,13 @@ from ..decide.checks import check_temperature, check_threshold
 from ..errors import InvalidArgumentError
 from ..schema import Schema, compile_schema
 from . import _sdk
+from .generic import generic_tools
 from .tools import (
     MAX_BATCH_TEXTS,
     MAX_TEXT_CHARS,
     READ_ONLY,
     Limits,
     ToolSpec,
-    generic_tools,
     schema_tools,
 )
 
@@ -104,8 +104,8 @@ def tool_specs(
         if spec.name in seen:
             raise InvalidArgumentError(
                 f"two tools would be named {spec.name!r} ({seen[spec.name]} and {spec.title}); "
-                "rename a schema class, or pass generic=False if it clashes with classify or "
-                "yes_no."
+                "rename a schema class, or pass generic=False if it clashes with classify, "
+                "tag or yes_no."
             )
         seen[spec.name] = spec.title
     return specs
@@ -134,7 +134,8 @@ def server(
       `threshold` (`Decision.low_confidence`, the rule of `Decider.as_tool` and `Cascade`);
     - `<name>_batch(texts)`: `{"results": [...]}` through `adecide_many`, with progress
       notifications after each text and cancellation of the texts not yet started;
-    - with `generic=True`, `classify(text, labels, question?)` and `yes_no(text, question)`
+    - with `generic=True`, `classify(text, labels, question?)`, `tag(text, labels,
+      question?, min_share?, max_labels?)` and `yes_no(text, question)`
       for questions an agent forms at run time.
 
     Concurrent calls queue on the decider's engine worker and are scored together in

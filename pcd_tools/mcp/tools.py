@@ -1,4 +1,4 @@
-"""The MCP tools: one per schema, its batch form, and the generic `classify` / `yes_no`.
+"""The MCP tools: one per schema and its batch form (the generic ones: `generic`).
 
 Each tool is a plain async function whose signature the SDK reads: the arguments become
 the `inputSchema`, and the return annotation `Annotated[CallToolResult, OutputModel]`
@@ -21,9 +21,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from ..answers.payload import decision_payload, label_key
-from ..errors import PcdToolsError, SchemaError
-from ..schema import Schema, compile_schema
+from ..answers.payload import decision_payload
+from ..errors import PcdToolsError
+from ..schema import Schema
 from ._sdk import CallToolResult, Context, TextContent, ToolAnnotations, ToolError
 
 __all__ = [
@@ -31,7 +31,6 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "ToolInputError",
     "ToolSpec",
-    "generic_tools",
     "schema_tools",
     "tool_name",
 ]
@@ -180,31 +179,6 @@ def batch_model(schema: Schema) -> type[BaseModel]:
         f"{schema.name}BatchResult", __config__=ConfigDict(extra="forbid"), **defs
     )
     return model
-
-
-class ClassifyResult(BaseModel):
-    """The answer of `classify`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    label: str = Field(description="The most probable label.")
-    probability: float = Field(description="Its probability.")
-    distribution: dict[str, float] = Field(description="Every label's probability.")
-    action: Literal["act", "review"] = Field(
-        description="'review' when the probability is below the threshold."
-    )
-
-
-class YesNoResult(BaseModel):
-    """The answer of `yes_no`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    answer: bool = Field(description="The more probable answer.")
-    probability: float = Field(description="Its probability.")
-    action: Literal["act", "review"] = Field(
-        description="'review' when the probability is below the threshold."
-    )
 
 
 # --- descriptions ------------------------------------------------------------------------
@@ -380,138 +354,3 @@ async def decide_texts(
         )
     except (PcdToolsError, ValueError, TypeError) as exc:
         raise _input_error(exc) from exc
-
-
-# --- generic tools -----------------------------------------------------------------------
-
-CLASSIFY_DOC = (
-    "Classify a text into exactly one of the given labels, by scoring each label with a "
-    "local language model (never generating text). Returns the most probable label, its "
-    "probability, every label's probability, and action: 'review' when the probability is "
-    "below {threshold:g}, else 'act'. Give {min} or more distinct labels (thousands are fine); `question` says what "
-    "to judge (default: which label fits the text)."
-)
-YES_NO_DOC = (
-    "Answer a yes/no question about a text by scoring true and false with a local language "
-    "model. Returns the answer (true = yes), its probability and action: 'review' when the "
-    "probability is below {threshold:g}, else 'act'."
-)
-
-
-def _labels(raw: Any) -> tuple[str, ...]:
-    if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
-        raise ToolInputError("labels must be a list of strings.")
-    labels = tuple(raw)
-    if len(labels) < MIN_LABELS:
-        raise ToolInputError(
-            f"labels has {len(labels)} item(s); accepted: {MIN_LABELS} or more labels (a large "
-            "set is scored exactly by certified pruned search)."
-        )
-    empty = [i for i, x in enumerate(labels) if not x.strip()]
-    if empty:
-        raise ToolInputError(f"labels[{empty[0]}] is empty; every label needs some text.")
-    seen: set[str] = set()
-    dupes = [x for x in labels if x in seen or seen.add(x)]  # type: ignore[func-returns-value]
-    if dupes:
-        raise ToolInputError(f"labels repeats {dupes[0]!r}; every label must be distinct.")
-    return labels
-
-
-def _question(raw: Any, required: bool) -> str | None:
-    if raw is None and not required:
-        return None
-    if not isinstance(raw, str) or not raw.strip():
-        raise ToolInputError("question must be a non-empty string.")
-    return raw.strip()
-
-
-@lru_cache(maxsize=256)
-def classify_schema(labels: tuple[str, ...], question: str | None) -> Schema:
-    """The one-field schema `classify` scores (cached per labels and question)."""
-    task = question or "Which of the labels fits the text?"
-    defs: dict[str, Any] = {"label": (Literal[labels], Field(description=task))}
-    model = create_model("Classify", __doc__=f"Classify the text. {task}", **defs)
-    try:
-        return compile_schema(model)
-    except SchemaError as exc:
-        raise _input_error(exc) from exc
-
-
-@lru_cache(maxsize=256)
-def yes_no_schema(question: str) -> Schema:
-    """The one-field schema `yes_no` scores (cached per question)."""
-    model = create_model(
-        "YesNo",
-        __doc__=f"Answer the question about the text with true (yes) or false (no): {question}",
-        answer=(bool, Field(description=question)),
-    )
-    return compile_schema(model)
-
-
-def generic_tools(
-    decider: Any, *, threshold: float, limits: Limits, decide_kwargs: dict[str, Any]
-) -> list[ToolSpec]:
-    """`classify(text, labels, question?)` and `yes_no(text, question)`."""
-
-    async def classify(**kwargs: Any) -> Any:
-        text = check_text(kwargs.get("text"), limits)
-        labels = _labels(kwargs.get("labels"))
-        schema = classify_schema(labels, _question(kwargs.get("question"), required=False))
-        f = (await _decide(decider, schema, text, decide_kwargs)).fields["label"]
-        p = float(f.probability)
-        payload = {
-            "label": f.label,
-            "probability": p,
-            "distribution": {label_key(k): float(v) for k, v in f.distribution.items()},
-            "action": "review" if p < threshold else "act",
-        }
-        return _result(payload, f.label)
-
-    async def yes_no(**kwargs: Any) -> Any:
-        text = check_text(kwargs.get("text"), limits)
-        schema = yes_no_schema(_question(kwargs.get("question"), required=True) or "")
-        f = (await _decide(decider, schema, text, decide_kwargs)).fields["answer"]
-        p = float(f.probability)
-        payload = {
-            "answer": bool(f.value),
-            "probability": p,
-            "action": "review" if p < threshold else "act",
-        }
-        return _result(payload, payload["answer"])
-
-    labels_arg = Annotated[
-        list[str],
-        Field(description=f"The allowed labels, {MIN_LABELS} or more, distinct."),
-    ]
-    question_arg = Annotated[
-        str | None, Field(description="What to judge, e.g. 'Which team owns this ticket?'")
-    ]
-    _annotate(
-        classify,
-        "classify",
-        [
-            _param("text", TextArg),
-            _param("labels", labels_arg),
-            inspect.Parameter(
-                "question", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=question_arg
-            ),
-        ],
-        Annotated[CallToolResult, ClassifyResult],
-    )
-    _annotate(
-        yes_no,
-        "yes_no",
-        [
-            _param("text", TextArg),
-            _param(
-                "question",
-                Annotated[str, Field(description="The yes/no question about the text.")],
-            ),
-        ],
-        Annotated[CallToolResult, YesNoResult],
-    )
-    kw = {"threshold": threshold, "min": MIN_LABELS}
-    return [
-        ToolSpec("classify", CLASSIFY_DOC.format(**kw), classify, "Classify a text"),
-        ToolSpec("yes_no", YES_NO_DOC.format(**kw), yes_no, "Yes/no question about a text"),
-    ]

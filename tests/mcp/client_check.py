@@ -187,7 +187,7 @@ async def exercise(session: ClientSession, report: dict[str, Any]) -> None:
     text = "I was charged twice for March."
     r = await session.call_tool("classify", {"text": text, "labels": labels})
     data = check("classify", r)
-    from pcd_tools.mcp.tools import classify_schema, yes_no_schema
+    from pcd_tools.mcp.generic import classify_schema, yes_no_schema
 
     d = decider.decide(classify_schema(tuple(labels), None), text)
     report["classify"] = [data["label"], d.fields["label"].label]
@@ -201,12 +201,26 @@ async def exercise(session: ClientSession, report: dict[str, Any]) -> None:
     report["yes_no"] = [data["answer"], d.fields["answer"].value]
     report["yes_no_dp"] = abs(data["probability"] - d.fields["answer"].probability)
 
+    r = await session.call_tool(
+        "tag", {"text": text, "labels": labels, "max_labels": 2, "min_share": 0.05}
+    )
+    data = check("tag", r)
+    from pcd_tools.mcp.generic import tag_schema
+
+    d = decider.decide(tag_schema(tuple(labels), None, 0.05, 2), text)
+    report["tag"] = [data["labels"], d.fields["labels"].label]
+    report["tag_max_dp"] = max(
+        abs(data["distribution"][k] - p) for k, p in d.fields["labels"].distribution.items()
+    )
+
     # bad input: isError with the typed error's message, and the server keeps serving
     bad = {
         "empty": ("listing_review", {"text": "   "}),
         "too_long": ("listing_review", {"text": "x" * (MAX_CHARS + 1)}),
         "one_label": ("classify", {"text": text, "labels": ["a"]}),
         "duplicate_labels": ("classify", {"text": text, "labels": ["a", "a"]}),
+        "tag_most": ("tag", {"text": text, "labels": labels, "max_labels": 0}),
+        "tag_share": ("tag", {"text": text, "labels": labels, "min_share": 1.5}),
         "empty_batch": ("listing_review_batch", {"texts": []}),
         "missing_text": ("listing_review", {}),
     }

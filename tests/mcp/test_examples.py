@@ -31,7 +31,7 @@ def _run(script: str, python: str = sys.executable) -> str:
 @pytest.mark.parametrize("sdk", [1, 2], ids=["mcp1", "mcp2"])
 def test_mcp_client_example(sdk: int) -> None:
     out = _run("mcp_client.py", _python(sdk)).splitlines()
-    assert out[0] == "tools: route, route_batch, classify, yes_no"
+    assert out[0] == "tools: route, route_batch, classify, tag, yes_no"
     assert out[1].startswith("route: team=") and " action=" in out[1]
     assert out[2:4] == ["  progress 1/2", "  progress 2/2"]
     assert out[4].startswith("route_batch: [")

@@ -42,7 +42,7 @@ def test_tool_node_calls_pcd_tools(real: Any) -> None:
 async def _tool_node_calls_pcd_tools(decider: Any) -> None:
     from langchain_mcp_adapters.client import MultiServerMCPClient
 
-    from pcd_tools.mcp.tools import classify_schema
+    from pcd_tools.mcp.generic import classify_schema
     from tests.mcp.schemas import ListingReview
 
     client = MultiServerMCPClient(
@@ -61,6 +61,7 @@ async def _tool_node_calls_pcd_tools(decider: Any) -> None:
         "classify",
         "listing_review",
         "listing_review_batch",
+        "tag",
         "yes_no",
     ]
     text = "Brand new laptop, still sealed in its box."

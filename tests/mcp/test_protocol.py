@@ -21,6 +21,7 @@ TOOLS = [
     "listing_review_batch",
     "support_ticket",
     "support_ticket_batch",
+    "tag",
     "yes_no",
 ]
 
@@ -62,6 +63,8 @@ def test_client_session(sdk: int, args: tuple[str, ...]) -> None:
     assert schemas["listing_review_batch"]["required"] == ["texts"]
     assert set(schemas["classify"]["required"]) == {"text", "labels"}
     assert set(schemas["yes_no"]["required"]) == {"text", "question"}
+    assert set(schemas["tag"]["required"]) == {"text", "labels"}
+    assert {"min_share", "max_labels", "question"} <= set(schemas["tag"]["properties"])
     desc = r["descriptions"]["listing_review"]
     assert desc.startswith("Review a marketplace listing before it goes live.")
     assert '- category (one of "electronics", "clothing", "furniture"): What is sold' in desc
@@ -71,6 +74,7 @@ def test_client_session(sdk: int, args: tuple[str, ...]) -> None:
         "listing_review_batch",
         "support_ticket",
         "classify",
+        "tag",
         "yes_no",
     }
     # the tools' probabilities are decide()'s on the same model
@@ -78,6 +82,7 @@ def test_client_session(sdk: int, args: tuple[str, ...]) -> None:
     assert r["batch_max_dp"] <= 1e-6 and all(r["batch_values"])
     assert r["classify_max_dp"] <= 1e-6 and r["classify"][0] == r["classify"][1]
     assert r["yes_no_dp"] <= 1e-6 and r["yes_no"][0] == r["yes_no"][1]
+    assert r["tag_max_dp"] <= 1e-6 and r["tag"][0] == r["tag"][1] and len(r["tag"][0]) <= 2
     assert r["concurrent_max_dp"] <= 1e-5  # batched with each other: padding rounding
     title, decided = r["generated_title"]
     assert title["value"] == decided and title["probability"] is None
@@ -88,6 +93,8 @@ def test_client_session(sdk: int, args: tuple[str, ...]) -> None:
     assert "at most 3,000" in errors["too_long"][1] and "3,001" in errors["too_long"][1]
     assert "accepted: 2 or more labels" in errors["one_label"][1]
     assert "repeats 'a'" in errors["duplicate_labels"][1]
+    assert "max_labels must be a whole number from 1 to the 3 labels" in errors["tag_most"][1]
+    assert "min_share must be a number strictly between 0 and 1" in errors["tag_share"][1]
     assert "non-empty list" in errors["empty_batch"][1]
     assert "text" in errors["missing_text"][1]
     assert r["serves_after_errors"] and r["serves_after_cancel"]

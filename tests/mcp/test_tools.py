@@ -67,6 +67,7 @@ def test_tools_listed_with_schemas_and_annotations(real: Any) -> None:
         "support_ticket",
         "support_ticket_batch",
         "classify",
+        "tag",
         "yes_no",
     ]
     for t in tools.values():
@@ -111,6 +112,29 @@ def test_result_is_structured_plus_value_text(real: Any) -> None:
     assert data["fields"]["colour"]["distribution"]["null"] == pytest.approx(
         d.fields["colour"].distribution[None], abs=1e-6
     )
+
+
+@pytest.mark.integration
+def test_tag_returns_the_ranked_labels_of_a_large_set(real: Any) -> None:
+    from pcd_tools.mcp import server
+    from pcd_tools.mcp._sdk import ToolError
+    from pcd_tools.mcp.generic import tag_schema
+
+    srv = server(real, [], threshold=0.5)
+    labels = [f"topic {i:03d}" for i in range(300)] + ["refund", "shipping delay"]
+    text = "My parcel is two weeks late and I want my money back."
+    r = _call(srv, "tag", {"text": text, "labels": labels, "max_labels": 2})
+    assert r.isError is False
+    data = r.structuredContent
+    f = real.decide(tag_schema(tuple(labels), None, 0.1, 2), text).fields["labels"]
+    assert data["labels"] == f.label and len(data["labels"]) <= 2
+    assert json.loads(r.content[0].text) == f.label
+    assert data["probability"] == pytest.approx(f.probability, abs=1e-6)
+    assert data["certified"] is True  # 302 labels: read by certified pruned search
+    assert len(data["distribution"]) <= 20  # a large set shows its 20 most probable
+    assert data["action"] == ("review" if f.probability < 0.5 else "act")
+    with pytest.raises(ToolError, match="max_labels must be a whole number from 1 to the 302"):
+        _call(srv, "tag", {"text": text, "labels": labels, "max_labels": 400})
 
 
 @pytest.mark.integration
