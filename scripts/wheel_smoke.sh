@@ -167,7 +167,7 @@ async def main() -> None:
         async with stdio_client(server) as (r, w), ClientSession(r, w) as s:
             await s.initialize()
             names = [t.name for t in (await s.list_tools()).tools]
-            assert names == ["support_route", "support_route_batch", "classify", "yes_no"], names
+            assert names == ["support_route", "support_route_batch", "classify", "tag", "yes_no"], names
             res = await s.call_tool("support_route", {"text": "I was charged twice in March."})
             wire = res.model_dump(by_alias=True, mode="json")  # mcp 1.x or 2.x alike
             assert not wire["isError"], wire["content"]
