@@ -105,6 +105,12 @@ class Bounded:
         upper_factor: ... and at most its entry times this (the unscored candidates at
             their lower bounds: `prefix_floors`, exact totals under constrained scoring,
             where the two factors meet at temperature 1; 1.0 where no floor is known).
+        unscored_top: The most any single unscored candidate's true probability can be
+            (0.0 when every candidate is scored): under prefix g at its best weight
+            `W_g`, over the scored weights `S`, every prefix's floor `F_h` and what its
+            own prefix holds beyond its floor, `W_g / (S + sum_h F_h + max(0, W_g - F_g))`.
+            Under constrained scoring at temperature 1 it is the largest unread prefix's
+            probability.
     """
 
     probs: np.ndarray
@@ -115,6 +121,7 @@ class Bounded:
     certified_top: int = 0
     lower_factor: float = 1.0
     upper_factor: float = 1.0
+    unscored_top: float = 0.0
 
     def bounds_of(self, i: int) -> tuple[float, float]:
         """(lower, upper) bounds of candidate `i`'s true probability (the exhaustive
@@ -216,9 +223,8 @@ def bounded(
     # the unscored mass is at least the known floors (exact prefix totals): without them
     # the upper bound would be a share of the scored mass alone, and a taxonomy answer
     # read in one small subtree would report its share there (0.89) for 0.30 overall
-    floors = [
-        f for f in prefix_floors(scores, temperature, scale=scale, bias=bias) if np.isfinite(f)
-    ]
+    all_floors = prefix_floors(scores, temperature, scale=scale, bias=bias)
+    floors = [f for f in all_floors if np.isfinite(f)]
     log_f = logsumexp(np.array(floors)) if floors else -np.inf
     lower = float(np.exp(log_s - log_all))
     upper = float(np.exp(log_s - np.logaddexp(log_s, log_f)))
@@ -231,4 +237,16 @@ def bounded(
         certified_top=int((s > max(group_max)).sum()),
         lower_factor=lower,
         upper_factor=upper,
+        unscored_top=_unscored_top(float(log_s), float(log_f), group_max, all_floors),
     )
+
+
+def _unscored_top(log_s: float, log_f: float, group_max: list[float], floors: list[float]) -> float:
+    """`Bounded.unscored_top` from the scored weights' log total, the floors' log total and
+    each prefix's best single weight and floor (logs throughout)."""
+    w = np.asarray(group_max, dtype=np.float64)
+    f = np.asarray(floors, dtype=np.float64)
+    m = np.maximum(max(log_s, log_f), w)
+    beyond = np.maximum(0.0, np.exp(w - m) - np.exp(f - m))
+    denom = m + np.log(np.exp(log_s - m) + np.exp(log_f - m) + beyond)
+    return float(np.exp(w - denom).max())

@@ -12,7 +12,7 @@ import numpy as np
 from ..prompt import Question
 from ..schema import Schema
 from .bounds import PartialScores, bounded, log_weights, prefix_floors
-from .ranked import ranked_pruned, ranked_result, whole_probs
+from .ranked import ranked_pruned, ranked_result
 from .result import FieldResult
 from .softmax import logsumexp, softmax
 from .taxonomy import taxonomy_path, top_down, tree_index
@@ -49,7 +49,9 @@ def field_results(
             out[spec.name] = (
                 ranked_pruned(spec, z, temperature, calibration)
                 if isinstance(z, PartialScores)
-                else ranked_result(spec, whole_probs(z, temperature, calibration, spec.name), z)
+                else ranked_result(
+                    spec, conditional_probs(spec.name, z, temperature, calibration), z
+                )
             )
             continue
         if isinstance(z, PartialScores):  # a pruned field (`pcd_tools.engine.passes.prune`)
@@ -77,7 +79,8 @@ def conditional_probs(
     name: str, log_scores: np.ndarray, temperature: float, calibration: Any = None
 ) -> np.ndarray:
     """A field's distribution over some of its choices (those allowed after a parent's
-    answer): the field's calibrated temperature applies, its per-choice biases do not."""
+    answer), or over a ranked multi-label field's labels (calibrated by a temperature
+    alone): the field's calibrated temperature applies, its per-choice biases do not."""
     t = calibration.temperature(name) if calibration is not None else 1.0
     return softmax(np.asarray(log_scores, dtype=np.float64) / t, temperature)
 

@@ -29,9 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from .bounds import PartialScores, bounded, log_weights, prefix_floors
+from .bounds import PartialScores, bounded
 from .result import FieldResult
-from .softmax import softmax
 
 __all__ = ["RankedGoal", "rank_labels", "ranked_pruned", "ranked_result"]
 
@@ -116,10 +115,6 @@ def _read(scores: PartialScores, goal: RankedGoal) -> tuple[list[int], bool, Any
     chosen = rank_labels(got.probs * got.upper_factor, *rule)
     if len(chosen) > got.certified_top:
         return chosen, False, got
-    s, _, group_max = log_weights(scores, goal.temperature, scale=goal.scale)
-    floors = prefix_floors(scores, goal.temperature, scale=goal.scale)
-    seen = np.isfinite(s)
-    log_s = float(np.logaddexp.reduce(s[seen]))
     for rank, i in enumerate(chosen):  # chosen for its share: provably over the threshold
         if rank >= goal.min_labels and got.bounds_of(i)[0] < goal.threshold:
             return chosen, False, got
@@ -127,29 +122,12 @@ def _read(scores: PartialScores, goal: RankedGoal) -> tuple[list[int], bool, Any
         goal.max_labels is None or len(chosen) < goal.max_labels
     )
     if by_threshold:  # the list ended at the threshold: nothing else can reach it
-        rest = np.ones(len(s), dtype=bool)
-        rest[chosen] = False
-        best_rest = float(got.probs[rest & seen].max(initial=0.0)) * got.upper_factor
-        unread = _unread_best(log_s, group_max, floors)
-        if max(best_rest, unread) >= goal.threshold:
+        rest = np.ones(len(got.probs), dtype=bool)
+        rest[chosen] = False  # an unscored label's entry is 0.0: `unscored_top` bounds it
+        best_rest = float(got.probs[rest].max(initial=0.0)) * got.upper_factor
+        if max(best_rest, got.unscored_top) >= goal.threshold:
             return chosen, False, got
     return chosen, True, got
-
-
-def _unread_best(log_s: float, group_max: list[float], floors: list[float]) -> float:
-    """The most an unscored label can hold: under prefix g at its best weight `W_g`, over
-    the scored weights `S`, every prefix's known total (floor `F_h`) and what its own
-    prefix holds beyond its floor: `W_g / (S + sum_h F_h + max(0, W_g - F_g))`. Under
-    constrained scoring at temperature 1 this is the prefix's probability itself."""
-    if not group_max:
-        return 0.0
-    w = np.asarray(group_max, dtype=np.float64)
-    f = np.asarray(floors, dtype=np.float64)
-    total_f = float(np.logaddexp.reduce(f))
-    m = np.maximum(max(log_s, total_f), w)
-    beyond = np.maximum(0.0, np.exp(w - m) - np.exp(f - m))
-    denom = m + np.log(np.exp(log_s - m) + np.exp(total_f - m) + beyond)
-    return float(np.exp(w - denom).max())
 
 
 def _chosen_result(spec: Any, probs: np.ndarray, z: np.ndarray, chosen: list[int]) -> FieldResult:
@@ -192,10 +170,3 @@ def ranked_pruned(
         search=scores.search,
         certified_top=got.certified_top,
     )
-
-
-def whole_probs(z: np.ndarray, temperature: float, calibration: Any, name: str) -> np.ndarray:
-    """A ranked field's distribution scored whole: the field's calibrated temperature
-    applies (a ranked field is calibrated by a temperature alone)."""
-    t = calibration.temperature(name) if calibration is not None else 1.0
-    return softmax(np.asarray(z, dtype=np.float64) / t, temperature)

@@ -222,10 +222,10 @@ def expansions(
         return set()
     z = trie.cand_logp(lp)
     done = z[~np.isnan(z)]
-    k = max(1, pruning.top_k)
     if goal is not None:
         best = goal.cut(done, constrained)
     else:  # the k-th best scored candidate: a prefix below it cannot change the top k
+        k = max(1, pruning.top_k)
         best = (
             float(np.partition(done, len(done) - k)[len(done) - k]) if len(done) >= k else -np.inf
         )
