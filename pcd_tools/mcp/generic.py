@@ -2,7 +2,6 @@
 apply, any number of them) and `yes_no`, each a one-field schema made per call's labels
 or question (cached) and scored like any other (`pcd_tools.mcp.tools`)."""
 
-import inspect
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
@@ -248,17 +247,10 @@ def generic_tools(
         [
             _param("text", TextArg),
             _param("labels", labels_arg),
-            inspect.Parameter(
-                "question", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=question_arg
-            ),
+            _param("question", question_arg, None),
         ],
         Annotated[CallToolResult, ClassifyResult],
     )
-
-    def optional(name: str, annotation: Any) -> inspect.Parameter:
-        return inspect.Parameter(
-            name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation
-        )
 
     _annotate(
         tag,
@@ -266,17 +258,19 @@ def generic_tools(
         [
             _param("text", TextArg),
             _param("labels", labels_arg),
-            optional("question", question_arg),
-            optional(
+            _param("question", question_arg, None),
+            _param(
                 "min_share",
                 Annotated[
                     float | None,
                     Field(description=f"The share a label needs (default {TAG_SHARE:g})."),
                 ],
+                None,
             ),
-            optional(
+            _param(
                 "max_labels",
                 Annotated[int | None, Field(description=f"The most labels (default {TAG_MOST}).")],
+                None,
             ),
         ],
         Annotated[CallToolResult, TagResult],

@@ -271,8 +271,11 @@ def _annotate(
     fn.__annotations__ = {p.name: p.annotation for p in params} | {"return": returns}
 
 
-def _param(name: str, annotation: Any) -> inspect.Parameter:
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation)
+def _param(name: str, annotation: Any, default: Any = inspect.Parameter.empty) -> inspect.Parameter:
+    """A keyword argument of a tool (optional when it has a `default`)."""
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+    )
 
 
 TextArg = Annotated[str, Field(description="The text to decide on, verbatim.")]
