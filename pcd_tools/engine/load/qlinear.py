@@ -173,6 +173,19 @@ class QTensor:
                 raise ValueError(f"cannot dequantize a {self.type_name} tensor of {self.shape}")
         return out if rows is None else out.reshape(*np.shape(rows), self.shape[1])
 
+    def take_rows(self, rows: np.ndarray) -> QTensor:
+        """These rows alone, in this tensor's encoding and compute mode: row i of the
+        result is row `rows[i]` (a copy of its blocks). Each output of a product is its
+        own row's sum, so the result's outputs are this tensor's at those rows (the
+        output head at a field's allowed tokens, `passes.head.head_at`)."""
+        idx = np.asarray(rows, np.int64).reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.shape[0]):
+            raise IndexError(f"row index out of range [0, {self.shape[0]})")
+        stored = idx if self.rows is None else self.rows[idx]
+        sub = QTensor(np.ascontiguousarray(self.data[stored]), self.type_name, self.shape[1])
+        sub.compute = self.compute
+        return sub
+
     def matmul(
         self,
         x: np.ndarray,

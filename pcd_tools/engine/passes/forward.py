@@ -25,6 +25,8 @@ from ..._lazy import mlx_lm_module
 from ...prompt import Question
 from ..host.blas import import_mlx
 from ..kernels import cpu_ops as cpu_kernels
+from .edges import chunk_edges, edge_logp, packed_result
+from .head import head_at
 from .kv_parts import kv_parts
 from .pack import Chunk, Edges, Plan
 from .pass_cache import PassCache, piece_tokens
@@ -171,6 +173,23 @@ class Passes:
             picked = self.head(picked)
         return picked.astype(mx.float32)
 
+    def chunk_scored(self, plan: Plan, ch: Chunk, out: Any, offset: int = 0) -> Edges:
+        """The edges chunk `ch` scored, from its call's output `out` (its slots at
+        `ch.slots + offset` of every row). A narrow field's slots go through the head at
+        its allowed tokens only (`Chunk.narrow`, `head_at`)."""
+        if not ch.narrow or self.inner is None:
+            logits = self.logits_at(out, slice(None), mx.array(ch.slots + offset))
+            mx.eval(logits)
+            return chunk_edges(plan, ch, np.asarray(logits))  # zero-copy view
+        full, narrow = ch.slot_split()
+        logits = None
+        if len(full):
+            logits = self.logits_at(out, slice(None), mx.array(ch.slots[full] + offset))
+            mx.eval(logits)
+        picked = out[:, mx.array(ch.slots[narrow] + offset)]
+        at = head_at(self.head, picked, ch.narrow_tokens)
+        return chunk_edges(plan, ch, None if logits is None else np.asarray(logits), at)
+
     def packed_after(
         self, plan: Plan, kv: LayerKV, valid: list[int], ch: Chunk, stems: list[list[int]]
     ) -> tuple[Edges, LayerKV]:
@@ -261,9 +280,7 @@ class Passes:
         pos_a, mask_a = mx.array(pos), mx.array(mask[:, None])
         caches = [PassCache(k, v, pos_a, mask_a, apart=self.prefix_apart) for k, v in kv]
         out = self.run(mx.array(toks), caches)
-        logits = self.logits_at(out, slice(None), mx.array(ch.slots + s))
-        mx.eval(logits)
-        return chunk_edges(plan, ch, np.asarray(logits)), caches, s
+        return self.chunk_scored(plan, ch, out, s), caches, s
 
     def layers(self) -> list[Any]:
         """The model's transformer layers."""
@@ -372,10 +389,8 @@ class Passes:
             ]
             toks = mx.array(np.broadcast_to(ch.tokens, (b, t)).astype(np.int32))
             out = self.run(toks, caches)
-            logits = self.logits_at(out, slice(None), mx.array(ch.slots))
-            mx.eval(logits)
-            outs.append(chunk_edges(plan, ch, np.asarray(logits)))  # zero-copy view
-            del out, logits, caches
+            outs.append(self.chunk_scored(plan, ch, out))
+            del out, caches
         return outs
 
     def group_job(
@@ -473,50 +488,7 @@ class Passes:
         return result, passes
 
 
-# --- from logits to edge log-probabilities --------------------------------------------------
-
-
-def chunk_edges(plan: Plan, ch: Chunk, logits: np.ndarray) -> Edges:
-    """(field, edge indices, (B, edges) log p) for every trie edge scored by `ch`, from
-    its slot logits (B, slots, V)."""
-    lse = logsumexp(logits)  # (B, slots)
-    found = []
-    for fi, nodes, rows in zip(ch.fields, ch.part_nodes, ch.node_rows):
-        trie = plan.tries[fi]
-        row_of = np.full(trie.n_nodes, -1)
-        row_of[nodes] = rows
-        sel = np.nonzero(row_of[trie.edge_node] >= 0)[0]
-        r = row_of[trie.edge_node[sel]]
-        found.append((fi, sel, logits[:, r, trie.edge_token[sel]] - lse[:, r]))
-    return found
-
-
-def packed_result(plan: Plan, outs: list[Edges], b: int) -> list[list[np.ndarray]]:
-    """Per row, per field edge log-probabilities from the chunks' scored edges."""
-    acc = [np.full((b, len(t.edge_node)), np.nan) for t in plan.tries]
-    for found in outs:
-        for fi, sel, logp in found:
-            acc[fi][:, sel] = logp
-    if any(np.isnan(a).any() for a in acc):  # pragma: no cover - a packing bug
-        raise RuntimeError("internal error: a trie edge was not evaluated")
-    return [[acc[fi][r] for fi in range(len(plan.tries))] for r in range(b)]
-
-
-def logsumexp(logits: np.ndarray, block_bytes: int = 4 << 20) -> np.ndarray:
-    """Log-sum-exp over the last axis, returned in float64 (numpy's exp is vectorised,
-    MLX's CPU exp is not). Works through about `block_bytes` of rows at a time, so the
-    temporaries stay small next to the (B, slots, V) logits (33 MB per triage chunk)."""
-    lg = logits.astype(np.float32, copy=False)
-    flat = lg.reshape(-1, lg.shape[-1])
-    out = np.empty(flat.shape[0], dtype=np.float64)
-    step = max(1, block_bytes // max(1, flat.shape[1] * 4))
-    for i in range(0, flat.shape[0], step):
-        rows = flat[i : i + step]
-        m = rows.max(axis=-1, keepdims=True)
-        tmp = rows - m
-        np.exp(tmp, out=tmp)
-        out[i : i + step] = np.log(tmp.sum(axis=-1)) + m[:, 0]
-    return out.reshape(lg.shape[:-1])
+# --- the reference passes' rows and logits ---------------------------------------------------
 
 
 def _reference_rows(plan: Plan) -> list[tuple[int, list[int], list[tuple[int, int]]]]:
@@ -536,14 +508,5 @@ def _fields_from_nodes(plan: Plan, node_logits: dict[tuple[int, int], Any]) -> l
     out = []
     for fi, trie in enumerate(plan.tries):
         stacked = mx.stack([node_logits[(fi, n)] for n in range(trie.n_nodes)])[None]
-        out.append(_edge_logp(np.asarray(stacked), trie)[0])
+        out.append(edge_logp(np.asarray(stacked), trie)[0])
     return out
-
-
-def _edge_logp(logits: np.ndarray, trie: FieldTrie) -> np.ndarray:
-    """(rows, nodes, V) logits -> (rows, edges) full-vocabulary log p, in numpy.
-
-    numpy's vectorised exp is several times faster than MLX's CPU exp for this reduction.
-    """
-    lse = logsumexp(logits)
-    return logits[:, trie.edge_node, trie.edge_token].astype(np.float64) - lse[:, trie.edge_node]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ __all__ = [
     "Plan",
     "build_plan",
     "make_chunks",
+    "narrowed",
     "pack_parts",
     "plan_key",
     "question_plan",
@@ -55,6 +56,11 @@ class Chunk:
         node_index: Per part, the pack index of each of its nodes.
         slots: The pack indices whose logits are read, sorted and unique.
         node_rows: Per part, the row in `slots` of each of its nodes.
+        narrow: The fields of this chunk whose logits are read at their nodes' allowed
+            tokens only (`narrowed`): a field scored constrained normalises each node
+            over its own tokens, so the rest of the vocabulary changes none of its
+            scores, and the output head runs over `narrow_tokens` alone for them.
+        narrow_tokens: The tokens of the narrow fields' edges here, sorted and unique.
     """
 
     fields: list[int]
@@ -65,10 +71,39 @@ class Chunk:
     node_index: list[np.ndarray]
     slots: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     node_rows: list[np.ndarray] = field(default_factory=list)
+    narrow: frozenset[int] = frozenset()
+    narrow_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __post_init__(self) -> None:
         self.slots = np.unique(np.concatenate(self.node_index)).astype(np.int32)
         self.node_rows = [np.searchsorted(self.slots, idx) for idx in self.node_index]
+
+    def slot_split(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of `slots` that fields outside `narrow` read over the whole
+        vocabulary, and those the `narrow` fields read at `narrow_tokens`, each sorted
+        (a row two fields share may be in both)."""
+        rows: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
+        for fi, r in zip(self.fields, self.node_rows):
+            rows[fi in self.narrow].append(r)
+        return tuple(  # type: ignore[return-value]
+            np.unique(np.concatenate(x)) if x else np.zeros(0, dtype=np.int64) for x in rows
+        )
+
+
+def narrowed(chunk: Chunk, tries: list[FieldTrie], narrow: frozenset[int]) -> Chunk:
+    """`chunk` with the fields of `narrow` it holds read at their allowed tokens only
+    (`Chunk.narrow`); the chunk itself when it holds none."""
+    mine = frozenset(fi for fi in chunk.fields if fi in narrow)
+    if not mine:
+        return chunk
+    toks = [
+        tries[fi].edge_token[np.isin(tries[fi].edge_node, nodes)]
+        for fi, nodes in zip(chunk.fields, chunk.part_nodes)
+        if fi in mine
+    ]
+    return replace(
+        chunk, narrow=mine, narrow_tokens=np.unique(np.concatenate(toks)).astype(np.int64)
+    )
 
 
 # What a chunk scored: per field part, (field, edge indices, (B, edges) log p).
@@ -211,6 +246,7 @@ def make_chunks(
     streams: int,
     nodes: dict[int, Sequence[int]] | None = None,
     stem_cached: bool = False,
+    narrow: frozenset[int] = frozenset(),
 ) -> list[Chunk]:
     """Splits the fields pass into about `pack_budget`-token chunks.
 
@@ -226,6 +262,7 @@ def make_chunks(
             whole, and a field named with no nodes is left out.
         stem_cached: The one field's stem is already in the K/V the chunks run after
             (`pack_parts`); then `nodes` names that field alone, without its root.
+        narrow: Fields read at their allowed tokens only (`narrowed`).
     """
     nodes = nodes or {}
 
@@ -261,7 +298,11 @@ def make_chunks(
         bins[j].append(i)
         load[j] += parts[i][2]
     return [
-        pack_parts(tries, [parts[i][:2] for i in sorted(b)], stem_cached=stem_cached)
+        narrowed(
+            pack_parts(tries, [parts[i][:2] for i in sorted(b)], stem_cached=stem_cached),
+            tries,
+            narrow,
+        )
         for b in bins
         if b
     ]

@@ -366,7 +366,8 @@ def first_chunks(
 ) -> list[Chunk]:
     """The chunks of a pruned fields pass's first pass: the other questions whole, each
     pruned root and its children (`_top`). Made once per plan and pruned set."""
-    key = ("pruned", tuple(pruned))
+    narrow = _narrow(plan, pruned, pruning)
+    key = ("pruned", tuple(pruned), narrow)
     first = plan.variants.get(key)
     if first is None:
         first = plan.variants[key] = make_chunks(
@@ -374,8 +375,16 @@ def first_chunks(
             pack_budget,
             streams,
             nodes={fi: _top(plan.tries[fi], pruning) for fi in pruned},
+            narrow=narrow,
         )
     return first
+
+
+def _narrow(plan: Plan, pruned: Sequence[int], pruning: Pruning) -> frozenset[int]:
+    """The pruned questions scored constrained: their nodes' logits are read at their
+    allowed tokens only (`Chunk.narrow`), each level's output head over a few tokens
+    instead of the vocabulary (tariff on a 1.5B: 11 rows of 151,936)."""
+    return frozenset(fi for fi in pruned if pruning.constrained_for(plan.tries[fi]))
 
 
 def pruned_pass(
@@ -436,6 +445,7 @@ def pruned_pass(
                 streams,
                 nodes={fi: want.get(fi, []) for fi in range(len(tries))},
                 stem_cached=stem_cached,
+                narrow=_narrow(plan, pruned, pruning),
             )
         ),
         pruning,
