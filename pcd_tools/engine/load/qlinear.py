@@ -49,6 +49,7 @@ __all__ = [
     "auto_compute",
     "available",
     "dequantize",
+    "product_at_rows",
     "set_compute",
 ]
 
@@ -415,6 +416,20 @@ class GGUFLinear(nn.Module):
         acts = _shared_activations(x, xn, self.weight, threads)
         y = self.weight.matmul(xn, threads, self.numpy_bias(), activations=acts)
         return mx.array(y).reshape(*lead, self.weight.shape[0])
+
+
+def product_at_rows(layer: Any, x: Any, rows: np.ndarray) -> np.ndarray:
+    """x (..., in) times the rows `rows` of a GGUF layer's weight (a `GGUFLinear`, with
+    its bias at those rows, or a `GGUFEmbedding` read as a tied head): (..., len(rows))
+    float32 numpy, each output that row's own sum in the layer's compute mode."""
+    lead = x.shape[:-1]
+    bias = layer.numpy_bias() if isinstance(layer, GGUFLinear) else None
+    y = layer.weight.take_rows(rows).matmul(
+        _as_numpy(x).reshape(-1, x.shape[-1]),
+        _threads(),
+        None if bias is None else np.ascontiguousarray(bias[rows]),
+    )
+    return y.reshape(*lead, len(rows))
 
 
 _memo = threading.local()

@@ -42,16 +42,9 @@ def head_at(head: Any, x: Any, tokens: np.ndarray) -> np.ndarray:
     module = getattr(head, "__self__", head)  # a tied embedding's bound `as_linear`
     weight: Any = getattr(module, "weight", None)  # a GGUF layer's is a plain attribute
     if getattr(module, "gguf_encoded", False) and hasattr(weight, "take_rows"):
-        from ..load.qlinear import _as_numpy, _threads
+        from ..load.qlinear import product_at_rows
 
-        lead = x.shape[:-1]
-        bias = module.numpy_bias() if hasattr(module, "numpy_bias") else None
-        y = weight.take_rows(ids).matmul(
-            _as_numpy(x).reshape(-1, x.shape[-1]),
-            _threads(),
-            None if bias is None else np.ascontiguousarray(bias[ids]),
-        )
-        return y.reshape(*lead, len(ids))
+        return product_at_rows(module, x, ids)
     idx = mx.array(ids.astype(np.int32))
     quantized = isinstance(module, (nn.QuantizedLinear, nn.QuantizedEmbedding))
     if quantized and getattr(module, "mode", "affine") == "affine":
