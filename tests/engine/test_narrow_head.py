@@ -8,6 +8,7 @@ kernels), and the decisions equal those that read the whole vocabulary.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Literal
 
 import numpy as np
@@ -81,6 +82,31 @@ def test_head_at_on_a_gguf_head(tiny_file, compute):
         assert np.array_equal(got, want)
     else:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def tied_file(tmp_path_factory):
+    """The tiny GGUF shape with a tied head: the embedding table is the output head."""
+    pytest.importorskip("gguf")
+    from benchmarks.model_size import SHAPES, write_random_gguf
+    from pcd_tools.engine.load.sources import embedded_model_path
+
+    shape = dataclasses.replace(SHAPES["tiny"], name="tiny-tied", tied=True)
+    path = tmp_path_factory.mktemp("tied") / "tied.gguf"
+    return write_random_gguf(path, shape, embedded_model_path(), seed=6)
+
+
+@pytest.mark.parametrize("compute", ["int8", "float32"])
+def test_head_at_on_a_tied_gguf_embedding(tied_file, compute):
+    dec = Decider.load(tied_file, dtype="quantized", compute=compute)
+    passes = dec.engine.passes
+    assert getattr(passes.head, "__name__", "") == "as_linear"  # the table, read as a head
+    x = _x(int(passes.head.__self__.weight.shape[1]))
+    got = head_at(passes.head, x, TOKENS)
+    want = np.array(passes.logits_at(x, slice(None), mx.arange(5)))[..., TOKENS]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    if passes.head.__self__.weight.compute == "int8":
+        assert np.array_equal(got, want)
 
 
 def test_take_rows_keeps_the_row_order_and_checks_its_indices(tiny_file):
@@ -161,8 +187,9 @@ def test_full_scoring_and_unpruned_fields_read_the_whole_vocabulary(monkeypatch)
     assert seen and not any(n for n, _, _ in seen)
 
 
-def test_int8_pruned_decisions_are_the_same_with_the_whole_head(tiny_file, monkeypatch):
-    dec = Decider.load(tiny_file, compute="int8")
+@pytest.mark.parametrize("file", ["tiny_file", "tied_file"])
+def test_int8_pruned_decisions_are_the_same_with_the_whole_head(file, request, monkeypatch):
+    dec = Decider.load(request.getfixturevalue(file), compute="int8")
     seen = _spy(monkeypatch)
     narrow = _decide(dec, Digits)
     assert seen and all(n == frozenset({0}) for n, _, _ in seen)
