@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .pack import Chunk, Edges, Plan
-from .trie import FieldTrie
+from .trie import FieldTrie, groups_of, log_normalised
 
 __all__ = ["chunk_edges", "edge_logp", "logsumexp", "packed_result"]
 
@@ -43,26 +43,12 @@ def chunk_edges(
             assert narrow is not None and narrow_rows is not None
             i = np.searchsorted(narrow_rows, r)
             lg = narrow[:, i, np.searchsorted(ch.narrow_tokens, tok)].astype(np.float64)
-            found.append((fi, sel, lg - _node_lse(lg, r)))
+            found.append((fi, sel, log_normalised(lg, *groups_of(r))))
             continue
         assert logits is not None and lse is not None
         i = r if full_rows is None else np.searchsorted(full_rows, r)
         found.append((fi, sel, logits[:, i, tok] - lse[:, i]))
     return found
-
-
-def _node_lse(x: np.ndarray, node: np.ndarray) -> np.ndarray:
-    """Per element of x (B, E), the log-sum-exp of the elements of its group in `node`
-    (E,): a node's edges."""
-    order = np.argsort(node, kind="stable")
-    v, g = x[:, order], node[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    cnt = np.diff(np.r_[starts, len(g)])
-    m = np.maximum.reduceat(v, starts, axis=1)
-    lse = m + np.log(np.add.reduceat(np.exp(v - np.repeat(m, cnt, axis=1)), starts, axis=1))
-    out = np.empty_like(x)
-    out[:, order] = np.repeat(lse, cnt, axis=1)
-    return out
 
 
 def packed_result(plan: Plan, outs: list[Edges], b: int) -> list[list[np.ndarray]]:

@@ -59,9 +59,8 @@ def head_at(head: Any, x: Any, tokens: np.ndarray) -> np.ndarray:
         )
     elif isinstance(module, (nn.Linear, nn.Embedding)) and not quantized:
         y = x @ weight[idx].T
-    else:  # a head of another kind: the whole vocabulary, then the columns
-        y = head(x)[..., idx]
-        module = None
+    else:  # a head of another kind: the whole vocabulary (its bias included), the columns
+        return np.array(head(x)[..., idx].astype(mx.float32))
     if isinstance(module, (nn.Linear, nn.QuantizedLinear)) and "bias" in module:
         y = y + module["bias"][idx]
     y = y.astype(mx.float32)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ...answers.bounds import PartialScores
 
-__all__ = ["FieldTrie", "build_trie"]
+__all__ = ["FieldTrie", "build_trie", "groups_of", "log_normalised"]
 
 
 @dataclass(frozen=True)
@@ -113,15 +113,7 @@ class FieldTrie:
         lp = np.asarray(edge_logp, dtype=np.float64)
         if not constrained:
             return lp
-        order, starts = self._edges_by_node
-        v = lp[order]
-        m = np.maximum.reduceat(v, starts)
-        cnt = np.diff(np.append(starts, len(v)))
-        mm = np.repeat(m, cnt)
-        lse = m + np.log(np.add.reduceat(np.exp(v - mm), starts))
-        out = np.empty_like(lp)
-        out[order] = v - np.repeat(lse, cnt)
-        return out
+        return log_normalised(lp, *self._edges_by_node)
 
     def prefix_logp(self, lp: np.ndarray) -> np.ndarray:
         """Each node's log-probability of being reached (root 0.0), from edge scores;
@@ -208,9 +200,28 @@ class FieldTrie:
 
     @cached_property
     def _edges_by_node(self) -> tuple[np.ndarray, np.ndarray]:
-        order = np.argsort(self.edge_node, kind="stable")
-        starts = np.searchsorted(self.edge_node[order], np.unique(self.edge_node))
-        return order, starts
+        return groups_of(self.edge_node)
+
+
+def groups_of(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of `keys` in a stable order by key, and where each key's run starts
+    in that order: the groups `log_normalised` reduces over."""
+    order = np.argsort(keys, kind="stable")
+    starts = np.searchsorted(keys[order], np.unique(keys))
+    return order, starts
+
+
+def log_normalised(x: np.ndarray, order: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """x less the log-sum-exp of its group, over the last axis (groups: `groups_of`): a
+    node's edges renormalised over that node's own edges, as constrained scoring reads
+    them (a group holding NaN stays NaN)."""
+    v = x[..., order]
+    cnt = np.diff(np.append(starts, v.shape[-1]))
+    m = np.maximum.reduceat(v, starts, axis=-1)
+    lse = m + np.log(np.add.reduceat(np.exp(v - np.repeat(m, cnt, axis=-1)), starts, axis=-1))
+    out = np.empty_like(x)
+    out[..., order] = v - np.repeat(lse, cnt, axis=-1)
+    return out
 
 
 def build_trie(sequences: Sequence[Sequence[int]], *, what: str = "field") -> FieldTrie:
