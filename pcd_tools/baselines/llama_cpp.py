@@ -145,8 +145,26 @@ print("ok")
 """
 REBUILD = (
     'CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON" pip install '
-    "--force-reinstall --no-binary llama-cpp-python 'pcd-tools[peer]'"
+    "--no-cache-dir --force-reinstall --no-binary llama-cpp-python 'pcd-tools[peer]'"
 )
+# On an AVX-512 CPU the portable build keeps AVX-512 (VNNI, BF16) and leaves AMX out:
+# llama-cpp-python 0.3.36's AMX kernels fault at their first tile instruction on an
+# Intel Xeon whose kernel grants AMX (seen 2026-12-07), and AVX2 alone would handicap it.
+REBUILD_AVX512 = REBUILD.replace(
+    "-DGGML_F16C=ON",
+    "-DGGML_F16C=ON -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON "
+    "-DGGML_AMX_INT8=OFF",
+)
+
+
+def rebuild_hint() -> str:
+    """The portable rebuild for this CPU: AVX-512 kept where it has AVX-512 VNNI."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return REBUILD_AVX512 if "avx512_vnni" in flags else REBUILD
 
 
 @functools.lru_cache(maxsize=8)
@@ -162,7 +180,7 @@ def probe_model(path: str) -> str | None:
     if done.returncode == -4:
         return (
             "llama.cpp died of an illegal instruction on this CPU (its build targets CPU "
-            f"features this machine does not run); rebuild it portable: {REBUILD}"
+            f"features this machine does not run); rebuild it portable: {rebuild_hint()}"
         )
     return f"llama.cpp could not run the model (exit {done.returncode}): {done.stderr[-400:]}"
 

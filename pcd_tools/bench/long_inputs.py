@@ -464,12 +464,12 @@ def run(args: SweepOptions, log: Callable[[str], None] = _print) -> dict[str, An
     sweep = Sweep(decider, schema, peer)
     ar = arithmetic(decider.loaded.model)
     compute = getattr(decider.loaded, "compute", None)
-    peak = None
+    peak = peak_path = None
     if compute == "int8" and decider.engine.device == "cpu":
         from ..engine.kernels.peak import int8_peak
 
-        p = int8_peak()
-        peak = p.all_threads if p is not None else None
+        p = int8_peak()  # AMX where the prefill's products run on the tiles
+        peak, peak_path = (p.all_threads, p.path) if p is not None else (None, None)
     out: dict[str, Any] = {
         "model": decider.model_id,
         "model_path": str(getattr(decider.loaded, "path", "") or source),
@@ -491,6 +491,7 @@ def run(args: SweepOptions, log: Callable[[str], None] = _print) -> dict[str, An
         "methods": list(sweep.methods),
         "arithmetic": asdict(ar) if ar else None,
         "int8_peak_gops": peak,
+        "int8_peak_path": peak_path,
         "lengths": [],
     }
     encode, decode = decider.engine.encode_ids, decider.loaded.tokenizer.decode

@@ -126,6 +126,8 @@ def table(out: dict[str, Any]) -> str:
     m = out["machine"]
     flags = ", ".join(k for k, v in m["flags"].items() if v) or "none of the listed"
     peak = f"; int8 peak {out['int8_peak_gops']:,.0f} G op/s" if out.get("int8_peak_gops") else ""
+    if peak and out.get("int8_peak_path"):
+        peak += f" ({out['int8_peak_path']})"
     commit_s = (out.get("commit") or "?")[:10] + (" (dirty)" if out.get("dirty") else "")
     lines = [
         f"{out['model']} ({out['compute']}), schema {out['schema']} ({out['fields']} fields, "

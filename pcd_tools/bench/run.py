@@ -245,6 +245,7 @@ def _pass_rates(decider: Any, compiled: Any, out: dict[str, Any]) -> dict[str, A
         peak = int8_peak()  # measured once per process
         if peak is not None:  # the share of the CPU's int8 peak the prefill ran at
             keys["int8_peak_gops_per_s"] = peak.all_threads
+            keys["int8_peak_path"] = peak.path
             keys["prefill_peak_share"] = keys["prefill_gflops_per_s"] / peak.all_threads
     return keys
 

@@ -50,6 +50,7 @@ def doctor() -> dict[str, Any]:
         "native_kernels": kernels,
         "compute_modes": modes,
         "int8_kernel": int8,
+        "prefill_kernel": _prefill_kernel(dev.device),
         "int8_peak": _peak_text(dev.device),
         "compute_auto": (
             f"int8 for a K-quant GGUF kept encoded, or any kept encoded with 256 MiB of "
@@ -76,7 +77,29 @@ def _peak_text(device: str) -> str:
         peak = int8_peak()
     except NativeBuildError as e:
         return f"not measured: {e}"
-    return peak.text() if peak is not None else "not measured: the int8 kernels run portable C here"
+    if peak is None:
+        return "not measured: the int8 kernels run portable C here"
+    if peak.path != "amx":
+        return peak.text()
+    vnni = int8_peak(path="avx512vnni")
+    return peak.text() + ("" if vnni is None else f"; {vnni.text()}")
+
+
+def _prefill_kernel(device: str) -> str:
+    """The kernel of a prefill's int8 products on K-quant weights (activations per 256)."""
+    if device != "cpu":
+        return "off: not a CPU device (MLX's own kernels)"
+    try:
+        col = qgemm.column_path()
+    except (NativeBuildError, OSError) as e:
+        return f"off: {e}"
+    return {
+        "amx-cols": "amx-cols: AMX tiles for every 16 rows (PCD_AMX=0 turns them off), "
+        "AVX-512 VNNI for the rest; the same bits",
+        "avx512vnni-cols": "avx512vnni-cols: AVX-512 VNNI across output columns",
+        "scalar-cols": "scalar-cols: portable C",
+        "none": f"{qgemm.isa()} row panels (no AVX-512 VNNI)",
+    }[col]
 
 
 def _budget_text() -> str:

@@ -63,6 +63,14 @@ def variables_read() -> set[str]:
     return found
 
 
+def variables_read_in_c() -> set[str]:
+    """Names the native sources read with `getenv("...")` (PCD_AMX, in cpu_paths.h)."""
+    found: set[str] = set()
+    for path in [*(ROOT / "pcd_tools").rglob("*.c"), *(ROOT / "pcd_tools").rglob("*.h")]:
+        found |= set(re.findall(r'getenv\("([A-Z_0-9]+)"\)', path.read_text(encoding="utf-8")))
+    return found
+
+
 def documented() -> set[str]:
     table = MODELS.split("\n## Environment switches\n")[1].split("\n## ")[0]
     return set(re.findall(r"^\| `([A-Z_0-9]+)` \|", table, flags=re.M))
@@ -71,10 +79,11 @@ def documented() -> set[str]:
 def test_the_scan_sees_the_known_switches():
     read = variables_read()
     assert {"PCD_DECODE", "PCD_THREADS", "PCD_BLAS", "PCD_CACHE_DIR", "PCD_API_KEY"} <= read
+    assert "PCD_AMX" in variables_read_in_c()
 
 
 def test_the_install_table_lists_every_variable_the_package_reads():
-    read, table = variables_read(), documented()
+    read, table = variables_read() | variables_read_in_c(), documented()
     assert sorted(read - table) == [], "read by the package, missing from docs/models.md's table"
     assert sorted(table - read) == [], "in docs/models.md's table, never read by the package"
 

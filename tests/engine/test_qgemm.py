@@ -113,8 +113,11 @@ def test_int8_equals_float64_of_the_same_quantized_operands(name, path):
 KQUANTS = ["Q4_K", "Q5_K", "Q6_K"]
 
 
-# the column-panel kernels (vpdpbusd across 16 output columns), K-quants per 256 only
+# the column-panel kernels (vpdpbusd across 16 output columns, or AMX tiles), K-quants
+# per 256 only
 COL_PATHS = ["scalar-cols"] + (["avx512vnni-cols"] if "avx512vnni" in INT8_PATHS else [])
+AMX = qgemm.column_path() == "amx-cols"
+COL_PATHS += ["amx-cols"] if AMX else []
 
 
 @pytest.mark.parametrize("path", INT8_PATHS + COL_PATHS)
@@ -219,10 +222,49 @@ def test_block32_column_panels_are_bit_identical_and_rows_independent(name):
 def test_act_block_256_picks_the_column_kernel_with_avx512_vnni():
     rng = np.random.default_rng(24)
     raw = weights("Q4_K", 48, 512, rng)
-    x = rng.standard_normal((5, 512)).astype(np.float32)
+    x = rng.standard_normal((40, 512)).astype(np.float32)
     m = qgemm.prepare(raw, "Q4_K", (48, 512))
-    want = "avx512vnni-cols" if "avx512vnni" in INT8_PATHS else qgemm.isa()
+    col = qgemm.column_path()
+    assert col == (
+        "amx-cols" if AMX else "avx512vnni-cols" if "avx512vnni" in INT8_PATHS else "none"
+    )
+    want = col if col != "none" else qgemm.isa()
     np.testing.assert_array_equal(m.matmul(x, act_block=256), m.matmul(x, path=want, act_block=256))
+
+
+@pytest.mark.skipif(not AMX, reason="this CPU (or its kernel) runs no AMX tiles")
+@pytest.mark.parametrize("name", KQUANTS)
+def test_amx_column_kernel_is_the_scalar_twin_bit_for_bit(name):
+    """The tile kernel folds each sub-block's scale into its quants (two bytes, lo + 256 hi)
+    and sums a superblock in the tiles: the same integers, so the same floats as the
+    scalar twin. Rows 16 / 32 at a time on the tiles, the rest on AVX-512; tasks of
+    several panels (n = 300: ten panels, the last of 12 columns, one group); every row's
+    result independent of the call's other rows and of the thread count."""
+    rng = np.random.default_rng(31)
+    n, k = 300, 512
+    raw = weights(name, n, k, rng)
+    m = qgemm.prepare(raw, name, (n, k))
+    x = (rng.standard_normal((83, k)) * rng.uniform(0.1, 10, (83, 1))).astype(np.float32)
+    scalar = m.matmul(x, path="scalar-cols", threads=1)
+    for threads in (1, 2, 3):
+        np.testing.assert_array_equal(m.matmul(x, path="amx-cols", threads=threads), scalar)
+    for lo, hi in ((0, 16), (0, 31), (0, 32), (5, 38), (1, 49), (50, 83), (7, 8)):
+        got = m.matmul(x[lo:hi], path="amx-cols", threads=2)
+        np.testing.assert_array_equal(got, scalar[lo:hi], err_msg=f"rows {lo}:{hi}")
+    m, x, want = _exact_superblock_case(name, n, k, 40, rng)
+    np.testing.assert_array_equal(m.matmul(x, path="amx-cols"), want)
+
+
+@pytest.mark.skipif(not AMX, reason="this CPU (or its kernel) runs no AMX tiles")
+def test_pcd_amx_0_turns_the_tiles_off():
+    import subprocess
+    import sys
+
+    code = "from pcd_tools.engine.kernels import qgemm; print(qgemm.column_path())"
+    env = {**os.environ, "PCD_AMX": "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "avx512vnni-cols"
 
 
 def test_column_kernels_refuse_what_they_cannot_run():
@@ -238,6 +280,9 @@ def test_column_kernels_refuse_what_they_cannot_run():
         qk.matmul(x, path="scalar-cols", act_block=32)
     with pytest.raises(InvalidArgumentError, match=r"unknown; one of: .*avx512vnni-cols"):
         qk.matmul(x, path="avx1024-cols")
+    if not AMX:  # a kernel this CPU lacks is named, with what it runs
+        with pytest.raises(InvalidArgumentError, match=r"cannot run the amx-cols kernel"):
+            qk.matmul(x, path="amx-cols", act_block=256)
 
 
 def test_activation_quantization_per_256():

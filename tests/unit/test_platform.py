@@ -263,6 +263,7 @@ def test_doctor_keys(shared_cache: Path) -> None:
             "native_kernels",
             "compute_modes",
             "int8_kernel",
+            "prefill_kernel",
             "int8_peak",
             "compute_auto",
             "cache_dir",
@@ -278,6 +279,12 @@ def test_doctor_keys(shared_cache: Path) -> None:
         assert out["default_dtype"] == "float32"
         assert out["compute_modes"][:2] == ["float32", "int8"]
         assert out["int8_kernel"] in ("avx512vnni", "avxvnni", "avx2", "scalar")
+        assert out["prefill_kernel"].split(":")[0].split(" ")[0] in (
+            "amx-cols",
+            "avx512vnni-cols",
+            "scalar-cols",
+            out["int8_kernel"],
+        )
         # what compute="auto" runs: int8 (K-quant files) where a SIMD int8 kernel runs
         simd = out["int8_kernel"] in ("avx512vnni", "avxvnni", "avx2")
         assert out["compute_auto"].startswith("int8 for a K-quant" if simd else "float32")

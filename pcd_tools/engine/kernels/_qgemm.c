@@ -14,7 +14,9 @@
  * Integer products:
  *   - AVX2: maddubs(|q|, sign(xq, q)) then madd with ones (the sign trick: |q| <= 128
  *     and |xq| <= 127, so the int16 pairs cannot saturate);
- *   - AVX-VNNI / AVX-512 VNNI: dpbusd(xq + 128, q) started from -128 * sum(q) per lane.
+ *   - AVX-VNNI / AVX-512 VNNI: dpbusd(xq + 128, q) started from -128 * sum(q) per lane;
+ *   - AMX (the K-quant column panels, 16 rows at a time): tile products of xq against the
+ *     quants folded with their sub-block scales, see "AMX" below.
  * The scalar path, AVX2 and AVX-VNNI give bit-identical results (same integer lanes,
  * same float operations in the same order); AVX-512 VNNI holds two blocks per register
  * (16 lanes), so its float sums are ordered differently (equal within rounding).
@@ -1504,6 +1506,7 @@ typedef struct {
     const float *xm; /* row panels: the minimum's activations, rows x k / lm */
     int lm;          /* row panels: the minimums' sub-block length, 32 or 16 */
     const void *bsp; /* column panels: activation sums per sub-block of L, int16 pairs */
+    int amx_np;      /* column panels on AMX: panels of KC columns per task */
 } kjob_t;
 
 static size_t panel_k_bytes(int k) {
@@ -2039,8 +2042,247 @@ VNNI512_T static void kc_avx512(const kjob_t *j, const void *scratch, int r0, in
 }
 #endif
 
+#if X86
+/* --- AMX (PCD_PATH_AMX): the same integers from the tile unit.
+ * A tile product sums its 64 bytes of k in one int32, so the sub-block scales must be in
+ * the operands: per panel the quants are folded with their scales, v = sc * u (|v| <=
+ * 8,001: Q6_K's 63 * 127), and v split into bytes, v = lo + 256 * hi (lo unsigned, hi
+ * signed), laid out as the panel's words (row q of a group: bytes 4q..4q+3 of its 16
+ * columns, a B tile's layout). Per superblock, a tile of 16 rows x 16 columns then takes
+ *     I = A.lo + 256 * (A.hi)   (tdpbsud and tdpbssd over the 256 bytes, 4 steps of 64)
+ * which is kc_scalar's I exactly (the same integer, summed in another order; every
+ * partial sum within int32). M (vpdpwssd) and the float steps are kc_avx512_rg's in the
+ * same order: the result is kc_scalar's bit for bit. Rows past the last whole 16 go
+ * through kc_avx512 (also bit-identical), so no row's result depends on what shares its
+ * call. Tiles: A rows 0-15 / 16-31 in tmm0 / tmm1, B lo / hi in tmm2 / tmm3, C in
+ * tmm4..7 ((A0, A1) x (lo, hi)); a superblock's C tiles are stored while the next
+ * superblock's products run, then summed by the vector unit (two 4 KiB buffers). The
+ * tile shapes are per thread (ldtilecfg), loaded once. */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg_t;
+
+#define AMX_T __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+
+AMX_T static void amx_config(void) {
+    static __thread int loaded;
+    if (loaded) return;
+    amx_cfg_t c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        c.rows[t] = 16;
+        c.colsb[t] = 64;
+    }
+    _tile_loadconfig(&c);
+    loaded = 1;
+}
+
+/* One AMX panel's scratch: kc's panel, then (64-aligned) the folded lo and hi. */
+static size_t amx_panel_bytes(int k) {
+    return ((panel_kc_bytes(k) + 63) & ~(size_t)63) + 2 * (size_t)KC * k;
+}
+
+/* The panel's folded quants: lo / hi [KG][k/4][16] words, from wp (u) and scp (sc). */
+AMX_T static void amx_fold(const kcpanel_t *P, int k, int L, int G, int8_t *lo, int8_t *hi) {
+    /* int16 element e of a 32-element half takes the sc of lane e / 4 (+ 8 in the upper) */
+    __m512i ix0 = _mm512_setzero_si512(), ix1 = _mm512_setzero_si512();
+    int16_t a0[32], a1[32];
+    for (int e = 0; e < 32; e++) {
+        a0[e] = (int16_t)(2 * (e / 4));
+        a1[e] = (int16_t)(2 * (8 + e / 4));
+    }
+    ix0 = _mm512_loadu_si512((const void *)a0);
+    ix1 = _mm512_loadu_si512((const void *)a1);
+    for (int g = 0; g < G; g++)
+        for (int q = 0; q < k / 4; q++) {
+            const size_t at = ((size_t)g * (k / 4) + q) * 16;
+            __m512i sc = _mm512_load_si512((const void *)(P->scp + ((size_t)g * (k / L) + 4 * q / L) * 16));
+            __m512i u = _mm512_load_si512((const void *)(P->wp + at));
+            __m512i v0 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(u)),
+                                            _mm512_permutexvar_epi16(ix0, sc));
+            __m512i v1 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(u, 1)),
+                                            _mm512_permutexvar_epi16(ix1, sc));
+            __m512i l = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(v0)),
+                                           _mm512_cvtepi16_epi8(v1), 1);
+            __m512i h = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srai_epi16(v0, 8))),
+                _mm512_cvtepi16_epi8(_mm512_srai_epi16(v1, 8)), 1);
+            _mm512_store_si512((void *)(lo + 4 * at), l);
+            _mm512_store_si512((void *)(hi + 4 * at), h);
+        }
+}
+
+/* The vector half of a superblock: the float sums of rows [r0 + ra, r0 + rb) (of a
+ * block of 16 * nrb) and group g from its C tiles in buf. acc [32][16] holds the block's
+ * sums until the last superblock, which writes them to y (rows n floats apart; `mask`:
+ * the group's columns). */
+typedef struct {
+    const kcpanel_t *P;
+    const int32_t *buf;
+    int r0, g, s;
+    float *acc, *y;
+    __mmask16 mask;
+} amx_fin_t;
+
+AMX_T AI void amx_finish(const kjob_t *j, const amx_fin_t *f, int ra, int rb, const int L) {
+    /* every field read once into locals: the vector stores may alias them */
+    const int k = j->k, ns = k / SB, s = f->s, g = f->g, np = SB / (2 * L), pr = k / (2 * L);
+    const int64_t ldy = j->ldy;
+    const int32_t *bs = (const int32_t *)j->bsp + (int64_t)f->r0 * pr + s * np;
+    const float *dx = j->dx + (int64_t)f->r0 * ns + s;
+    const int32_t *buf = f->buf;
+    float *acc = f->acc, *y = f->y;
+    const __mmask16 mask = f->mask;
+    const __m512 dv = _mm512_load_ps(f->P->dp + ((size_t)g * ns + s) * 16);
+    const __m512 fv = _mm512_load_ps(f->P->fmp + ((size_t)g * ns + s) * 16);
+    const int32_t *mip = f->P->mip + ((size_t)g * pr + (size_t)s * np) * 16;
+    __m512i mv[SB / 32]; /* the superblock's minimums, pairs of sub-blocks */
+    for (int p = 0; p < np; p++) mv[p] = _mm512_load_si512((const void *)(mip + p * 16));
+    for (int r = ra; r < rb; r++) {
+        const int32_t *t = buf + (size_t)(r / 16) * 256 + (r % 16) * 16;
+        __m512i I = _mm512_add_epi32(_mm512_load_si512((const void *)t),
+                                     _mm512_slli_epi32(_mm512_load_si512((const void *)(t + 512)), 8));
+        __m512i M = _mm512_setzero_si512();
+        for (int p = 0; p < np; p++) { /* bs is read as bytes in kc_bs: the same int32 */
+            int32_t v;
+            memcpy(&v, bs + (int64_t)r * pr + p, 4);
+            M = _mm512_dpwssd_epi32(M, mv[p], _mm512_set1_epi32(v));
+        }
+        __m512 xs = _mm512_set1_ps(dx[(int64_t)r * ns]);
+        __m512 a = s == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc + 16 * r);
+        a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(xs, dv), a);
+        a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(xs, fv), a);
+        if (s < ns - 1) _mm512_store_ps(acc + 16 * r, a);
+        else if (mask == 0xFFFF) _mm512_storeu_ps(y + (int64_t)r * ldy, a);
+        else _mm512_mask_storeu_ps(y + (int64_t)r * ldy, mask, a);
+    }
+}
+
+/* Superblock s's C tiles of rows [r0, r0 + 16 * nrb) and group g into buf (4 tiles of
+ * 16 x 16 int32: (A0, lo), (A1, lo), (A0, hi), (A1, hi)), lo / hi 0 for none; and,
+ * between its four steps of 64 bytes, a quarter each of the vector half `f` of the
+ * previous (panel, group) (0 for none): the tile unit and the vector unit overlap. */
+AMX_T AI void amx_superblock(const kjob_t *j, const int8_t *lo, const int8_t *hi, int r0, int nrb,
+                             int g, int s, int32_t *buf, const amx_fin_t *f, const int L) {
+    const int k = j->k, quarter = 4 * nrb;
+    const int8_t *a = j->xq + (int64_t)r0 * k + (int64_t)s * SB;
+    const size_t wb = ((size_t)g * (k / 4) + (size_t)s * (SB / 4)) * 64; /* bytes */
+    if (lo) {
+        _tile_zero(4);
+        _tile_zero(6);
+        if (nrb == 2) {
+            _tile_zero(5);
+            _tile_zero(7);
+        }
+    }
+    for (int t = 0; t < SB / 64; t++) {
+        if (lo) {
+            _tile_loadd(0, a + 64 * t, k);
+            _tile_loadd(2, lo + wb + (size_t)t * 1024, 64);
+            _tile_loadd(3, hi + wb + (size_t)t * 1024, 64);
+            _tile_dpbsud(4, 0, 2);
+            _tile_dpbssd(6, 0, 3);
+            if (nrb == 2) {
+                _tile_loadd(1, a + (int64_t)16 * k + 64 * t, k);
+                _tile_dpbsud(5, 1, 2);
+                _tile_dpbssd(7, 1, 3);
+            }
+        }
+        if (f) amx_finish(j, f, t * quarter, (t + 1) * quarter, L);
+    }
+    if (lo) {
+        _tile_stored(4, buf, 64);
+        _tile_stored(6, buf + 512, 64);
+        if (nrb == 2) {
+            _tile_stored(5, buf + 256, 64);
+            _tile_stored(7, buf + 768, 64);
+        }
+    }
+}
+
+/* The rows of the task's panels (`np` panels of KC columns from c0, each with its
+ * scratch `per` bytes apart): 32 at a time on the tiles, then 16; the rest through
+ * kc_avx512. For each 32 rows and superblock, the activations' 8 KiB stay in L1 while
+ * every (panel, group) takes its products; the vector unit sums one (panel, group)'s C
+ * tiles while the tiles of the next run. */
+AMX_T AI void kc_amx_l(const kjob_t *j, char *scratch, size_t per, int c0, int np, const int L) {
+    const int k = j->k, ns = k / SB;
+    const size_t lo_at = (panel_kc_bytes(k) + 63) & ~(size_t)63;
+    float *acc = (float *)(scratch + (size_t)np * per);                  /* [np][KG][32][16] */
+    int32_t *buf = (int32_t *)((char *)acc + (size_t)np * KG * 32 * 16 * 4); /* two of 1,024 */
+    int r0 = 0;
+    if (j->rows >= 16) amx_config();
+    for (int i = 0; i < np && j->rows >= 16; i++) {
+        const int c = c0 + i * KC, nc = j->n - c < KC ? j->n - c : KC;
+        kcpanel_t P = kc_panel(scratch + i * per, k, j->L);
+        int8_t *lo = (int8_t *)scratch + i * per + lo_at;
+        amx_fold(&P, k, j->L, (nc + 15) / 16, lo, lo + (size_t)KC * k);
+    }
+    int npairs = 0; /* (panel, group) pairs: panel i's groups */
+    for (int i = 0; i < np; i++) {
+        const int c = c0 + i * KC, nc = j->n - c < KC ? j->n - c : KC;
+        npairs += (nc + 15) / 16;
+    }
+    for (; j->rows - r0 >= 16; r0 += 16 * (j->rows - r0 >= 32 ? 2 : 1)) {
+        const int nrb = j->rows - r0 >= 32 ? 2 : 1;
+        for (int s = 0; s < ns; s++) {
+            amx_fin_t fin;
+            kcpanel_t P;
+            int have = 0; /* fin holds the previous pair's vector half */
+            for (int q = 0; q <= npairs; q++) {
+                const int8_t *lo = 0;
+                if (q < npairs)
+                    lo = (const int8_t *)scratch + (q / KG) * per + lo_at;
+                amx_superblock(j, lo, lo ? lo + (size_t)KC * k : 0, r0, nrb, q % KG, s, buf + 1024 * (q & 1),
+                               have ? &fin : 0, L);
+                if (q == npairs) break;
+                const int i = q / KG, g = q % KG, c = c0 + i * KC, nc = j->n - c < KC ? j->n - c : KC;
+                const int edge = g == (nc + 15) / 16 - 1 && nc % 16;
+                P = kc_panel(scratch + i * per, k, j->L);
+                fin = (amx_fin_t){&P, buf + 1024 * (q & 1), r0, g, s, acc + (size_t)q * 32 * 16,
+                                  j->y + (int64_t)r0 * j->ldy + c + 16 * g,
+                                  (__mmask16)(edge ? (1u << (nc % 16)) - 1 : 0xFFFF)};
+                have = 1;
+            }
+        }
+    }
+    for (int i = 0; i < np && r0 < j->rows; i++) {
+        const int c = c0 + i * KC, nc = j->n - c < KC ? j->n - c : KC;
+        for (int r = r0; r < j->rows; r += KR)
+            kc_avx512(j, scratch + i * per, r, j->rows - r < KR ? j->rows - r : KR, c, nc);
+    }
+}
+
+/* kc_amx_l with the sub-block length a constant (Q4_K / Q5_K: 32, Q6_K: 16). */
+AMX_T static void kc_amx(const kjob_t *j, char *scratch, size_t per, int c0, int np) {
+    if (j->L == 32) kc_amx_l(j, scratch, per, c0, np, 32);
+    else kc_amx_l(j, scratch, per, c0, np, 16);
+}
+
+/* Panels of KC columns per AMX task: as many as keep its scratch near 1 MiB (of a 2 MiB
+ * L2), so that each 32 rows of activations, read once from memory, serve more columns. */
+static int amx_panels(int k) {
+    int np = (int)(((size_t)1 << 20) / amx_panel_bytes(k));
+    return np < 1 ? 1 : np > 8 ? 8 : np;
+}
+#endif
+
+
 static void gemm_kc_task(void *ctx, int t, void *scratch) {
     kjob_t *j = (kjob_t *)ctx;
+#if X86
+    if (j->vec == 2) { /* j->amx_np panels a task */
+        const size_t per = amx_panel_bytes(j->k);
+        int c0 = t * KC * j->amx_np, np = 0;
+        for (int c = c0; c < j->n && np < j->amx_np; c += KC, np++)
+            decode_kc_panel(j, c, j->n - c < KC ? j->n - c : KC, (char *)scratch + np * per);
+        kc_amx(j, (char *)scratch, per, c0, np);
+        return;
+    }
+#endif
     int c0 = t * KC, nc = j->n - c0 < KC ? j->n - c0 : KC;
     decode_kc_panel(j, c0, nc, scratch);
     for (int r0 = 0; r0 < j->rows; r0 += KR) {
@@ -2055,19 +2297,25 @@ static void gemm_kc_task(void *ctx, int t, void *scratch) {
     }
 }
 
-/* The column-panel K-quant kernels on each path: kc_avx512 (vpdpbusd, vec 1) or its
- * bit-identical scalar twin (vec 0); `built` 0 where not built. */
+/* The column-panel K-quant kernels on each path: kc_amx (tiles, vec 2), kc_avx512
+ * (vpdpbusd, vec 1) or their bit-identical scalar twin (vec 0); `built` 0 where not
+ * built. */
 static const struct {
     int built, vec;
 } KC_KERN[PCD_N_PATHS] = {
     [PCD_PATH_SCALAR] = {1, 0},
 #if X86
     [PCD_PATH_AVX512VNNI] = {1, 1},
+    [PCD_PATH_AMX] = {1, 2},
 #endif
 };
 
-/* The column-panel K-quant kernel on `path` (PCD_PATH_AUTO: AVX-512 VNNI where this CPU
- * runs it, else scalar). Returns 0; 1 threads failed; 2 not a K-quant type or k not a
+/* The column-panel kernel `path` resolves to (PCD_PATH_AUTO: AMX, else AVX-512 VNNI,
+ * else scalar); 0 where this CPU does not run it. */
+int pcd_qgemm_kc_path(int path) { return pcd_path_pick(path, PCD_PATHS_BUILT(KC_KERN, .built)); }
+
+/* The column-panel K-quant kernel on `path` (PCD_PATH_AUTO: AMX, else AVX-512 VNNI where
+ * this CPU runs it, else scalar). Returns 0; 1 threads failed; 2 not a K-quant type or k not a
  * multiple of 256; 3 path unavailable. */
 int pcd_qgemm_int8_kc(int type, const uint8_t *w, int n, int k, const int8_t *xq,
                       const float *dx, const int16_t *bs16, int rows, float *y, int64_t ldy,
@@ -2090,7 +2338,17 @@ int pcd_qgemm_int8_kc(int type, const uint8_t *w, int n, int k, const int8_t *xq
     kjob_t j = {.type = type, .k = k, .n = n, .rows = rows, .w = w, .rb = (int64_t)(k / SB) * bb,
                 .xq = xq, .dx = dx, .bs16 = bs16, .y = y, .ldy = ldy,
                 .L = L, .vec = KC_KERN[path].vec, .bsp = bsp ? (const void *)bsp : (const void *)bs16};
-    int rc = run_parallel(gemm_kc_task, &j, (n + KC - 1) / KC, panel_kc_bytes(k), threads);
+    size_t scratch = panel_kc_bytes(k);
+    int ntasks = (n + KC - 1) / KC;
+#if X86
+    if (j.vec == 2) { /* fewer panels a task where there are few for the threads */
+        int most = (ntasks + threads - 1) / (threads > 0 ? threads : 1);
+        j.amx_np = amx_panels(k) < most ? amx_panels(k) : most > 0 ? most : 1;
+        scratch = (size_t)j.amx_np * (amx_panel_bytes(k) + KG * 32 * 16 * 4) + 2 * 4096;
+        ntasks = (ntasks + j.amx_np - 1) / j.amx_np;
+    }
+#endif
+    int rc = run_parallel(gemm_kc_task, &j, ntasks, scratch, threads);
     free(bsp);
     return rc;
 }
@@ -2162,6 +2420,34 @@ AVX2_T static int64_t peak_avx2(int64_t iters, int seed, int32_t *sink) {
     *sink = out[0] + out[7];
     return iters * 8 * 32 * 2;
 }
+
+/* AMX: six C tiles stepped by tdpbssd on the same A and B tiles (16 x 16 x 64 = 16,384
+ * multiply-adds each), so the tile unit never waits on a load. */
+AMX_T static int64_t peak_amx(int64_t iters, int seed, int32_t *sink) {
+    int8_t ab[2048] __attribute__((aligned(64)));
+    int32_t c[256] __attribute__((aligned(64)));
+    for (int i = 0; i < 2048; i++) ab[i] = (int8_t)((i * 7 + seed) % 13 - 6);
+    amx_config();
+    _tile_loadd(0, ab, 64);
+    _tile_loadd(1, ab + 1024, 64);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    for (int64_t i = 0; i < iters; i++) {
+        _tile_dpbssd(2, 0, 1);
+        _tile_dpbssd(3, 0, 1);
+        _tile_dpbssd(4, 0, 1);
+        _tile_dpbssd(5, 0, 1);
+        _tile_dpbssd(6, 0, 1);
+        _tile_dpbssd(7, 0, 1);
+    }
+    _tile_stored(7, c, 64);
+    *sink = c[0] + c[255];
+    return iters * 6 * 16 * 16 * 64 * 2;
+}
 #endif
 
 typedef int64_t (*peak_fn)(int64_t, int, int32_t *);
@@ -2172,6 +2458,7 @@ static const struct {
     [PCD_PATH_AVX2] = {peak_avx2},
     [PCD_PATH_AVXVNNI] = {peak_avxvnni},
     [PCD_PATH_AVX512VNNI] = {peak_avx512vnni},
+    [PCD_PATH_AMX] = {peak_amx},
 #endif
 };
 

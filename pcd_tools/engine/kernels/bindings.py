@@ -284,6 +284,8 @@ def qgemm_library() -> Any:
         lib.pcd_qgemm_block.restype = i32
         lib.pcd_qgemm_has_path.argtypes = [i32]
         lib.pcd_qgemm_has_path.restype = i32
+        lib.pcd_qgemm_kc_path.argtypes = [i32]
+        lib.pcd_qgemm_kc_path.restype = i32
         lib.pcd_int8_peak.argtypes = [i32, i64, i32, p]
         lib.pcd_int8_peak.restype = i64
         lib.pcd_int8_peak_path.argtypes = [i32]

@@ -24,7 +24,8 @@ enum {
     PCD_PATH_AVX512VNNI = 4, /* AVX-512 F/BW/VL + VNNI (and AVX2 + FMA) */
     PCD_PATH_AVX512BF16 = 5, /* AVX-512 F/BW/VL + BF16 (and AVX2 + FMA) */
     PCD_PATH_AVX512 = 6,     /* AVX-512 F (and AVX2 + FMA) */
-    PCD_N_PATHS = 7
+    PCD_PATH_AMX = 7,        /* AMX-INT8 tiles, with AVX-512 VNNI's (Intel Sapphire Rapids on) */
+    PCD_N_PATHS = 8
 };
 
 #define PCD_PATH_BIT(p) (1u << (p))
@@ -34,6 +35,25 @@ enum {
 #else
 #define PCD_X86 0
 #endif
+#include <stdlib.h>
+#if PCD_X86 && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+/* Whether this process may use the AMX tile registers. Linux hands the tile data state
+ * only to a process that asks (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA,
+ * kernel 5.16 on), once for all its threads; elsewhere, or where the kernel refuses, no
+ * AMX. PCD_AMX=0 in the environment turns the path off (an A/B against AVX-512 VNNI). */
+static inline int pcd_amx_permitted(void) {
+#if PCD_X86 && defined(__linux__) && defined(SYS_arch_prctl)
+    const char *off = getenv("PCD_AMX");
+    if (off && off[0] == '0' && !off[1]) return 0;
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+#else
+    return 0;
+#endif
+}
 
 /* The bit mask (PCD_PATH_BIT) of the paths this CPU runs, read once. */
 static inline unsigned pcd_cpu_paths(void) {
@@ -51,6 +71,9 @@ static inline unsigned pcd_cpu_paths(void) {
     if (avx512) m |= PCD_PATH_BIT(PCD_PATH_AVX512);
     if (bwvl && __builtin_cpu_supports("avx512vnni")) m |= PCD_PATH_BIT(PCD_PATH_AVX512VNNI);
     if (bwvl && __builtin_cpu_supports("avx512bf16")) m |= PCD_PATH_BIT(PCD_PATH_AVX512BF16);
+    if ((m & PCD_PATH_BIT(PCD_PATH_AVX512VNNI)) && __builtin_cpu_supports("amx-tile") &&
+        __builtin_cpu_supports("amx-int8") && pcd_amx_permitted())
+        m |= PCD_PATH_BIT(PCD_PATH_AMX);
 #endif
     __atomic_store_n(&cached, m, __ATOMIC_RELAXED);
     return m;
@@ -63,7 +86,7 @@ static inline int pcd_path_runs(int p) {
 
 /* Auto's preference, fastest first. AVX-512 BF16 is a mode of its own (a caller asks for
  * it by name), never auto's choice. */
-static const int PCD_PATH_ORDER[] = {PCD_PATH_AVX512VNNI, PCD_PATH_AVX512, PCD_PATH_AVXVNNI,
+static const int PCD_PATH_ORDER[] = {PCD_PATH_AMX, PCD_PATH_AVX512VNNI, PCD_PATH_AVX512, PCD_PATH_AVXVNNI,
                                      PCD_PATH_AVX2, PCD_PATH_SCALAR};
 
 /* The path `asked` (PCD_PATH_AUTO or a path id) resolves to for a family built for the

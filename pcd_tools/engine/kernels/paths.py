@@ -23,6 +23,7 @@ PATHS: dict[str, int] = {
     "avx512vnni": 4,
     "avx512bf16": 5,
     "avx512": 6,
+    "amx": 7,
 }
 
 #: vector width in bits of the float paths (1: portable C), as the native decode and the

@@ -3,7 +3,9 @@ issue, measured with a loop of nothing else (`_qgemm.c`'s `pcd_int8_peak`).
 
 It is the ceiling the int8 GEMM of a prefill is measured against (`pcd models --doctor`,
 `pcd bench`'s `prefill_peak_share`): on AVX-512 VNNI one `vpdpbusd` on zmm does 64
-multiply-adds (128 operations), on AVX-VNNI 32 on ymm, on AVX2 32 in three instructions.
+multiply-adds (128 operations), on AVX-VNNI 32 on ymm, on AVX2 32 in three instructions;
+with AMX (Intel Sapphire Rapids on, where the K-quant prefill runs on the tiles) one
+`tdpbssd` does 16 x 16 x 64, and `auto` measures that path.
 Each thread runs 12 independent accumulator chains, so the instruction's latency hides
 behind the others; the threads start together on a barrier and the rate is the
 operations of all over the wall time. The best of a few short runs is kept (a busy
@@ -29,7 +31,7 @@ class Int8Peak:
     """A measured int8 peak.
 
     Args:
-        path: The kernel path measured (`avx512vnni`, `avxvnni`, `avx2`).
+        path: The kernel path measured (`amx`, `avx512vnni`, `avxvnni`, `avx2`).
         one_thread: GOP/s (10^9 int8 operations a second, 2 per multiply-add) on one thread.
         threads: The threads of the second measurement.
         all_threads: GOP/s on `threads` threads together.
@@ -42,9 +44,10 @@ class Int8Peak:
 
     def text(self) -> str:
         """One line for the doctor."""
+        what = "tile products" if self.path == "amx" else "dot products"
         return (
             f"{self.one_thread:,.0f} GOP/s on 1 thread, {self.all_threads:,.0f} on "
-            f"{self.threads} ({self.path} dot products, a loop of nothing else)"
+            f"{self.threads} ({self.path} {what}, a loop of nothing else)"
         )
 
 
@@ -73,8 +76,8 @@ def int8_peak(
     threads: int | None = None, seconds: float = 0.05, rounds: int = 3, path: str = "auto"
 ) -> Int8Peak | None:
     """Measures this CPU's int8 peak on one thread and on `threads` (the thread budget
-    when None), on `path` (`auto`: the int8 path the GEMM picks; or `avx512vnni`,
-    `avxvnni`, `avx2`); None where that path has no probe or does not run here (the
+    when None), on `path` (`auto`: the int8 path the GEMM picks, AMX where the K-quant
+    prefill runs on the tiles; or `amx`, `avx512vnni`, `avxvnni`, `avx2`); None where that path has no probe or does not run here (the
     portable C). Cached per arguments: a process measures it once.
 
     Raises:

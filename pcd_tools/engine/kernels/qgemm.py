@@ -100,6 +100,7 @@ __all__ = [
     "QuantizedMatrix",
     "available_modes",
     "available_paths",
+    "column_path",
     "isa",
     "prepare",
     "quantize_activations",
@@ -121,6 +122,7 @@ _PATH_NAMES = {v: k for k, v in PATHS.items()}
 COLUMN_PATHS: dict[str, int] = {
     "scalar-cols": ALL_PATHS["scalar"],
     "avx512vnni-cols": ALL_PATHS["avx512vnni"],
+    "amx-cols": ALL_PATHS["amx"],
 }
 _QB = 32
 
@@ -142,6 +144,18 @@ def isa() -> str:
         ``avx512vnni``, ``avxvnni``, ``avx2`` or ``scalar``.
     """
     return _PATH_NAMES[int(qgemm_library().pcd_qgemm_has_path(0))]
+
+
+def column_path() -> str:
+    """The column-panel K-quant kernel `matmul` picks for activations per 256 (a prefill's
+    products on Q4_K / Q5_K / Q6_K weights): ``amx-cols`` (AMX tiles), ``avx512vnni-cols``
+    or ``scalar-cols``; ``none`` where the row-panel kernels take them instead (no
+    AVX-512 VNNI)."""
+    lib = qgemm_library()
+    if not lib.pcd_qgemm_has_path(PATHS["avx512vnni"]):
+        return "none"
+    names = {v: k for k, v in COLUMN_PATHS.items()}
+    return names[int(lib.pcd_qgemm_kc_path(0))]
 
 
 def available_modes() -> list[str]:
@@ -288,7 +302,7 @@ class QuantizedMatrix:
                     f"int8 kernel {path!r} is unknown; one of: scalar, avx2, avxvnni, "
                     f"avx512vnni, {', '.join(COLUMN_PATHS)}"
                 )
-            if pid and not lib.pcd_qgemm_has_path(pid):
+            if pid and not (lib.pcd_qgemm_kc_path if cols else lib.pcd_qgemm_has_path)(pid):
                 raise InvalidArgumentError(
                     f"this CPU cannot run the {path} kernel; it runs {available_paths()}"
                 )
