@@ -2055,9 +2055,12 @@ VNNI512_T static void kc_avx512(const kjob_t *j, const void *scratch, int r0, in
  * same order: the result is kc_scalar's bit for bit. Rows past the last whole 16 go
  * through kc_avx512 (also bit-identical), so no row's result depends on what shares its
  * call. Tiles: A rows 0-15 / 16-31 in tmm0 / tmm1, B lo / hi in tmm2 / tmm3, C in
- * tmm4..7 ((A0, A1) x (lo, hi)); a superblock's C tiles are stored while the next
- * superblock's products run, then summed by the vector unit (two 4 KiB buffers). The
- * tile shapes are per thread (ldtilecfg), loaded once. */
+ * tmm4..7 ((A0, A1) x (lo, hi)). A task holds several panels (`amx_panels`); per 32 rows
+ * and superblock each (panel, group) pair in turn takes its products, the activations'
+ * 8 KiB staying in L1, and its C tiles (two 4 KiB buffers) are summed by the vector unit
+ * between the tile steps of the next pair (on the Xeon measured the two units did not
+ * overlap: a 1,024-row product spends about as long in each). The tile shapes are per
+ * thread (ldtilecfg), loaded once. */
 typedef struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
@@ -2088,14 +2091,12 @@ static size_t amx_panel_bytes(int k) {
 /* The panel's folded quants: lo / hi [KG][k/4][16] words, from wp (u) and scp (sc). */
 AMX_T static void amx_fold(const kcpanel_t *P, int k, int L, int G, int8_t *lo, int8_t *hi) {
     /* int16 element e of a 32-element half takes the sc of lane e / 4 (+ 8 in the upper) */
-    __m512i ix0 = _mm512_setzero_si512(), ix1 = _mm512_setzero_si512();
     int16_t a0[32], a1[32];
     for (int e = 0; e < 32; e++) {
         a0[e] = (int16_t)(2 * (e / 4));
         a1[e] = (int16_t)(2 * (8 + e / 4));
     }
-    ix0 = _mm512_loadu_si512((const void *)a0);
-    ix1 = _mm512_loadu_si512((const void *)a1);
+    const __m512i ix0 = _mm512_loadu_si512((const void *)a0), ix1 = _mm512_loadu_si512((const void *)a1);
     for (int g = 0; g < G; g++)
         for (int q = 0; q < k / 4; q++) {
             const size_t at = ((size_t)g * (k / 4) + q) * 16;
