@@ -159,12 +159,9 @@ REBUILD_AVX512 = REBUILD.replace(
 
 def rebuild_hint() -> str:
     """The portable rebuild for this CPU: AVX-512 kept where it has AVX-512 VNNI."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
-    except OSError:
-        flags = []
-    return REBUILD_AVX512 if "avx512_vnni" in flags else REBUILD
+    from ..engine.host.openblas_core import cpu_flags
+
+    return REBUILD_AVX512 if "avx512_vnni" in cpu_flags() else REBUILD
 
 
 @functools.lru_cache(maxsize=8)

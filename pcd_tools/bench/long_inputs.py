@@ -218,14 +218,9 @@ def machine() -> dict[str, Any]:
         )
     except OSError:
         pass
-    flags: set[str] = set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    except OSError:
-        pass
+    from ..engine.host.openblas_core import cpu_flags
+
+    flags = cpu_flags()
     keys = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8")
     return {
         "processor": platform.processor() or platform.machine(),

@@ -28,6 +28,23 @@ def test_the_cpu_level_comes_from_its_flags(flags, level):
 
 def test_a_cpuinfo_without_flags_is_unknown():
     assert oc.isa_of("processor\t: 0\nmodel name\t: some ARM core\n") is None
+    assert oc.flags_of("processor\t: 0\nmodel name\t: some ARM core\n") == frozenset()
+
+
+def test_the_flags_are_the_first_cpus():
+    text = CPUINFO.format("fpu avx2 avx512_vnni") + "flags\t\t: fpu sse\n"
+    assert oc.flags_of(text) == {"fpu", "avx2", "avx512_vnni"}
+
+
+def test_the_peer_rebuild_keeps_avx512_only_where_the_cpu_has_vnni(monkeypatch):
+    from pcd_tools.baselines import llama_cpp
+
+    monkeypatch.setattr(oc, "cpu_flags", lambda: frozenset({"avx2", "fma", "avx512_vnni"}))
+    hint = llama_cpp.rebuild_hint()
+    assert "-DGGML_AVX512_VNNI=ON" in hint and "-DGGML_AMX_INT8=OFF" in hint
+    monkeypatch.setattr(oc, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    assert llama_cpp.rebuild_hint() == llama_cpp.REBUILD
+    assert "AVX512" not in llama_cpp.REBUILD and "--no-cache-dir" in llama_cpp.REBUILD
 
 
 @pytest.mark.parametrize(

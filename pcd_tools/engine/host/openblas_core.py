@@ -27,8 +27,10 @@ __all__ = [
     "ISA_NAMES",
     "WeakKernelsError",
     "core_level",
+    "cpu_flags",
     "cpu_isa",
     "describe",
+    "flags_of",
     "isa_of",
     "kernels_note",
     "weak_core",
@@ -67,14 +69,32 @@ _CORE_LEVELS = {
 }
 
 
+def flags_of(cpuinfo: str) -> frozenset[str]:
+    """The feature flags of the first CPU in a `/proc/cpuinfo` text (empty: none listed)."""
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
+
+
+@lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """This CPU's flags, as `flags_of` (`avx512_vnni`, `amx_int8`, ...); empty where
+    `/proc/cpuinfo` cannot be read or lists none (off Linux, off x86)."""
+    try:
+        return flags_of(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return frozenset()
+
+
 def isa_of(cpuinfo: str) -> int | None:
     """The widest vector unit named in a `/proc/cpuinfo` text: 3 (AVX-512), 2 (AVX2 and
     FMA), 1 (AVX) or 0; None when it lists no flags."""
-    flags: set[str] = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags = set(line.partition(":")[2].split())
-            break
+    return _level(flags_of(cpuinfo))
+
+
+def _level(flags: frozenset[str]) -> int | None:
+    """`isa_of`'s level of a flag set."""
     if not flags:
         return None
     if "avx512f" in flags:
@@ -90,10 +110,7 @@ def cpu_isa() -> int | None:
     cannot be read."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return None
-    try:
-        return isa_of(Path("/proc/cpuinfo").read_text())
-    except OSError:
-        return None
+    return _level(cpu_flags())
 
 
 def core_level(core: str) -> int | None:

@@ -1818,6 +1818,9 @@ typedef struct {
     float *dp, *fmp;
 } kcpanel_t;
 
+/* The columns of the panel at column c (KC, or fewer at the matrix's edge). */
+static inline int kc_cols(const kjob_t *j, int c) { return j->n - c < KC ? j->n - c : KC; }
+
 static kcpanel_t kc_panel(const void *scratch, int k, int L) {
     kcpanel_t p;
     p.wp = (int32_t *)scratch;
@@ -2083,9 +2086,18 @@ AMX_T static void amx_config(void) {
     loaded = 1;
 }
 
-/* One AMX panel's scratch: kc's panel, then (64-aligned) the folded lo and hi. */
-static size_t amx_panel_bytes(int k) {
-    return ((panel_kc_bytes(k) + 63) & ~(size_t)63) + 2 * (size_t)KC * k;
+/* An AMX task's scratch: per panel, kc's panel then (at amx_lo_at, 64-aligned) the folded
+ * lo and hi; after the panels, the running float sums of each (panel, group) for 32 rows
+ * and two buffers of four C tiles. */
+#define AMX_ACC_BYTES ((size_t)KG * 32 * 16 * 4) /* a panel's sums: [KG][32][16] floats */
+#define AMX_BUF_BYTES ((size_t)2 * 4 * 1024)     /* two of four 16 x 16 int32 tiles */
+
+static size_t amx_lo_at(int k) { return (panel_kc_bytes(k) + 63) & ~(size_t)63; }
+
+static size_t amx_panel_bytes(int k) { return amx_lo_at(k) + 2 * (size_t)KC * k; }
+
+static size_t amx_task_bytes(int k, int np) {
+    return (size_t)np * (amx_panel_bytes(k) + AMX_ACC_BYTES) + AMX_BUF_BYTES;
 }
 
 /* The panel's folded quants: lo / hi [KG][k/4][16] words, from wp (u) and scp (sc). */
@@ -2211,20 +2223,20 @@ AMX_T AI void amx_superblock(const kjob_t *j, const int8_t *lo, const int8_t *hi
  * tiles while the tiles of the next run. */
 AMX_T AI void kc_amx_l(const kjob_t *j, char *scratch, size_t per, int c0, int np, const int L) {
     const int k = j->k, ns = k / SB;
-    const size_t lo_at = (panel_kc_bytes(k) + 63) & ~(size_t)63;
-    float *acc = (float *)(scratch + (size_t)np * per);                  /* [np][KG][32][16] */
-    int32_t *buf = (int32_t *)((char *)acc + (size_t)np * KG * 32 * 16 * 4); /* two of 1,024 */
+    const size_t lo_at = amx_lo_at(k);
+    float *acc = (float *)(scratch + (size_t)np * per);         /* [np][KG][32][16] */
+    int32_t *buf = (int32_t *)((char *)acc + np * AMX_ACC_BYTES); /* two of 1,024 */
     int r0 = 0;
     if (j->rows >= 16) amx_config();
     for (int i = 0; i < np && j->rows >= 16; i++) {
-        const int c = c0 + i * KC, nc = j->n - c < KC ? j->n - c : KC;
+        const int c = c0 + i * KC, nc = kc_cols(j, c);
         kcpanel_t P = kc_panel(scratch + i * per, k, j->L);
         int8_t *lo = (int8_t *)scratch + i * per + lo_at;
         amx_fold(&P, k, j->L, (nc + 15) / 16, lo, lo + (size_t)KC * k);
     }
     int npairs = 0; /* (panel, group) pairs: panel i's groups */
     for (int i = 0; i < np; i++) {
-        const int c = c0 + i * KC, nc = j->n - c < KC ? j->n - c : KC;
+        const int c = c0 + i * KC, nc = kc_cols(j, c);
         npairs += (nc + 15) / 16;
     }
     for (; j->rows - r0 >= 16; r0 += 16 * (j->rows - r0 >= 32 ? 2 : 1)) {
@@ -2240,7 +2252,7 @@ AMX_T AI void kc_amx_l(const kjob_t *j, char *scratch, size_t per, int c0, int n
                 amx_superblock(j, lo, lo ? lo + (size_t)KC * k : 0, r0, nrb, q % KG, s, buf + 1024 * (q & 1),
                                have ? &fin : 0, L);
                 if (q == npairs) break;
-                const int i = q / KG, g = q % KG, c = c0 + i * KC, nc = j->n - c < KC ? j->n - c : KC;
+                const int i = q / KG, g = q % KG, c = c0 + i * KC, nc = kc_cols(j, c);
                 const int edge = g == (nc + 15) / 16 - 1 && nc % 16;
                 P = kc_panel(scratch + i * per, k, j->L);
                 fin = (amx_fin_t){&P, buf + 1024 * (q & 1), r0, g, s, acc + (size_t)q * 32 * 16,
@@ -2251,7 +2263,7 @@ AMX_T AI void kc_amx_l(const kjob_t *j, char *scratch, size_t per, int c0, int n
         }
     }
     for (int i = 0; i < np && r0 < j->rows; i++) {
-        const int c = c0 + i * KC, nc = j->n - c < KC ? j->n - c : KC;
+        const int c = c0 + i * KC, nc = kc_cols(j, c);
         for (int r = r0; r < j->rows; r += KR)
             kc_avx512(j, scratch + i * per, r, j->rows - r < KR ? j->rows - r : KR, c, nc);
     }
@@ -2279,12 +2291,12 @@ static void gemm_kc_task(void *ctx, int t, void *scratch) {
         const size_t per = amx_panel_bytes(j->k);
         int c0 = t * KC * j->amx_np, np = 0;
         for (int c = c0; c < j->n && np < j->amx_np; c += KC, np++)
-            decode_kc_panel(j, c, j->n - c < KC ? j->n - c : KC, (char *)scratch + np * per);
+            decode_kc_panel(j, c, kc_cols(j, c), (char *)scratch + np * per);
         kc_amx(j, (char *)scratch, per, c0, np);
         return;
     }
 #endif
-    int c0 = t * KC, nc = j->n - c0 < KC ? j->n - c0 : KC;
+    int c0 = t * KC, nc = kc_cols(j, c0);
     decode_kc_panel(j, c0, nc, scratch);
     for (int r0 = 0; r0 < j->rows; r0 += KR) {
         int R = j->rows - r0 < KR ? j->rows - r0 : KR;
@@ -2343,9 +2355,10 @@ int pcd_qgemm_int8_kc(int type, const uint8_t *w, int n, int k, const int8_t *xq
     int ntasks = (n + KC - 1) / KC;
 #if X86
     if (j.vec == 2) { /* fewer panels a task where there are few for the threads */
-        int most = (ntasks + threads - 1) / (threads > 0 ? threads : 1);
-        j.amx_np = amx_panels(k) < most ? amx_panels(k) : most > 0 ? most : 1;
-        scratch = (size_t)j.amx_np * (amx_panel_bytes(k) + KG * 32 * 16 * 4) + 2 * 4096;
+        int most = (ntasks + threads - 1) / (threads > 1 ? threads : 1);
+        if (most < 1) most = 1;
+        j.amx_np = amx_panels(k) < most ? amx_panels(k) : most;
+        scratch = amx_task_bytes(k, j.amx_np);
         ntasks = (ntasks + j.amx_np - 1) / j.amx_np;
     }
 #endif

@@ -77,8 +77,9 @@ def int8_peak(
 ) -> Int8Peak | None:
     """Measures this CPU's int8 peak on one thread and on `threads` (the thread budget
     when None), on `path` (`auto`: the int8 path the GEMM picks, AMX where the K-quant
-    prefill runs on the tiles; or `amx`, `avx512vnni`, `avxvnni`, `avx2`); None where that path has no probe or does not run here (the
-    portable C). Cached per arguments: a process measures it once.
+    prefill runs on the tiles; or `amx`, `avx512vnni`, `avxvnni`, `avx2`); None where
+    that path has no probe or does not run here (the portable C). Cached per arguments: a
+    process measures it once.
 
     Raises:
         InvalidArgumentError: for a path name that is not known.

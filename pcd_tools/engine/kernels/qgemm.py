@@ -146,13 +146,19 @@ def isa() -> str:
     return _PATH_NAMES[int(qgemm_library().pcd_qgemm_has_path(0))]
 
 
+def _columns_by_default(lib: Any) -> bool:
+    """Whether `matmul` takes K-quant products per 256 to the column-panel kernels when no
+    path is forced: where AVX-512 VNNI runs (the AMX path runs only there too)."""
+    return bool(lib.pcd_qgemm_has_path(PATHS["avx512vnni"]))
+
+
 def column_path() -> str:
     """The column-panel K-quant kernel `matmul` picks for activations per 256 (a prefill's
     products on Q4_K / Q5_K / Q6_K weights): ``amx-cols`` (AMX tiles), ``avx512vnni-cols``
     or ``scalar-cols``; ``none`` where the row-panel kernels take them instead (no
     AVX-512 VNNI)."""
     lib = qgemm_library()
-    if not lib.pcd_qgemm_has_path(PATHS["avx512vnni"]):
+    if not _columns_by_default(lib):
         return "none"
     names = {v: k for k, v in COLUMN_PATHS.items()}
     return names[int(lib.pcd_qgemm_kc_path(0))]
@@ -312,9 +318,7 @@ class QuantizedMatrix:
                     f"act_block 256; got a {self.type_name} matrix, act_block {act_block!r}"
                 )
             block = (256 if cols else 32) if act_block is None else act_block
-            cols = cols or (
-                path is None and block == 256 and lib.pcd_qgemm_has_path(PATHS["avx512vnni"])
-            )
+            cols = cols or (path is None and block == 256 and _columns_by_default(lib))
             if block not in (32, 256) or (block == 256 and not self.kquant):
                 raise InvalidArgumentError(
                     f"act_block must be 32{' or 256' if self.kquant else ''} for a "
