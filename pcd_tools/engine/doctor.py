@@ -51,6 +51,7 @@ def doctor() -> dict[str, Any]:
         "compute_modes": modes,
         "int8_kernel": int8,
         "prefill_kernel": _prefill_kernel(dev.device),
+        "attention_scores": _attention_scores(dev.device),
         "int8_peak": _peak_text(dev.device),
         "compute_auto": (
             f"int8 for a K-quant GGUF kept encoded, or any kept encoded with 256 MiB of "
@@ -100,6 +101,24 @@ def _prefill_kernel(device: str) -> str:
         "scalar-cols": "scalar-cols: portable C",
         "none": f"{qgemm.isa()} row panels (no AVX-512 VNNI)",
     }[col]
+
+
+def _attention_scores(device: str) -> str:
+    """What attention's scores multiply in, on the native kernels (`cpu_ops.active`)."""
+    if device != "cpu":
+        return "off: not a CPU device (MLX's own kernels)"
+    lib, note = cpu_kernels_library()
+    if not lib:
+        return f"off: {note}"
+    f32 = f"float32 ({path_name(int(lib.pcd_cpu_kernels_path(0)))})"
+    from .kernels.cpu_ops import bf16_scores_run
+
+    if bf16_scores_run():
+        return (
+            f"amx-bf16 where the matrices compute in int8 or bf16 (PCD_AMX=0 turns them "
+            f"off), else {f32}"
+        )
+    return f32
 
 
 def _budget_text() -> str:

@@ -148,6 +148,18 @@ class Engine:
         self.every_size = self.cpu_kernels and any(
             getattr(m, "gguf_encoded", False) for _, m in model.named_modules()
         )
+        # Where those matrices compute in int8 or bf16, attention's scores take bf16
+        # products of Q and K on the AMX tiles, if this CPU has them: the attention kernel
+        # 1.6-1.7x faster at 2k-4k tokens (Xeon), far finer than int8's rounding after it.
+        self.bf16_scores = (
+            self.every_size
+            and _kernels.bf16_scores_run()
+            and any(
+                getattr(getattr(m, "weight", None), "compute", "float32") != "float32"
+                for _, m in model.named_modules()
+                if getattr(m, "gguf_encoded", False)
+            )
+        )
         self.decode = check_decode(decode)
         if self.decode == "int8":
             decoder_for(self)  # build now: say at load time when it cannot run
@@ -156,7 +168,12 @@ class Engine:
 
     def kernels(self) -> Any:
         """Context manager: this engine's kernel choice for model calls on this thread."""
-        return _kernels.active(self.cpu_kernels, threads=self.threads, every_size=self.every_size)
+        return _kernels.active(
+            self.cpu_kernels,
+            threads=self.threads,
+            every_size=self.every_size,
+            bf16_scores=self.bf16_scores,
+        )
 
     def fit_threads(self) -> int:
         """Sizes BLAS threads and CPU streams for the request about to run (call it under
@@ -214,6 +231,7 @@ class Engine:
             blas_threads=self.stream_blas_threads,
             after=self.threads,
             every_size=self.every_size,
+            bf16_scores=self.bf16_scores,
         )
 
     # --- plans and the prefix cache -------------------------------------------------------

@@ -251,10 +251,26 @@ def test_native_is_used_and_numpy_is_the_fallback(lib, monkeypatch):
     np.testing.assert_allclose(got, reference(q, k, v, 0.2, "causal"), atol=2e-5)
 
 
-def _paths(lib):
-    """The SIMD code paths this CPU can run, widest first (the scalar one always)."""
+def _paths(lib, d=None):
+    """The SIMD code paths this CPU can run, widest first (the scalar one always); for
+    attention with a head size `d` the tiles take (a multiple of 32), the AMX path's bf16
+    scores first where it runs."""
     names = ("avx512", "avx2", "scalar")
+    if d is not None and d % 32 == 0:
+        names = ("amx", *names)
     return [PATHS[n] for n in names if lib.pcd_cpu_kernels_path(PATHS[n]) == PATHS[n]]
+
+
+def _bf16(x):
+    """x rounded to bfloat16 (to nearest even), as float32."""
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+
+
+def _as_scored(p, q, k):
+    """The queries and keys whose float64 products path `p`'s scores sum: on the AMX
+    path their bf16 roundings."""
+    return (_bf16(q), _bf16(k)) if p == PATHS["amx"] else (q, k)
 
 
 def _row(arr):
@@ -283,7 +299,7 @@ def test_softmax_row_on_every_code_path(lib, n, width):
             assert np.all(row[n:] == 0.0), f"path {p} left masked keys"
             assert abs(total - want.sum()) <= 1e-6 * want.sum(), f"path {p}"
             assert np.all(row[:n][z < -87.0] == 0.0)
-    assert lib.pcd_softmax_row(7, _row(x.copy()), None, n, width) == -1.0  # no such path
+    assert lib.pcd_softmax_row(99, _row(x.copy()), None, n, width) == -1.0  # no such path
     # a path these kernels are not built for
     assert lib.pcd_softmax_row(PATHS["avxvnni"], _row(x.copy()), None, n, width) == -1.0
 
@@ -331,7 +347,7 @@ def test_a_query_attends_the_same_whatever_masked_keys_share_its_call(lib, d):
     keep[np.ix_(at, at)] = causal_mask == 0
     packed_mask = np.concatenate([np.zeros((n, past), f), np.where(keep, 0.0, neg).astype(f)], 1)
     packed_k, packed_v = np.concatenate([pre_k, pk], 2), np.concatenate([pre_v, pv], 2)
-    for p in _paths(lib):
+    for p in _paths(lib, d):
         alone = _attend(lib, p, cq, alone_k, alone_v, alone_mask)
         # the same rows from the causal code path (a prefill): identical too
         causal = _attend(lib, p, cq, alone_k, alone_v, None, causal=1)
@@ -339,7 +355,8 @@ def test_a_query_attends_the_same_whatever_masked_keys_share_its_call(lib, d):
         for threads, block in ((1, K.BLOCK_ROWS), (2, 16), (3, 5)):
             packed = _attend(lib, p, pq, packed_k, packed_v, packed_mask, threads, block)
             assert np.array_equal(packed[:, :, at], alone), f"path {p}, {threads} threads"
-        want = reference(mx.array(cq), mx.array(alone_k), mx.array(alone_v), 0.125, alone_mask)
+        sq, sk = _as_scored(p, cq, alone_k)
+        want = reference(mx.array(sq), mx.array(sk), mx.array(alone_v), 0.125, alone_mask)
         np.testing.assert_allclose(alone, want, rtol=1e-5, atol=2e-5, err_msg=f"path {p}")
 
 
@@ -376,12 +393,13 @@ def test_a_prefix_read_in_place_gives_the_joined_keys_numbers(lib, d):
     keep[:, :past] = rng.random((n, past)) > 0.05  # some prefix keys hidden too
     mask = np.where(keep, 0.0, neg).astype(f)
     joined_k, joined_v = np.concatenate([k1, k2], 2), np.concatenate([v1, v2], 2)
-    for p in _paths(lib):
+    for p in _paths(lib, d):
         want = _attend(lib, p, q, joined_k, joined_v, mask)
         for threads, block in ((1, K.BLOCK_ROWS), (2, 16), (3, 7)):
             got = _attend_split(lib, p, q, k1, v1, k2, v2, mask, threads, block)
             assert np.array_equal(got, want), f"path {p}, threads {threads}, block {block}"
-        np.testing.assert_allclose(want, reference(q, joined_k, joined_v, 0.125, mask), atol=3e-5)
+        sq, sk = _as_scored(p, q, joined_k)
+        np.testing.assert_allclose(want, reference(sq, sk, joined_v, 0.125, mask), atol=3e-5)
     bad = np.zeros((1, h, n, d), f)
     assert lib.pcd_attention_split(  # a causal split is refused, as is a missing part
         0, _row(q), _row(k1), _row(v1), None, None, past, _row(bad),
@@ -431,7 +449,7 @@ def test_a_mask_open_over_the_prefix_is_not_read_there(lib, d):
     joined = [(np.concatenate([k1, k2], 2), np.concatenate([v1, v2], 2))]
     poisoned = mask.copy()
     poisoned[:, : past - 3] = np.nan  # read, these would turn every output into nan
-    for p in _paths(lib):
+    for p in _paths(lib, d):
         want = _attend(lib, p, q, *joined[0], mask)
         for threads, block in ((1, K.BLOCK_ROWS), (2, 16), (3, 7)):
             for parts in (joined, [(k1, v1), (k2, v2)]):
@@ -483,7 +501,7 @@ def test_a_masked_tail_is_neither_scored_nor_read(lib, d):
         tuple(np.ascontiguousarray(x[:, :, cut]) for x in (pk, pv))
         for cut in (slice(0, past), slice(past, s))
     ]
-    for p in _paths(lib):
+    for p in _paths(lib, d):
         want = _attend(lib, p, q, k, v, mask)
         for threads, block in ((1, K.BLOCK_ROWS), (2, 16), (3, 7)):
             got = _attend_parts(lib, p, q, parts, mask, past, threads, block, row_end=ends)
@@ -520,7 +538,7 @@ def test_keys_in_parts_give_the_joined_numbers_causal_too(lib, d):
         ]
 
     splits = [cut(777), cut(500, s - lq), cut(300, s - lq + 9), cut(1, 2, s - 1)]
-    for p in _paths(lib):
+    for p in _paths(lib, d):
         for causal, m in ((1, None), (0, mask)):
             want = _attend(lib, p, q, k, v, m, causal=causal)
             for parts in splits:

@@ -264,6 +264,7 @@ def test_doctor_keys(shared_cache: Path) -> None:
             "compute_modes",
             "int8_kernel",
             "prefill_kernel",
+            "attention_scores",
             "int8_peak",
             "compute_auto",
             "cache_dir",
@@ -285,6 +286,7 @@ def test_doctor_keys(shared_cache: Path) -> None:
             "scalar-cols",
             out["int8_kernel"],
         )
+        assert out["attention_scores"].startswith(("amx-bf16 where", "float32 (", "off: "))
         # what compute="auto" runs: int8 (K-quant files) where a SIMD int8 kernel runs
         simd = out["int8_kernel"] in ("avx512vnni", "avxvnni", "avx2")
         assert out["compute_auto"].startswith("int8 for a K-quant" if simd else "float32")

@@ -68,6 +68,9 @@ typedef struct {
     int (*compact)(const float *restrict, int, float *restrict);
     float (*lane_sum)(const float *restrict, int);
     pv_rows_t pv_rows;
+    /* bf16 scores on the AMX tiles (see there): each part's converted keys, else 0 */
+    int amx;
+    const uint16_t *kt[MAX_PARTS];
 } job_t;
 
 /* Runs fn(ctx, task, scratch) for every task in [0, ntasks) on `threads` threads, each
@@ -410,6 +413,131 @@ __attribute__((target("avx512f,avx2,fma"))) static void scores_avx512(
 }
 #endif
 
+#if defined(__x86_64__) || defined(__i386__)
+/* ---- bf16 scores on the AMX tiles ----------------------------------------------------
+ * Where the matrix products compute in int8 or bf16, a caller may ask for the path
+ * PCD_PATH_AMX (auto never takes it): a score is then q_r . k_j over the bf16 roundings
+ * (to nearest even) of both, on the AMX-BF16 tiles, d / 32 `tdpbf16ps` steps of 32
+ * features into a float32 sum from +0, then times the scale; the softmax, the sums and PV
+ * stay float32 as above. Element (r, j) of a tile product reads only row r of Q and
+ * column j of K, so a score is the same bits whatever shares its call, as on the float32
+ * paths (its bits are not theirs: the hardware sums a step's products in its own order,
+ * which the tests do not emulate; they bound it against a float64 sum of the same bf16
+ * products). The same products are what a bf16 KV cache gives a GPU's attention; the
+ * int8 activations downstream already round far coarser (1 / 127 of a row's largest).
+ *
+ * The keys are converted once per call (`amx_keys_task`): per (batch row, KV head, part),
+ * blocks of 16 keys, each d / 32 B tiles (1 KiB) whose row i holds features (2i, 2i + 1)
+ * of the step for the block's 16 keys, zeros past the part's last key to a whole 32. A
+ * task's queries are converted into its scratch (`amx_queries`), rows to a whole 32,
+ * zeros past the block's last. Per 32 rows and 32 keys, 2 x 2 C tiles (tmm0-3) take each
+ * step's A tiles (tmm4, 5: rows 0-15, 16-31) and B tiles (tmm6, 7: keys 0-15, 16-31);
+ * keys no row of the 32 sees are skipped (causal). */
+#define AMXB_T __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* bf16 elements of one (batch row, KV head)'s converted keys for a part of n keys. */
+static int64_t amx_keys_elems(int n, int d) { return (int64_t)((n + 31) / 32) * 32 * d; }
+
+typedef struct {
+    const float *k[MAX_PARTS];
+    int64_t k_sb[MAX_PARTS], k_sh[MAX_PARTS], k_sr[MAX_PARTS];
+    int len[MAX_PARTS];
+    uint16_t *kt[MAX_PARTS]; /* part p's tiles, (batch row, KV head) after another */
+    int nparts, kh, d;
+} amx_keys_t;
+
+/* Task t converts part t % nparts of (batch row, KV head) t / nparts. */
+AMXB_T static void amx_keys_task(void *ctx, int t, void *scratch) {
+    (void)scratch;
+    amx_keys_t *jb = (amx_keys_t *)ctx;
+    int p = t % jb->nparts, bh = t / jb->nparts, bb = bh / jb->kh, kv = bh % jb->kh;
+    int d = jb->d, nst = d / 32, n = jb->len[p];
+    const float *k = jb->k[p] + bb * jb->k_sb[p] + kv * jb->k_sh[p];
+    uint16_t *dst = jb->kt[p] + bh * amx_keys_elems(n, d);
+    __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+                                                        13, 14, 15),
+                                      _mm512_set1_epi32(16));
+    int nk = (n + 31) / 32 * 32;
+    for (int j = 0; j < nk; j++) {
+        const float *kr = k + (int64_t)j * jb->k_sr[p];
+        int32_t *blk = (int32_t *)(dst + (int64_t)(j / 16) * nst * 512) + j % 16;
+        for (int st = 0; st < nst; st++) {
+            __m512i x = _mm512_setzero_si512();
+            if (j < n)
+                x = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(kr + 32 * st + 16),
+                                                 _mm512_loadu_ps(kr + 32 * st));
+            _mm512_i32scatter_epi32(blk + st * 256, rows, x, 4); /* pair i to row i */
+        }
+    }
+}
+
+/* Rows [0, m) of q (rows q_sr floats apart, d features) as bf16 rows of d, zeros to a
+ * whole 32 rows. */
+AMXB_T static void amx_queries(const float *q, int64_t q_sr, int m, int d, uint16_t *qt) {
+    int mp = (m + 31) / 32 * 32;
+    for (int r = 0; r < mp; r++)
+        for (int c = 0; c < d; c += 32) {
+            __m512i x = _mm512_setzero_si512();
+            if (r < m)
+                x = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + r * q_sr + c + 16),
+                                                 _mm512_loadu_ps(q + r * q_sr + c));
+            _mm512_storeu_si512(qt + (int64_t)r * d + c, x);
+        }
+}
+
+/* The scores of rows [0, m) (bf16 rows `qt`, see above) against one part's converted
+ * keys `kt`, for the keys j < min(lim[r], width), into buf (rows ldb apart); `ct` is 4 KiB
+ * of scratch. */
+AMXB_T static void scores_amx(const uint16_t *qt, int m, const uint16_t *kt, int width,
+                              const int *restrict lim, int d, float scale,
+                              float *restrict buf, int64_t ldb, float *restrict ct) {
+    pcd_amx_config();
+    int nst = d / 32;
+    __m512 vs = _mm512_set1_ps(scale);
+    for (int r0 = 0; r0 < m; r0 += 32) {
+        int rm = m - r0 < 32 ? m - r0 : 32, reach = 0;
+        for (int r = 0; r < rm; r++) {
+            int l = lim[r0 + r] < width ? lim[r0 + r] : width;
+            reach = l > reach ? l : reach;
+        }
+        const uint16_t *a = qt + (int64_t)r0 * d;
+        for (int j0 = 0; j0 < reach; j0 += 32) {
+            const uint16_t *b = kt + (int64_t)(j0 / 16) * nst * 512;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int st = 0; st < nst; st++) {
+                _tile_loadd(4, a + 32 * st, 2 * d);
+                _tile_loadd(5, a + 16 * (int64_t)d + 32 * st, 2 * d);
+                _tile_loadd(6, b + 512 * st, 64);
+                _tile_loadd(7, b + 512 * (nst + st), 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+            _tile_stored(0, ct, 128); /* ct[r * 32 + j]: rows 0-15, then 16-31 */
+            _tile_stored(1, ct + 16, 128);
+            _tile_stored(2, ct + 512, 128);
+            _tile_stored(3, ct + 528, 128);
+            for (int r = 0; r < rm; r++) {
+                int l = lim[r0 + r] < width ? lim[r0 + r] : width, n = l - j0;
+                if (n <= 0) continue;
+                float *o = buf + (int64_t)(r0 + r) * ldb + j0;
+                __mmask16 m0 = n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
+                _mm512_mask_storeu_ps(o, m0, _mm512_mul_ps(_mm512_loadu_ps(ct + 32 * r), vs));
+                if (n > 16) {
+                    __mmask16 m1 = n >= 32 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - 16)) - 1u);
+                    _mm512_mask_storeu_ps(o + 16, m1,
+                                          _mm512_mul_ps(_mm512_loadu_ps(ct + 32 * r + 16), vs));
+                }
+            }
+        }
+    }
+}
+#endif
+
 /* ---- composition-invariant sums ------------------------------------------------------
  * A query's weights are summed over its nonzero weights only, in key order, with lanes
  * taken by the weight's rank among them, never by the key's position; the product with V
@@ -707,6 +835,7 @@ __attribute__((target("avx2,fma"))) static void pv_rows_avx2(
 
 typedef struct {
     int width; /* 512, 256 or 1 */
+    int amx;   /* bf16 scores on the AMX tiles: asked for by name, never auto's */
     scores_t scores;
     softmax_row_t softmax_row;
     int (*compact)(const float *restrict, int, float *restrict);
@@ -716,21 +845,32 @@ typedef struct {
 
 /* The attention kernels on each path (cpu_paths.h; width 0 where not built). */
 static const attn_path_t ATTENTION[PCD_N_PATHS] = {
-    [PCD_PATH_SCALAR] = {1, scores_scalar, softmax_row_scalar, compact_scalar, lane_sum_scalar,
-                         pv_rows_scalar},
+    [PCD_PATH_SCALAR] = {1, 0, scores_scalar, softmax_row_scalar, compact_scalar,
+                         lane_sum_scalar, pv_rows_scalar},
 #if PCD_X86
-    [PCD_PATH_AVX2] = {256, scores_avx2, softmax_row_avx2, compact_avx2, lane_sum_avx2,
+    [PCD_PATH_AVX2] = {256, 0, scores_avx2, softmax_row_avx2, compact_avx2, lane_sum_avx2,
                        pv_rows_avx2},
-    [PCD_PATH_AVX512] = {512, scores_avx512, softmax_row_avx512, compact_avx512, lane_sum_avx512,
-                         pv_rows_avx512},
+    [PCD_PATH_AVX512] = {512, 0, scores_avx512, softmax_row_avx512, compact_avx512,
+                         lane_sum_avx512, pv_rows_avx512},
+    /* AVX-512's float32 softmax, sums and PV after bf16 scores on the tiles */
+    [PCD_PATH_AMX] = {512, 1, 0, softmax_row_avx512, compact_avx512, lane_sum_avx512,
+                      pv_rows_avx512},
 #endif
 };
 
-/* The attention code path `path` resolves to (PCD_PATH_AUTO: the best this CPU has, or a
- * path id to force, for tests): cpu_paths.h's rule; width 0 if unavailable. */
+/* The attention code path id `path` resolves to (PCD_PATH_AUTO: the best float32 path this
+ * CPU has, or a path id to force: tests, or PCD_PATH_AMX for bf16 scores): cpu_paths.h's
+ * rule; 0 if unavailable. */
+static int attention_path(int path) {
+    unsigned built = PCD_PATHS_BUILT(ATTENTION, .width);
+    if (path == PCD_PATH_AUTO) built &= ~PCD_PATH_BIT(PCD_PATH_AMX);
+    return pcd_path_pick(path, built);
+}
+
+/* The kernels of `attention_path(path)`; width 0 if unavailable. */
 static attn_path_t pick_attention(int path) {
-    static const attn_path_t none = {0, 0, 0, 0, 0, 0};
-    int p = pcd_path_pick(path, PCD_PATHS_BUILT(ATTENTION, .width));
+    static const attn_path_t none = {0, 0, 0, 0, 0, 0, 0};
+    int p = attention_path(path);
     return p ? ATTENTION[p] : none;
 }
 
@@ -745,6 +885,11 @@ static void attention_task(void *ctx, int t, void *scratch) {
     float *inv = pv + jb->s + 16;
     int *nr = (int *)(inv + jb->block);
     int *lim = nr + jb->block;
+#if PCD_X86
+    /* the AMX path's queries (bf16, 32-row multiples) and C tiles, 64-aligned */
+    uint16_t *qt = (uint16_t *)(((uintptr_t)(lim + jb->block) + 63) & ~(uintptr_t)63);
+    float *ct = (float *)(qt + (size_t)(jb->block + 31) / 32 * 32 * jb->d);
+#endif
     int qb = t % jb->nqb;
     int hh = (t / jb->nqb) % jb->h;
     int bb = t / (jb->nqb * jb->h);
@@ -762,6 +907,9 @@ static void attention_task(void *ctx, int t, void *scratch) {
     }
     const float *q = jb->q + bb * jb->q_sb + hh * jb->q_sh + (int64_t)i0 * jb->q_sr;
     float *out = jb->out + (((int64_t)bb * jb->h + hh) * jb->lq + i0) * jb->d;
+#if PCD_X86
+    if (jb->amx) amx_queries(q, jb->q_sr, m, jb->d, qt);
+#endif
     /* each part's keys [a, e) of the `width` this block sees; its row r sees the part's
      * local keys j < nr[r] - a */
     for (int p = 0; p < jb->nparts; p++) {
@@ -769,6 +917,13 @@ static void attention_task(void *ctx, int t, void *scratch) {
         if (e <= a) break;
         const float *k = jb->k[p] + bb * jb->k_sb[p] + (hh / g) * jb->k_sh[p];
         for (int r = 0; r < m; r++) lim[r] = nr[r] - a;
+#if PCD_X86
+        if (jb->amx) {
+            const uint16_t *kt = jb->kt[p] + (bb * jb->kh + hh / g) * amx_keys_elems(jb->start[p + 1] - a, jb->d);
+            scores_amx(qt, m, kt, e - a, lim, jb->d, jb->scale, buf + a, width, ct);
+            continue;
+        }
+#endif
         jb->scores(q, jb->q_sr, k, jb->k_sr[p], m, e - a, lim, jb->d, jb->scale, buf + a, width);
     }
     for (int r = 0; r < m; r++) {
@@ -808,7 +963,7 @@ static int attention(int path, const float *q, int nparts, const float *const *k
                      float scale, int causal, int block, int threads) {
     attn_path_t ap = pick_attention(path);
     if (!ap.width || nparts < 1 || nparts > MAX_PARTS || b < 1 || h < 1 || kh < 1 || h % kh ||
-        lq < 1 || d < 1 || block < 1)
+        lq < 1 || d < 1 || block < 1 || (ap.amx && d % 32))
         return 1;
     job_t jb;
     memset(&jb, 0, sizeof jb);
@@ -844,7 +999,32 @@ static int attention(int path, const float *q, int nparts, const float *const *k
      * a part's local limit */
     size_t scratch = sizeof(float) * ((size_t)jb.block * s + (size_t)s + 16 + (size_t)jb.block) +
                      2 * sizeof(int) * (size_t)jb.block;
-    return run_parallel(attention_task, &jb, jb.ntasks, scratch, threads);
+    if (!ap.amx) return run_parallel(attention_task, &jb, jb.ntasks, scratch, threads);
+#if PCD_X86
+    /* and the AMX path's bf16 queries and C tiles (attention_task), after the keys' tiles */
+    scratch += 64 + 2 * (size_t)(jb.block + 31) / 32 * 32 * d + 4096;
+    amx_keys_t kj;
+    memset(&kj, 0, sizeof kj);
+    int64_t total = 0;
+    for (int p = 0; p < nparts; p++) total += (int64_t)b * kh * amx_keys_elems(lens[p], d);
+    uint16_t *tiles = (uint16_t *)aligned_alloc(64, ((size_t)total * 2 + 63) & ~(size_t)63);
+    if (!tiles) return 1;
+    kj.nparts = nparts, kj.kh = kh, kj.d = d;
+    int64_t at = 0;
+    for (int p = 0; p < nparts; at += (int64_t)b * kh * amx_keys_elems(lens[p], d), p++) {
+        kj.k[p] = ks[p], kj.len[p] = lens[p];
+        kj.k_sb[p] = jb.k_sb[p], kj.k_sh[p] = jb.k_sh[p], kj.k_sr[p] = jb.k_sr[p];
+        kj.kt[p] = tiles + at;
+        jb.kt[p] = kj.kt[p];
+    }
+    jb.amx = 1;
+    int rc = run_parallel(amx_keys_task, &kj, b * kh * nparts, 0, threads);
+    if (!rc) rc = run_parallel(attention_task, &jb, jb.ntasks, scratch, threads);
+    free(tiles);
+    return rc;
+#else
+    return 1;
+#endif
 }
 
 /* Keys in one part: `strides` holds 9 values (q, k, v); `path` PCD_PATH_AUTO for the best
@@ -986,9 +1166,10 @@ int pcd_attention_simd_width(void) {
     return pick_attention(PCD_PATH_AUTO).width;
 }
 
-/* The path `path` (PCD_PATH_AUTO or a path id) resolves to for the attention and SwiGLU
- * kernels (both are built for the same paths); 0 if not available here. */
-int pcd_cpu_kernels_path(int path) { return pcd_path_pick(path, PCD_PATHS_BUILT(ATTENTION, .width)); }
+/* The path `path` (PCD_PATH_AUTO or a path id) resolves to for the attention kernels; 0 if
+ * not available here. SwiGLU is built for the same float32 paths; PCD_PATH_AMX is
+ * attention's alone (bf16 scores), asked for by name. */
+int pcd_cpu_kernels_path(int path) { return attention_path(path); }
 
 /* One row through a code path (as `pick_softmax_row`), for tests; -1 if unavailable. */
 float pcd_softmax_row(int path, float *row, const float *madd, int n, int width) {

@@ -2062,29 +2062,11 @@ VNNI512_T static void kc_avx512(const kjob_t *j, const void *scratch, int r0, in
  * and superblock each (panel, group) pair in turn takes its products, the activations'
  * 8 KiB staying in L1, and its C tiles (two 4 KiB buffers) are summed by the vector unit
  * between the tile steps of the next pair (on the Xeon measured the two units did not
- * overlap: a 1,024-row product spends about as long in each). The tile shapes are per
- * thread (ldtilecfg), loaded once. */
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_cfg_t;
-
+ * overlap: a 1,024-row product spends about as long in each). The tile shapes are
+ * cpu_paths.h's (`pcd_amx_config`). */
 #define AMX_T __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 
-AMX_T static void amx_config(void) {
-    static __thread int loaded;
-    if (loaded) return;
-    amx_cfg_t c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        c.rows[t] = 16;
-        c.colsb[t] = 64;
-    }
-    _tile_loadconfig(&c);
-    loaded = 1;
-}
+AMX_T static void amx_config(void) { pcd_amx_config(); }
 
 /* An AMX task's scratch: per panel, kc's panel then (at amx_lo_at, 64-aligned) the folded
  * lo and hi; after the panels, the running float sums of each (panel, group) for 32 rows

@@ -24,7 +24,7 @@ enum {
     PCD_PATH_AVX512VNNI = 4, /* AVX-512 F/BW/VL + VNNI (and AVX2 + FMA) */
     PCD_PATH_AVX512BF16 = 5, /* AVX-512 F/BW/VL + BF16 (and AVX2 + FMA) */
     PCD_PATH_AVX512 = 6,     /* AVX-512 F (and AVX2 + FMA) */
-    PCD_PATH_AMX = 7,        /* AMX-INT8 tiles, with AVX-512 VNNI's (Intel Sapphire Rapids on) */
+    PCD_PATH_AMX = 7,        /* AMX-INT8 and -BF16 tiles, with AVX-512 VNNI's (Intel Sapphire Rapids on) */
     PCD_N_PATHS = 8
 };
 
@@ -55,6 +55,35 @@ static inline int pcd_amx_permitted(void) {
 #endif
 }
 
+#if PCD_X86
+#include <immintrin.h>
+#include <string.h>
+/* The one tile shape every AMX kernel of the engine uses: eight tiles of 16 rows by 64
+ * bytes (int8: 16 x 64; bf16: 16 x 32 pairs' halves; int32 / float32: 16 x 16). The
+ * configuration is per thread; each library loads it once per thread, and since all of
+ * them load this same one, a thread that runs kernels of several libraries needs no
+ * reload between them. */
+typedef struct {
+    unsigned char palette, start_row, reserved[14];
+    unsigned short colsb[16];
+    unsigned char rows[16];
+} pcd_amx_cfg_t;
+
+__attribute__((target("amx-tile"))) static inline void pcd_amx_config(void) {
+    static __thread int loaded;
+    if (loaded) return;
+    pcd_amx_cfg_t c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        c.rows[t] = 16;
+        c.colsb[t] = 64;
+    }
+    _tile_loadconfig(&c);
+    loaded = 1;
+}
+#endif
+
 /* The bit mask (PCD_PATH_BIT) of the paths this CPU runs, read once. */
 static inline unsigned pcd_cpu_paths(void) {
     static unsigned cached; /* 0 until read (the scalar bit is always set once read) */
@@ -72,7 +101,8 @@ static inline unsigned pcd_cpu_paths(void) {
     if (bwvl && __builtin_cpu_supports("avx512vnni")) m |= PCD_PATH_BIT(PCD_PATH_AVX512VNNI);
     if (bwvl && __builtin_cpu_supports("avx512bf16")) m |= PCD_PATH_BIT(PCD_PATH_AVX512BF16);
     if ((m & PCD_PATH_BIT(PCD_PATH_AVX512VNNI)) && __builtin_cpu_supports("amx-tile") &&
-        __builtin_cpu_supports("amx-int8") && pcd_amx_permitted())
+        __builtin_cpu_supports("amx-int8") && __builtin_cpu_supports("amx-bf16") &&
+        pcd_amx_permitted())
         m |= PCD_PATH_BIT(PCD_PATH_AMX);
 #endif
     __atomic_store_n(&cached, m, __ATOMIC_RELAXED);

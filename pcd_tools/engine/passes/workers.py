@@ -136,6 +136,7 @@ def run_on_workers(
     blas_threads: int,
     after: int | None = None,
     every_size: bool = False,
+    bf16_scores: bool = False,
 ) -> list[Any]:
     """Runs `jobs` at once on the shared pool of `n_workers` stream workers.
 
@@ -147,6 +148,7 @@ def run_on_workers(
         after: BLAS threads afterwards (the request's count; the thread budget,
             `threads.thread_budget()`, when None).
         every_size: The kernels take every call size (`cpu_kernels.active`).
+        bf16_scores: Attention's scores in bf16 where they run (`cpu_kernels.active`).
 
     Returns:
         The jobs' results, in order. A job's exception is raised here.
@@ -156,7 +158,9 @@ def run_on_workers(
 
     def run(job: Callable[[], Any]) -> Any:
         with (
-            cpu_kernels.active(kernels, threads=blas_threads, every_size=every_size),
+            cpu_kernels.active(
+                kernels, threads=blas_threads, every_size=every_size, bf16_scores=bf16_scores
+            ),
             cpu_kernels.metering(meter) if meter is not None else contextlib.nullcontext(),
         ):
             return job()
