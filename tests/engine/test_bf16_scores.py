@@ -8,9 +8,6 @@ threads, blocks) is asserted for this path with the float32 ones, in
 from __future__ import annotations
 
 import ctypes
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -97,14 +94,6 @@ def test_int8_engines_take_them_where_they_run_float32_engines_never(tiny_file):
     ]
     # the scores moved (bf16 is in use), within what int8's own rounding moves them
     assert 0 < max(diffs) < 0.05, diffs
-
-
-def test_pcd_amx_0_keeps_the_scores_float32():
-    code = "from pcd_tools.engine.kernels import cpu_ops; print(cpu_ops.bf16_scores_run())"
-    env = {**os.environ, "PCD_AMX": "0"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "False"
 
 
 def test_a_batch_row_attends_as_it_does_alone(lib):

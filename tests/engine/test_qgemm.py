@@ -260,11 +260,15 @@ def test_pcd_amx_0_turns_the_tiles_off():
     import subprocess
     import sys
 
-    code = "from pcd_tools.engine.kernels import qgemm; print(qgemm.column_path())"
+    code = (
+        "from pcd_tools.engine.kernels import cpu_ops, qgemm; "
+        "print(qgemm.column_path(), cpu_ops.bf16_scores_run())"
+    )
     env = {**os.environ, "PCD_AMX": "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "avx512vnni-cols"
+    # the prefill's products on AVX-512 VNNI, attention's scores float32 (test_bf16_scores)
+    assert out.stdout.split() == ["avx512vnni-cols", "False"]
 
 
 def test_column_kernels_refuse_what_they_cannot_run():
