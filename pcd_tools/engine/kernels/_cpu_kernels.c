@@ -19,7 +19,9 @@
  * SwiGLU) is a table indexed by cpu_paths.h's path ids, the portable C reference at
  * PCD_PATH_SCALAR and AVX2+FMA and AVX-512 bodies beside it; each entry point takes a
  * path (PCD_PATH_AUTO, or one forced by tests) resolved by cpu_paths.h's rule, the one
- * every C source of the engine follows.
+ * every C source of the engine follows. PCD_PATH_AMX is attention's alone and never auto's:
+ * the AVX-512 softmax, sums and PV after bf16 scores on the AMX tiles, for engines whose
+ * matrices compute in int8 or bf16 (see "bf16 scores on the AMX tiles").
  *
  * Work is spread over `threads` POSIX threads (the caller's thread is one of them). Built
  * and loaded by pcd_tools.engine.kernels.bindings; the same math as mlx-lm's
