@@ -72,7 +72,7 @@ typedef struct {
     pv_rows_t pv_rows;
     /* bf16 scores on the AMX tiles (see there): each part's converted keys, else 0 */
     int amx;
-    const uint16_t *kt[MAX_PARTS];
+    uint16_t *kt[MAX_PARTS];
 } job_t;
 
 /* Runs fn(ctx, task, scratch) for every task in [0, ntasks) on `threads` threads, each
@@ -440,20 +440,13 @@ __attribute__((target("avx512f,avx2,fma"))) static void scores_avx512(
 /* bf16 elements of one (batch row, KV head)'s converted keys for a part of n keys. */
 static int64_t amx_keys_elems(int n, int d) { return (int64_t)((n + 31) / 32) * 32 * d; }
 
-typedef struct {
-    const float *k[MAX_PARTS];
-    int64_t k_sb[MAX_PARTS], k_sh[MAX_PARTS], k_sr[MAX_PARTS];
-    int len[MAX_PARTS];
-    uint16_t *kt[MAX_PARTS]; /* part p's tiles, (batch row, KV head) after another */
-    int nparts, kh, d;
-} amx_keys_t;
-
-/* Task t converts part t % nparts of (batch row, KV head) t / nparts. */
+/* Task t converts part t % nparts of (batch row, KV head) t / nparts into jb->kt[p] (the
+ * part's tiles, one (batch row, KV head) after another). */
 AMXB_T static void amx_keys_task(void *ctx, int t, void *scratch) {
     (void)scratch;
-    amx_keys_t *jb = (amx_keys_t *)ctx;
+    job_t *jb = (job_t *)ctx;
     int p = t % jb->nparts, bh = t / jb->nparts, bb = bh / jb->kh, kv = bh % jb->kh;
-    int d = jb->d, nst = d / 32, n = jb->len[p];
+    int d = jb->d, nst = d / 32, n = jb->start[p + 1] - jb->start[p];
     const float *k = jb->k[p] + bb * jb->k_sb[p] + kv * jb->k_sh[p];
     uint16_t *dst = jb->kt[p] + bh * amx_keys_elems(n, d);
     __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
@@ -1005,22 +998,13 @@ static int attention(int path, const float *q, int nparts, const float *const *k
 #if PCD_X86
     /* and the AMX path's bf16 queries and C tiles (attention_task), after the keys' tiles */
     scratch += 64 + 2 * (size_t)(jb.block + 31) / 32 * 32 * d + 4096;
-    amx_keys_t kj;
-    memset(&kj, 0, sizeof kj);
-    int64_t total = 0;
-    for (int p = 0; p < nparts; p++) total += (int64_t)b * kh * amx_keys_elems(lens[p], d);
-    uint16_t *tiles = (uint16_t *)aligned_alloc(64, ((size_t)total * 2 + 63) & ~(size_t)63);
+    int64_t at[MAX_PARTS + 1] = {0}; /* where each part's tiles start */
+    for (int p = 0; p < nparts; p++) at[p + 1] = at[p] + (int64_t)b * kh * amx_keys_elems(lens[p], d);
+    uint16_t *tiles = (uint16_t *)aligned_alloc(64, ((size_t)at[nparts] * 2 + 63) & ~(size_t)63);
     if (!tiles) return 1;
-    kj.nparts = nparts, kj.kh = kh, kj.d = d;
-    int64_t at = 0;
-    for (int p = 0; p < nparts; at += (int64_t)b * kh * amx_keys_elems(lens[p], d), p++) {
-        kj.k[p] = ks[p], kj.len[p] = lens[p];
-        kj.k_sb[p] = jb.k_sb[p], kj.k_sh[p] = jb.k_sh[p], kj.k_sr[p] = jb.k_sr[p];
-        kj.kt[p] = tiles + at;
-        jb.kt[p] = kj.kt[p];
-    }
+    for (int p = 0; p < nparts; p++) jb.kt[p] = tiles + at[p];
     jb.amx = 1;
-    int rc = run_parallel(amx_keys_task, &kj, b * kh * nparts, 0, threads);
+    int rc = run_parallel(amx_keys_task, &jb, b * kh * nparts, 0, threads);
     if (!rc) rc = run_parallel(attention_task, &jb, jb.ntasks, scratch, threads);
     free(tiles);
     return rc;

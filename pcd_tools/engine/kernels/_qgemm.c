@@ -2066,8 +2066,6 @@ VNNI512_T static void kc_avx512(const kjob_t *j, const void *scratch, int r0, in
  * cpu_paths.h's (`pcd_amx_config`). */
 #define AMX_T __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 
-AMX_T static void amx_config(void) { pcd_amx_config(); }
-
 /* An AMX task's scratch: per panel, kc's panel then (at amx_lo_at, 64-aligned) the folded
  * lo and hi; after the panels, the running float sums of each (panel, group) for 32 rows
  * and two buffers of four C tiles. */
@@ -2209,7 +2207,7 @@ AMX_T AI void kc_amx_l(const kjob_t *j, char *scratch, size_t per, int c0, int n
     float *acc = (float *)(scratch + (size_t)np * per);         /* [np][KG][32][16] */
     int32_t *buf = (int32_t *)((char *)acc + np * AMX_ACC_BYTES); /* two of 1,024 */
     int r0 = 0;
-    if (j->rows >= 16) amx_config();
+    if (j->rows >= 16) pcd_amx_config();
     for (int i = 0; i < np && j->rows >= 16; i++) {
         const int c = c0 + i * KC, nc = kc_cols(j, c);
         kcpanel_t P = kc_panel(scratch + i * per, k, j->L);
@@ -2423,7 +2421,7 @@ AMX_T static int64_t peak_amx(int64_t iters, int seed, int32_t *sink) {
     int8_t ab[2048] __attribute__((aligned(64)));
     int32_t c[256] __attribute__((aligned(64)));
     for (int i = 0; i < 2048; i++) ab[i] = (int8_t)((i * 7 + seed) % 13 - 6);
-    amx_config();
+    pcd_amx_config();
     _tile_loadd(0, ab, 64);
     _tile_loadd(1, ab + 1024, 64);
     _tile_zero(2);
